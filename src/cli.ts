@@ -1,0 +1,157 @@
+#!/usr/bin/env node
+import { parseArgs } from 'node:util';
+import { ConfigError, loadConfig, type Overrides } from './config.js';
+import { createLogger } from './log.js';
+import { startProxy } from './main.js';
+import { createSimulator } from './simulate/server.js';
+import { VERSION } from './version.js';
+
+const USAGE = `llm-latency-proxy ${VERSION}: a transparent streaming proxy that measures LLM TTFT and inter-token latency
+
+Usage:
+  llm-latency-proxy [options]            proxy (built-in simulator as upstream when none is given)
+  llm-latency-proxy simulate [options]   run the ground-truth simulator only
+
+Proxy options (environment variable in brackets):
+  --upstream URL        upstream base URL for "/" [LLM_PROXY_UPSTREAM]
+  --config FILE         YAML config with routes, timeouts, buckets [LLM_PROXY_CONFIG]
+  --host HOST           proxy listen address, default 127.0.0.1 [LLM_PROXY_HOST]
+  --port N              proxy port, default 8080 (0 = any free port) [LLM_PROXY_PORT]
+  --metrics-host HOST   metrics listen address, default 127.0.0.1 [LLM_PROXY_METRICS_HOST]
+  --metrics-port N      metrics port (/metrics, /healthz, /readyz), default 9464 [LLM_PROXY_METRICS_PORT]
+  --no-metrics          forward only: no parsing, no measurement [LLM_PROXY_METRICS=false]
+  --drain-timeout S     seconds in-flight streams get on SIGTERM, default 30 [LLM_PROXY_DRAIN_TIMEOUT]
+  --log-level LEVEL     trace|debug|info|warn|error|silent, default info [LLM_PROXY_LOG_LEVEL]
+
+Simulator options (times in seconds):
+  --port N (8081) --host HOST (127.0.0.1) --ttft S (0.25) --itl S (0.0014)
+  --tokens N (200) --jitter F (0.1, fraction of one ITL) --seed N
+
+  -h, --help   -v, --version
+`;
+
+function fail(message: string): never {
+  process.stderr.write(`llm-latency-proxy: ${message}\n`);
+  process.exit(2);
+}
+
+function num(name: string, v: string | undefined, opts: { int?: boolean; min?: number; max?: number } = {}): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || (opts.int && !Number.isInteger(n)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
+    fail(`--${name}: invalid value "${v}"`);
+  }
+  return n;
+}
+
+async function runSimulate(args: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      port: { type: 'string' },
+      host: { type: 'string' },
+      ttft: { type: 'string' },
+      itl: { type: 'string' },
+      tokens: { type: 'string' },
+      jitter: { type: 'string' },
+      seed: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  const log = createLogger(process.env.LLM_PROXY_LOG_LEVEL || 'info');
+  const plan = {
+    ttft: num('ttft', values.ttft, { min: 0 }) ?? 0.25,
+    itl: num('itl', values.itl, { min: 0 }) ?? 0.0014,
+    tokens: num('tokens', values.tokens, { int: true, min: 1 }) ?? 200,
+    jitter: num('jitter', values.jitter, { min: 0, max: 1 }) ?? 0.1,
+  };
+  const seed = num('seed', values.seed, { int: true });
+  const sim = createSimulator({ ...plan, ...(seed !== undefined ? { seed } : {}) });
+  const url = await sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, values.host ?? '127.0.0.1');
+  log.info({ url, ...plan, seed }, 'simulator listening');
+  const stop = () => {
+    void sim.close().then(() => process.exit(0));
+  };
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+}
+
+async function runProxy(args: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args,
+    options: {
+      upstream: { type: 'string' },
+      config: { type: 'string', short: 'c' },
+      host: { type: 'string' },
+      port: { type: 'string', short: 'p' },
+      'metrics-host': { type: 'string' },
+      'metrics-port': { type: 'string' },
+      'no-metrics': { type: 'boolean' },
+      'drain-timeout': { type: 'string' },
+      'log-level': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+      version: { type: 'boolean', short: 'v' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  if (values.version) {
+    process.stdout.write(`${VERSION}\n`);
+    return;
+  }
+  const flags: Overrides = {
+    config: values.config,
+    upstream: values.upstream,
+    host: values.host,
+    port: num('port', values.port, { int: true, min: 0, max: 65535 }),
+    metricsHost: values['metrics-host'],
+    metricsPort: num('metrics-port', values['metrics-port'], { int: true, min: 0, max: 65535 }),
+    metricsEnabled: values['no-metrics'] ? false : undefined,
+    drainTimeout: num('drain-timeout', values['drain-timeout'], { min: 0 }),
+    logLevel: values['log-level'],
+  };
+  const config = loadConfig(flags, process.env);
+  const log = createLogger(config.logLevel);
+  const proxy = await startProxy(config, log);
+
+  let stopping = false;
+  const stop = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'shutting down');
+    proxy.shutdown().then(
+      () => process.exit(0),
+      (e: unknown) => {
+        log.error({ err: (e as Error).message }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.once('SIGTERM', () => stop('SIGTERM'));
+  process.once('SIGINT', () => stop('SIGINT'));
+}
+
+async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  if (argv[0] === 'simulate') await runSimulate(argv.slice(1));
+  else await runProxy(argv);
+}
+
+main().catch((e: unknown) => {
+  if (e instanceof ConfigError) fail(e.message);
+  const err = e as NodeJS.ErrnoException;
+  if (err.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' || err.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' || err.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') {
+    fail(`${err.message}\nRun with --help for usage.`);
+  }
+  if (err.code === 'EADDRINUSE' || err.code === 'EACCES') fail(`cannot listen: ${err.message}`);
+  process.stderr.write(`llm-latency-proxy: fatal: ${err.stack ?? String(e)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,270 @@
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import { DEFAULT_BUCKETS } from './metrics/semconv.js';
+
+/** A configuration problem: the message names the offending key. Exit code 2. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+const seconds = z.number().positive();
+const port = z.number().int().min(0).max(65535);
+const httpUrl = z
+  .string()
+  .refine((s) => {
+    try {
+      const u = new URL(s);
+      return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
+    } catch {
+      return false;
+    }
+  }, 'must be an absolute http:// or https:// URL')
+  .refine((s) => !s.includes('?') && !s.includes('#'), 'must not contain a query or fragment');
+const boundaries = z
+  .array(z.number().positive())
+  .min(1)
+  .refine((a) => a.every((v, i) => i === 0 || v > a[i - 1]!), 'must be strictly increasing');
+
+const routeSchema = z
+  .object({
+    prefix: z.string().startsWith('/', 'must start with "/"'),
+    upstream: httpUrl,
+    /** Forces the wire format / adapter (e.g. `openai`), instead of detecting it from the path. */
+    provider: z.string().min(1).optional(),
+    /** Overrides the `gen_ai_provider_name` label only. */
+    providerName: z.string().min(1).optional(),
+    /** Remove the prefix before forwarding (default true). */
+    stripPrefix: z.boolean().default(true),
+  })
+  .strict();
+
+const simulatorSchema = z
+  .object({
+    ttft: z.number().min(0).default(0.25),
+    itl: z.number().min(0).default(0.0014),
+    tokens: z.number().int().min(1).default(200),
+    jitter: z.number().min(0).max(1).default(0.1),
+    seed: z.number().int().optional(),
+  })
+  .strict();
+
+const fileSchema = z
+  .object({
+    upstream: httpUrl.optional(),
+    routes: z.array(routeSchema).optional(),
+    listen: z.object({ host: z.string().min(1).optional(), port: port.optional() }).strict().optional(),
+    metrics: z
+      .object({
+        enabled: z.boolean().optional(),
+        host: z.string().min(1).optional(),
+        port: port.optional(),
+        maxModelValues: z.number().int().min(1).optional(),
+        buckets: z
+          .object({
+            itl: boundaries.optional(),
+            ttft: boundaries.optional(),
+            duration: boundaries.optional(),
+            tokens: boundaries.optional(),
+          })
+          .strict()
+          .optional(),
+      })
+      .strict()
+      .optional(),
+    timeouts: z
+      .object({ connect: seconds.optional(), response: seconds.optional(), idle: seconds.optional() })
+      .strict()
+      .optional(),
+    limits: z
+      .object({
+        maxEventBytes: z.number().int().min(1024).optional(),
+        maxBodyBytes: z.number().int().min(0).optional(),
+      })
+      .strict()
+      .optional(),
+    log: z.object({ level: z.enum(LOG_LEVELS).optional() }).strict().optional(),
+    drainTimeout: z.number().min(0).optional(),
+    simulator: simulatorSchema.optional(),
+  })
+  .strict();
+
+export type RouteConfig = z.output<typeof routeSchema>;
+export type SimulatorConfig = z.output<typeof simulatorSchema>;
+export type FileConfig = z.input<typeof fileSchema>;
+
+export interface Config {
+  readonly routes: readonly RouteConfig[];
+  /** True when no upstream was configured and the built-in simulator serves "/". */
+  readonly useSimulator: boolean;
+  readonly simulator: SimulatorConfig;
+  readonly host: string;
+  readonly port: number;
+  readonly metrics: {
+    readonly enabled: boolean;
+    readonly host: string;
+    readonly port: number;
+    readonly maxModelValues: number;
+    readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
+  };
+  /** Seconds. */
+  readonly timeouts: { readonly connect: number; readonly response: number; readonly idle: number };
+  readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number };
+  readonly logLevel: string;
+  /** Seconds to let in-flight streams finish on SIGTERM. */
+  readonly drainTimeout: number;
+}
+
+/** Values from flags or the environment; they win over the file. */
+export interface Overrides {
+  config?: string;
+  upstream?: string;
+  host?: string;
+  port?: number;
+  metricsHost?: string;
+  metricsPort?: number;
+  metricsEnabled?: boolean;
+  logLevel?: string;
+  drainTimeout?: number;
+}
+
+function formatIssues(issues: readonly z.core.$ZodIssue[], source: string): string {
+  const lines = issues.map((i) => {
+    const path = i.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('').replace(/^\./, '');
+    if (i.code === 'unrecognized_keys') {
+      return i.keys.map((k) => `${path ? `${path}.` : ''}${k}: unknown key`).join('\n');
+    }
+    return `${path || '(root)'}: ${i.message}`;
+  });
+  return `invalid configuration in ${source}:\n  ${lines.join('\n  ')}`;
+}
+
+export function loadFile(path: string): FileConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new ConfigError(`cannot read config file ${path}: ${(e as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch (e) {
+    throw new ConfigError(`config file ${path} is not valid YAML: ${(e as Error).message}`);
+  }
+  return raw ?? {};
+}
+
+/** Validates a config object (from YAML) merged with overrides into the runtime config. */
+export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'config'): Config {
+  const parsed = fileSchema.safeParse(raw ?? {});
+  if (!parsed.success) throw new ConfigError(formatIssues(parsed.error.issues, source));
+  const f = parsed.data;
+  if (overrides.upstream !== undefined) {
+    const u = httpUrl.safeParse(overrides.upstream);
+    if (!u.success) throw new ConfigError(`upstream: ${u.error.issues[0]?.message ?? 'invalid'} (got "${overrides.upstream}")`);
+  }
+  if (overrides.logLevel !== undefined && !LOG_LEVELS.includes(overrides.logLevel as (typeof LOG_LEVELS)[number])) {
+    throw new ConfigError(`log level: expected one of ${LOG_LEVELS.join(', ')}, got "${overrides.logLevel}"`);
+  }
+  if (f.upstream !== undefined && f.routes !== undefined) {
+    throw new ConfigError(`invalid configuration in ${source}:\n  upstream: give either "upstream" or "routes", not both`);
+  }
+
+  let routes: RouteConfig[];
+  const upstream = overrides.upstream ?? f.upstream;
+  if (overrides.upstream !== undefined || (f.routes === undefined && upstream !== undefined)) {
+    routes = [{ prefix: '/', upstream: upstream!, stripPrefix: true }];
+  } else {
+    routes = f.routes ?? [];
+  }
+  const seen = new Set<string>();
+  routes.forEach((r, i) => {
+    const p = normalizePrefix(r.prefix);
+    if (seen.has(p)) throw new ConfigError(`invalid configuration in ${source}:\n  routes[${i}].prefix: duplicate prefix "${r.prefix}"`);
+    seen.add(p);
+  });
+  const useSimulator = routes.length === 0;
+
+  const m = f.metrics ?? {};
+  return Object.freeze({
+    routes: Object.freeze(routes.map((r) => Object.freeze({ ...r, prefix: normalizePrefix(r.prefix) }))),
+    useSimulator,
+    simulator: simulatorSchema.parse(f.simulator ?? {}),
+    host: overrides.host ?? f.listen?.host ?? '127.0.0.1',
+    port: overrides.port ?? f.listen?.port ?? 8080,
+    metrics: Object.freeze({
+      enabled: overrides.metricsEnabled ?? m.enabled ?? true,
+      host: overrides.metricsHost ?? m.host ?? '127.0.0.1',
+      port: overrides.metricsPort ?? m.port ?? 9464,
+      maxModelValues: m.maxModelValues ?? 100,
+      buckets: {
+        itl: m.buckets?.itl ?? [...DEFAULT_BUCKETS.itl],
+        ttft: m.buckets?.ttft ?? [...DEFAULT_BUCKETS.ttft],
+        duration: m.buckets?.duration ?? [...DEFAULT_BUCKETS.duration],
+        tokens: m.buckets?.tokens ?? [...DEFAULT_BUCKETS.tokens],
+      },
+    }),
+    timeouts: Object.freeze({
+      connect: f.timeouts?.connect ?? 10,
+      response: f.timeouts?.response ?? 300,
+      idle: f.timeouts?.idle ?? 300,
+    }),
+    limits: Object.freeze({
+      maxEventBytes: f.limits?.maxEventBytes ?? 1024 * 1024,
+      maxBodyBytes: f.limits?.maxBodyBytes ?? 4 * 1024 * 1024,
+    }),
+    logLevel: overrides.logLevel ?? f.log?.level ?? 'info',
+    drainTimeout: overrides.drainTimeout ?? f.drainTimeout ?? 30,
+  });
+}
+
+function normalizePrefix(p: string): string {
+  return p.length > 1 && p.endsWith('/') ? p.replace(/\/+$/, '') || '/' : p;
+}
+
+function envInt(env: NodeJS.ProcessEnv, name: string, max = 65535): number | undefined {
+  const v = env[name];
+  if (v === undefined || v === '') return undefined;
+  if (!/^\d+$/.test(v) || Number(v) > max) throw new ConfigError(`${name}: expected an integer from 0 to ${max}, got "${v}"`);
+  return Number(v);
+}
+
+function envSeconds(env: NodeJS.ProcessEnv, name: string): number | undefined {
+  const v = env[name];
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0) throw new ConfigError(`${name}: expected a number of seconds, got "${v}"`);
+  return n;
+}
+
+/** Overrides from `LLM_PROXY_*` environment variables. */
+export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
+  const o: Overrides = {};
+  const set = <K extends keyof Overrides>(k: K, v: Overrides[K] | undefined) => {
+    if (v !== undefined) o[k] = v;
+  };
+  set('config', env.LLM_PROXY_CONFIG || undefined);
+  set('upstream', env.LLM_PROXY_UPSTREAM || undefined);
+  set('host', env.LLM_PROXY_HOST || undefined);
+  set('port', envInt(env, 'LLM_PROXY_PORT'));
+  set('metricsHost', env.LLM_PROXY_METRICS_HOST || undefined);
+  set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
+  set('logLevel', env.LLM_PROXY_LOG_LEVEL || undefined);
+  set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
+  const metrics = env.LLM_PROXY_METRICS;
+  if (metrics !== undefined && metrics !== '') {
+    if (!/^(true|false|on|off|1|0)$/i.test(metrics)) throw new ConfigError(`LLM_PROXY_METRICS: expected true or false, got "${metrics}"`);
+    o.metricsEnabled = /^(true|on|1)$/i.test(metrics);
+  }
+  return o;
+}
+
+/** Flags win over the environment, which wins over the file. */
+export function loadConfig(flags: Overrides, env: NodeJS.ProcessEnv): Config {
+  const merged: Overrides = { ...envOverrides(env) };
+  for (const [k, v] of Object.entries(flags)) if (v !== undefined) (merged as Record<string, unknown>)[k] = v;
+  const raw = merged.config !== undefined ? loadFile(merged.config) : {};
+  return buildConfig(raw, merged, merged.config ?? 'flags');
+}

@@ -1,0 +1,115 @@
+import type { Server } from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Config } from './config.js';
+import type { Logger } from './log.js';
+import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
+import { Instruments } from './metrics/instruments.js';
+import { ERROR_TYPE } from './metrics/semconv.js';
+import { Forwarder } from './proxy/forward.js';
+import { createMetricsApp, createProxyApp, listen } from './server.js';
+import { createSimulator, type Simulator } from './simulate/server.js';
+import { VERSION } from './version.js';
+
+export interface RunningProxy {
+  readonly proxyUrl: string;
+  readonly metricsUrl: string;
+  /** The in-process simulator when no upstream was configured. */
+  readonly simulator: Simulator | undefined;
+  readonly simulatorUrl: string | undefined;
+  readonly config: Config;
+  readonly telemetry: Telemetry | undefined;
+  readonly forwarder: Forwarder;
+  /**
+   * Graceful stop: readiness fails at once, no new connections, in-flight
+   * streams get up to `deadlineSeconds` to finish, the rest are cut and
+   * recorded with error type `shutdown_deadline`.
+   */
+  shutdown(deadlineSeconds?: number): Promise<void>;
+  /** Immediate stop (tests). */
+  close(): Promise<void>;
+}
+
+export async function startProxy(config: Config, log: Logger): Promise<RunningProxy> {
+  let simulator: Simulator | undefined;
+  let simulatorUrl: string | undefined;
+  let cfg = config;
+  if (config.useSimulator) {
+    simulator = createSimulator(config.simulator);
+    simulatorUrl = await simulator.listen(0, '127.0.0.1');
+    const s = config.simulator;
+    // The first log line says what the proxy is pointed at.
+    log.info(
+      { simulatorUrl, ttft: s.ttft, itl: s.itl, tokens: s.tokens, jitter: s.jitter },
+      `no upstream configured: using the built-in simulator at ${simulatorUrl} as the default upstream (no API key needed)`,
+    );
+    cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true }] });
+  }
+
+  const telemetry = cfg.metrics.enabled ? createTelemetry() : undefined;
+  const instruments = telemetry ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets) : undefined;
+  const forwarder = new Forwarder({ config: cfg, log, instruments });
+  let draining = false;
+
+  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host);
+  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host);
+  log.info(
+    {
+      proxyUrl: proxy.url,
+      metricsUrl: metrics.url,
+      version: VERSION,
+      routes: cfg.routes.map((r) => ({ prefix: r.prefix, upstream: new URL(r.upstream).origin, provider: r.provider })),
+      metricsEnabled: cfg.metrics.enabled,
+    },
+    'listening',
+  );
+
+  let closed = false;
+  const closeAll = async () => {
+    if (closed) return;
+    closed = true;
+    await Promise.all([closeServer(proxy.server), closeServer(metrics.server)]);
+    forwarder.close();
+    instruments?.shutdown();
+    await telemetry?.shutdown();
+    await simulator?.close();
+  };
+
+  return {
+    proxyUrl: proxy.url,
+    metricsUrl: metrics.url,
+    simulator,
+    simulatorUrl,
+    config: cfg,
+    telemetry,
+    forwarder,
+    async shutdown(deadlineSeconds = cfg.drainTimeout) {
+      if (draining) return;
+      draining = true;
+      const started = performance.now();
+      log.info({ inFlight: forwarder.inFlight.size, deadlineSeconds }, 'draining');
+      const stopped = closeServer(proxy.server); // stop accepting; idle keep-alive sockets close now
+      const deadline = started + deadlineSeconds * 1000;
+      while (forwarder.inFlight.size > 0 && performance.now() < deadline) await sleep(50);
+      const cut = forwarder.inFlight.size;
+      for (const f of [...forwarder.inFlight]) f.abort(ERROR_TYPE.shutdownDeadline);
+      proxy.server.closeAllConnections();
+      await stopped;
+      log.info({ cut, ms: Math.round(performance.now() - started) }, cut > 0 ? 'drain deadline reached: cut streams' : 'drained');
+      await closeAll();
+    },
+    async close() {
+      draining = true;
+      proxy.server.closeAllConnections();
+      await closeAll();
+    },
+  };
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => {
+    if (!server.listening) return resolve();
+    server.close(() => resolve());
+    server.closeIdleConnections();
+  });
+}

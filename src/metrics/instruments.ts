@@ -1,0 +1,101 @@
+import type { Attributes, Counter, Histogram, Meter, UpDownCounter } from '@opentelemetry/api';
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import { DEFAULT_BUCKETS, METRIC, type BucketName } from './semconv.js';
+
+const LOOP_RESOLUTION_MS = 10;
+
+export type Buckets = Readonly<Record<BucketName, readonly number[]>>;
+
+/**
+ * Every instrument, created once at start-up. The request path only calls
+ * `.record()` / `.add()` on these fields.
+ */
+export class Instruments {
+  readonly ttft: Histogram;
+  readonly chunkGap: Histogram;
+  readonly tpot: Histogram;
+  readonly duration: Histogram;
+  readonly tokenUsage: Histogram;
+  readonly streams: Counter;
+  readonly streamsActive: UpDownCounter;
+  private readonly loopDelay: IntervalHistogram;
+
+  constructor(meter: Meter, buckets: Buckets = DEFAULT_BUCKETS) {
+    const hist = (name: string, unit: string, description: string, b: readonly number[]) =>
+      meter.createHistogram(name, { unit, description, advice: { explicitBucketBoundaries: [...b] } });
+    this.ttft = hist(
+      METRIC.ttft,
+      's',
+      'Time to first token: arrival at the proxy of the first content-bearing event minus arrival of the request.',
+      buckets.ttft,
+    );
+    this.chunkGap = hist(
+      METRIC.chunkGap,
+      's',
+      'Per-gap inter-token latency: arrival of content-bearing event k minus arrival of event k-1; one sample per gap.',
+      buckets.itl,
+    );
+    this.tpot = hist(
+      METRIC.tpot,
+      's',
+      'Per-request inter-token latency (TPOT): (last content event - first content event) / (output tokens - 1), when output tokens >= 2.',
+      buckets.itl,
+    );
+    this.duration = hist(
+      METRIC.duration,
+      's',
+      'Request duration: last byte (or failure, or cancellation) minus request arrival at the proxy.',
+      buckets.duration,
+    );
+    this.tokenUsage = hist(
+      METRIC.tokenUsage,
+      '{token}',
+      'Input and output tokens per request, as reported by the provider (output counted from events when not reported).',
+      buckets.tokens,
+    );
+    this.streams = meter.createCounter(METRIC.streams, {
+      unit: '{stream}',
+      description: 'Measured requests that finished, by outcome and by where the output token count came from.',
+    });
+    this.streamsActive = meter.createUpDownCounter(METRIC.streamsActive, {
+      unit: '{stream}',
+      description: 'Measured requests in flight.',
+    });
+
+    // Event-loop delay: a saturated proxy shows here, so it is not blamed on the provider.
+    this.loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
+    this.loopDelay.enable();
+    const p50 = meter.createObservableGauge(METRIC.eventLoopDelayP50, {
+      unit: 's',
+      description: 'Event-loop delay of the proxy process, median since the previous collection.',
+    });
+    const p99 = meter.createObservableGauge(METRIC.eventLoopDelayP99, {
+      unit: 's',
+      description: 'Event-loop delay of the proxy process, 99th percentile since the previous collection.',
+    });
+    const max = meter.createObservableGauge(METRIC.eventLoopDelayMax, {
+      unit: 's',
+      description: 'Event-loop delay of the proxy process, maximum since the previous collection.',
+    });
+    meter.addBatchObservableCallback(
+      (obs) => {
+        const h = this.loopDelay;
+        if (h.count > 0) {
+          // Samples are the sampling timer's full period: subtract the period to get the delay.
+          const delay = (ns: number) => Math.max(0, ns / 1e9 - LOOP_RESOLUTION_MS / 1000);
+          obs.observe(p50, delay(h.percentile(50)));
+          obs.observe(p99, delay(h.percentile(99)));
+          obs.observe(max, delay(h.max));
+        }
+        h.reset();
+      },
+      [p50, p99, max],
+    );
+  }
+
+  shutdown(): void {
+    this.loopDelay.disable();
+  }
+}
+
+export type { Attributes };

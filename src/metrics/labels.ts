@@ -1,0 +1,20 @@
+/**
+ * Caps the number of distinct values a client-controlled label (the model
+ * name) may take, so a client cannot blow up the time-series count. Values
+ * past the cap are recorded as `_OTHER`.
+ */
+export const OTHER = '_OTHER';
+const MAX_VALUE_LENGTH = 128;
+
+export class CardinalityLimiter {
+  private readonly seen = new Set<string>();
+
+  constructor(private readonly maxValues: number) {}
+
+  limit(value: string): string {
+    if (this.seen.has(value)) return value;
+    if (value.length > MAX_VALUE_LENGTH || this.seen.size >= this.maxValues) return OTHER;
+    this.seen.add(value);
+    return value;
+  }
+}

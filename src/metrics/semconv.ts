@@ -1,0 +1,60 @@
+/**
+ * Metric and attribute names in one place. Instrument names and units follow
+ * the OpenTelemetry GenAI semantic conventions; the Prometheus names they turn
+ * into are pinned in docs/interfaces.md and by test/integration/metrics-names.test.ts.
+ */
+export const METRIC = {
+  /** Request arrival at the proxy -> first content-bearing event. */
+  ttft: 'gen_ai.client.operation.time_to_first_chunk',
+  /** Content event k-1 -> content event k: one sample per gap (per-gap ITL). */
+  chunkGap: 'gen_ai.client.operation.time_per_output_chunk',
+  /** (last - first content event) / (output tokens - 1): per-request ITL. */
+  tpot: 'gen_ai.server.time_per_output_token',
+  /** Request arrival -> last byte (or failure/cancel). */
+  duration: 'gen_ai.client.operation.duration',
+  tokenUsage: 'gen_ai.client.token.usage',
+  streams: 'llm_proxy.streams',
+  streamsActive: 'llm_proxy.streams.active',
+  eventLoopDelayP50: 'nodejs.eventloop.delay.p50',
+  eventLoopDelayP99: 'nodejs.eventloop.delay.p99',
+  eventLoopDelayMax: 'nodejs.eventloop.delay.max',
+} as const;
+
+export const ATTR = {
+  provider: 'gen_ai.provider.name',
+  operation: 'gen_ai.operation.name',
+  requestModel: 'gen_ai.request.model',
+  responseModel: 'gen_ai.response.model',
+  tokenType: 'gen_ai.token.type',
+  serverAddress: 'server.address',
+  errorType: 'error.type',
+  outcome: 'outcome',
+  tokenCountSource: 'token_count_source',
+} as const;
+
+export const ERROR_TYPE = {
+  clientCancelled: 'client_cancelled',
+  upstreamReset: 'upstream_reset',
+  timeout: 'timeout',
+  unreachable: 'upstream_unreachable',
+  shutdownDeadline: 'shutdown_deadline',
+} as const;
+
+/** Default bucket boundaries in seconds (see README: why these). */
+export const DEFAULT_BUCKETS = {
+  // 0.25 ms .. 2.5 s, dense where the fastest providers stream (1-3 ms) so that
+  // 1.4 ms and 2.3 ms land in different buckets, and well resolved at 20-30 ms.
+  itl: [
+    0.00025, 0.0005, 0.00075, 0.001, 0.00125, 0.0015, 0.00175, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01,
+    0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2.5,
+  ],
+  ttft: [
+    0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60,
+  ],
+  duration: [
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92, 163.84, 327.68,
+  ],
+  tokens: [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304],
+} as const;
+
+export type BucketName = keyof typeof DEFAULT_BUCKETS;

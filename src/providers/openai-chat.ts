@@ -1,0 +1,129 @@
+import type { SseEvent } from '../sse/parser.js';
+import { EventKind, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+
+/**
+ * OpenAI Chat Completions (and legacy Completions) streams, and the
+ * OpenAI-compatible servers: vLLM, llama.cpp, TGI, SGLang, DeepSeek, Groq...
+ *
+ * Content-bearing: a choice whose delta carries non-empty `content`,
+ * `reasoning_content`, `reasoning`, `refusal` or tool-call `arguments` (or a
+ * legacy completion choice with non-empty `text`). Not content: the role-only
+ * first chunk, the finish chunk with an empty delta, the `choices: []` usage
+ * chunk, `[DONE]`.
+ *
+ * Usage: the last `usage.completion_tokens` seen (final usage chunk, DeepSeek's
+ * usage on the finish chunk, vLLM's cumulative usage on every chunk).
+ */
+export class OpenAIChatAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  responseModel: string | undefined;
+  errorType: string | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    const data = ev.data;
+    if (data.length === 0 || data === '[DONE]') return EventKind.None;
+    let obj: unknown;
+    try {
+      obj = JSON.parse(data);
+    } catch {
+      return EventKind.None;
+    }
+    if (obj === null || typeof obj !== 'object') return EventKind.None;
+    const chunk = obj as Record<string, unknown>;
+    if (chunk.error !== undefined && chunk.error !== null) {
+      this.errorType = errorTypeOf(chunk.error);
+      return EventKind.Error;
+    }
+    if (this.responseModel === undefined && typeof chunk.model === 'string' && chunk.model !== '') {
+      this.responseModel = chunk.model;
+    }
+    if (chunk.usage && typeof chunk.usage === 'object') this.readUsage(chunk.usage as Record<string, unknown>);
+    const choices = chunk.choices;
+    if (!Array.isArray(choices)) return EventKind.None;
+    for (const choice of choices) {
+      if (choiceHasContent(choice)) return EventKind.Content;
+    }
+    return EventKind.None;
+  }
+
+  onBody(body: string): void {
+    let obj: unknown;
+    try {
+      obj = JSON.parse(body);
+    } catch {
+      return;
+    }
+    if (obj === null || typeof obj !== 'object') return;
+    const r = obj as Record<string, unknown>;
+    if (r.error !== undefined && r.error !== null) this.errorType = errorTypeOf(r.error);
+    if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
+    if (r.usage && typeof r.usage === 'object') this.readUsage(r.usage as Record<string, unknown>);
+  }
+
+  private readUsage(u: Record<string, unknown>): void {
+    if (typeof u.completion_tokens === 'number') {
+      this.usage.outputTokens = u.completion_tokens;
+      this.cumulativeOutputTokens = u.completion_tokens;
+    }
+    if (typeof u.prompt_tokens === 'number') this.usage.inputTokens = u.prompt_tokens;
+    const cd = u.completion_tokens_details as Record<string, unknown> | null | undefined;
+    if (cd && typeof cd.reasoning_tokens === 'number') this.usage.reasoningTokens = cd.reasoning_tokens;
+    const pd = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
+    if (pd && typeof pd.cached_tokens === 'number') this.usage.cachedInputTokens = pd.cached_tokens;
+  }
+}
+
+function nonEmpty(v: unknown): boolean {
+  return typeof v === 'string' && v.length > 0;
+}
+
+function choiceHasContent(choice: unknown): boolean {
+  if (!choice || typeof choice !== 'object') return false;
+  const c = choice as Record<string, unknown>;
+  if (nonEmpty(c.text)) return true; // legacy /v1/completions
+  const delta = c.delta as Record<string, unknown> | null | undefined;
+  if (!delta || typeof delta !== 'object') return false;
+  if (nonEmpty(delta.content) || nonEmpty(delta.reasoning_content) || nonEmpty(delta.reasoning) || nonEmpty(delta.refusal)) {
+    return true;
+  }
+  const calls = delta.tool_calls;
+  if (Array.isArray(calls)) {
+    for (const call of calls) {
+      const fn = call && typeof call === 'object' ? (call as Record<string, unknown>).function : undefined;
+      if (fn && typeof fn === 'object' && nonEmpty((fn as Record<string, unknown>).arguments)) return true;
+    }
+  }
+  return false;
+}
+
+/** A short, bounded error type from an error payload: never the message text. */
+export function errorTypeOf(err: unknown): string {
+  if (err && typeof err === 'object') {
+    const e = err as Record<string, unknown>;
+    for (const k of ['type', 'code', 'status']) {
+      const v = e[k];
+      if ((typeof v === 'string' && v !== '') || typeof v === 'number') return sanitizeErrorType(String(v));
+    }
+  }
+  return 'error';
+}
+
+export function sanitizeErrorType(s: string): string {
+  const clean = s.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
+  return clean === '' ? 'error' : clean;
+}
+
+export const openaiChat: ApiDescriptor = {
+  api: 'openai-chat',
+  operation: 'chat',
+  defaultProviderName: 'openai',
+  newAdapter: () => new OpenAIChatAdapter(),
+};
+
+export const openaiCompletions: ApiDescriptor = {
+  api: 'openai-completions',
+  operation: 'text_completion',
+  defaultProviderName: 'openai',
+  newAdapter: () => new OpenAIChatAdapter(),
+};

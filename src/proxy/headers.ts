@@ -1,0 +1,51 @@
+/**
+ * Header rewriting for a reverse proxy (RFC 9110 §7.6.1): hop-by-hop fields
+ * and the fields named in `Connection` are not forwarded. Works on Node's flat
+ * `rawHeaders` arrays so case, order and repeated fields (Set-Cookie) survive.
+ */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+function connectionTokens(raw: readonly string[]): Set<string> | undefined {
+  let tokens: Set<string> | undefined;
+  for (let i = 0; i < raw.length; i += 2) {
+    if (raw[i]!.toLowerCase() === 'connection') {
+      for (const t of raw[i + 1]!.split(',')) {
+        const n = t.trim().toLowerCase();
+        if (n !== '') (tokens ??= new Set()).add(n);
+      }
+    }
+  }
+  return tokens;
+}
+
+/** `raw` minus hop-by-hop fields, minus `drop` (lower-case names). */
+export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<string>): string[] {
+  const tokens = connectionTokens(raw);
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    const lower = name.toLowerCase();
+    if (HOP_BY_HOP.has(lower) || tokens?.has(lower) || drop?.has(lower)) continue;
+    out.push(name, raw[i + 1]!);
+  }
+  return out;
+}
+
+/** First value of a header in a flat raw array. */
+export function rawHeader(raw: readonly string[], lowerName: string): string | undefined {
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === lowerName) return raw[i + 1];
+  return undefined;
+}
+
+/** Request fields the proxy sets itself rather than copying. */
+export const REQUEST_DROP = new Set(['host', 'expect', 'x-forwarded-host', 'x-forwarded-proto']);

@@ -1,0 +1,67 @@
+import type { RouteConfig } from '../config.js';
+
+export interface ResolvedRoute {
+  readonly route: RouteConfig;
+  readonly upstream: URL;
+  /** Upstream base path without a trailing slash ("" for "/"). */
+  readonly basePath: string;
+}
+
+export interface RouteMatch {
+  readonly resolved: ResolvedRoute;
+  /** Path and query to request from the upstream. */
+  readonly upstreamPath: string;
+}
+
+/**
+ * Longest-prefix routing on path-segment boundaries. The destination is always
+ * a configured upstream: nothing in the request (Host, absolute-form target)
+ * can choose it.
+ */
+export class Router {
+  private readonly routes: ResolvedRoute[];
+
+  constructor(routes: readonly RouteConfig[]) {
+    this.routes = routes
+      .map((route) => {
+        const upstream = new URL(route.upstream);
+        return { route, upstream, basePath: upstream.pathname.replace(/\/+$/, '') };
+      })
+      .sort((a, b) => b.route.prefix.length - a.route.prefix.length);
+  }
+
+  /** `target` is the request target as received (origin-form or absolute-form). */
+  match(target: string): RouteMatch | undefined {
+    const pathAndQuery = originForm(target);
+    if (pathAndQuery === undefined) return undefined;
+    const q = pathAndQuery.indexOf('?');
+    const path = q === -1 ? pathAndQuery : pathAndQuery.slice(0, q);
+    const query = q === -1 ? '' : pathAndQuery.slice(q);
+    for (const r of this.routes) {
+      const prefix = r.route.prefix;
+      let rest: string;
+      if (prefix === '/') rest = path;
+      else if (path === prefix) rest = '';
+      else if (path.startsWith(prefix) && path.charCodeAt(prefix.length) === 47 /* / */) rest = path.slice(prefix.length);
+      else continue;
+      const forwarded = r.route.stripPrefix ? rest : path;
+      const joined = r.basePath + (forwarded.startsWith('/') || forwarded === '' ? forwarded : `/${forwarded}`);
+      return { resolved: r, upstreamPath: (joined === '' ? '/' : joined) + query };
+    }
+    return undefined;
+  }
+}
+
+/** Path and query of a request target; undefined for `*` or garbage. */
+export function originForm(target: string): string | undefined {
+  if (target.startsWith('/')) return target;
+  if (/^https?:\/\//i.test(target)) {
+    try {
+      const u = new URL(target);
+      return u.pathname + u.search;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
+}

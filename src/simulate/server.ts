@@ -1,0 +1,144 @@
+import { randomUUID } from 'node:crypto';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { openaiChatFormat } from './formats/openai-chat.js';
+import type { WireFormat } from './formats/types.js';
+import { rng, tokenTimes, type Plan } from './schedule.js';
+
+export interface SimulatorOptions extends Plan {
+  seed?: number;
+  /** Wire formats to serve; the OpenAI Chat format by default. */
+  formats?: readonly WireFormat[];
+}
+
+export interface Simulator {
+  readonly server: http.Server;
+  readonly plan: Plan;
+  listen(port: number, host: string): Promise<string>;
+  close(): Promise<void>;
+}
+
+const MAX_BODY = 8 * 1024 * 1024;
+const PLAN_KEYS = ['ttft', 'itl', 'tokens', 'jitter'] as const;
+
+export const DEFAULT_FORMATS: readonly WireFormat[] = [openaiChatFormat];
+
+/**
+ * A ground-truth LLM upstream: it emits content events at t0 + ttft + k·itl
+ * (plus seeded jitter), so what the proxy measures can be checked against
+ * what was scheduled. `GET|PUT /_sim/config` reads or changes the plan.
+ */
+export function createSimulator(opts: SimulatorOptions): Simulator {
+  const plan: Plan = { ttft: opts.ttft, itl: opts.itl, tokens: opts.tokens, jitter: opts.jitter };
+  const random = rng(opts.seed ?? (Date.now() & 0xffffffff));
+  const formats = opts.formats ?? DEFAULT_FORMATS;
+
+  const server = http.createServer((req, res) => {
+    const t0 = performance.now();
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size <= MAX_BODY) chunks.push(c);
+    });
+    req.on('end', () => {
+      try {
+        route(req, res, t0, size > MAX_BODY ? undefined : Buffer.concat(chunks).toString('utf8'));
+      } catch (e) {
+        json(res, 500, { error: { type: 'simulator_error', message: (e as Error).message } });
+      }
+    });
+    req.on('error', () => res.destroy());
+  });
+
+  function route(req: IncomingMessage, res: ServerResponse, t0: number, text: string | undefined): void {
+    const url = new URL(req.url ?? '/', 'http://sim');
+    const method = req.method ?? 'GET';
+    if (url.pathname === '/_sim/config') {
+      if (method === 'PUT' || method === 'POST') {
+        const patch = parseJson(text);
+        for (const k of PLAN_KEYS) {
+          const v = patch?.[k];
+          if (v === undefined) continue;
+          if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || (k === 'tokens' && (!Number.isInteger(v) || v < 1))) {
+            json(res, 400, { error: { type: 'invalid_request', message: `${k}: expected a non-negative number` } });
+            return;
+          }
+          plan[k] = v;
+        }
+      }
+      json(res, 200, plan);
+      return;
+    }
+    if (method === 'GET' && /(?:^|\/)models$/.test(url.pathname)) {
+      json(res, 200, { object: 'list', data: [{ id: 'sim-model', object: 'model', created: 0, owned_by: 'llm-latency-proxy' }] });
+      return;
+    }
+    const format = formats.find((f) => f.matches(method, url.pathname));
+    if (!format) {
+      json(res, 404, { error: { type: 'not_found', message: `the simulator does not serve ${method} ${url.pathname}` } });
+      return;
+    }
+    if (text === undefined) {
+      json(res, 413, { error: { type: 'invalid_request', message: 'body too large' } });
+      return;
+    }
+    const body = parseJson(text);
+    if (body === undefined) {
+      json(res, 400, { error: { type: 'invalid_request_error', message: 'body is not a JSON object' } });
+      return;
+    }
+    const p: Plan = { ...plan };
+    overrideFromHeader(req, 'x-sim-ttft', (v) => (p.ttft = v));
+    overrideFromHeader(req, 'x-sim-itl', (v) => (p.itl = v));
+    overrideFromHeader(req, 'x-sim-tokens', (v) => (p.tokens = Math.max(1, Math.floor(v))));
+    const cap = format.maxTokens?.(body);
+    if (cap !== undefined) p.tokens = Math.min(p.tokens, cap);
+    const requestId = randomUUID().replace(/-/g, '').slice(0, 24);
+    format.serve({ req, res, path: url.pathname, query: url.searchParams, body, plan: p, times: tokenTimes(p, random), t0, requestId });
+  }
+
+  return {
+    server,
+    plan,
+    listen(port, host) {
+      return new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(port, host, () => {
+          const a = server.address() as AddressInfo;
+          resolve(`http://${a.family === 'IPv6' ? `[${a.address}]` : a.address}:${a.port}`);
+        });
+      });
+    },
+    close() {
+      return new Promise((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+    },
+  };
+}
+
+function overrideFromHeader(req: IncomingMessage, name: string, set: (v: number) => void): void {
+  const v = req.headers[name];
+  if (typeof v !== 'string') return;
+  const n = Number(v);
+  if (Number.isFinite(n) && n >= 0) set(n);
+}
+
+function parseJson(text: string | undefined): Record<string, unknown> | undefined {
+  if (text === undefined || text.trim() === '') return {};
+  try {
+    const v = JSON.parse(text) as unknown;
+    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function json(res: ServerResponse, status: number, value: unknown): void {
+  const body = JSON.stringify(value);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  res.end(body);
+}

@@ -1,0 +1,220 @@
+/**
+ * Incremental, byte-level parser for the WHATWG `text/event-stream` format.
+ *
+ * Feed it the chunks exactly as they arrive; it calls `onEvent` for every
+ * dispatched event. Line ends may be LF, CR or CRLF (also split across reads),
+ * a leading UTF-8 BOM is skipped, `data:` lines are joined with "\n", a space
+ * after the colon is optional, comments (`:` lines) are reported separately.
+ *
+ * Bytes are only decoded to text when an event is dispatched, so a multi-byte
+ * UTF-8 character split across reads is reassembled before decoding.
+ * Each byte is looked at a constant number of times: linear in stream length.
+ *
+ * Events larger than `maxEventBytes` are dropped (counted in `oversizeEvents`):
+ * measurement skips them; forwarding is not this module's business.
+ */
+
+export interface SseEvent {
+  /** `event:` field, or "" when the event had none (the spec's default is "message"). */
+  readonly type: string;
+  /** `data:` lines joined with "\n". */
+  readonly data: string;
+  readonly id: string | undefined;
+}
+
+export interface SseParserOptions {
+  maxEventBytes?: number;
+  onComment?: () => void;
+}
+
+const LF = 0x0a;
+const CR = 0x0d;
+const COLON = 0x3a;
+const SPACE = 0x20;
+
+export class SseParser {
+  private readonly maxEventBytes: number;
+  private readonly onComment: (() => void) | undefined;
+
+  /** Pieces of the line not yet terminated. */
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+  /** The previous chunk ended with CR: a leading LF in the next one is part of that line end. */
+  private afterCR = false;
+  private atStart = true;
+  /** BOM bytes seen so far at the very start (it may itself be split). */
+  private bomSeen = 0;
+
+  private dataParts: Buffer[] = [];
+  private dataBytes = 0;
+  private hasData = false;
+  private eventType = '';
+  private lastId: string | undefined = undefined;
+  /** Current event exceeded the cap: ignore its fields until the blank line. */
+  private skipping = false;
+
+  oversizeEvents = 0;
+
+  constructor(private readonly onEvent: (ev: SseEvent) => void, opts: SseParserOptions = {}) {
+    this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
+    this.onComment = opts.onComment;
+  }
+
+  push(chunk: Uint8Array): void {
+    let buf = chunk instanceof Buffer ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    let start = 0;
+    if (this.atStart) {
+      // Skip a UTF-8 BOM (EF BB BF), even if split across chunks.
+      const bom = [0xef, 0xbb, 0xbf];
+      while (start < buf.length && this.bomSeen < 3 && buf[start] === bom[this.bomSeen]) {
+        this.bomSeen++;
+        start++;
+      }
+      if (start === buf.length && this.bomSeen < 3 && this.bomSeen > 0) return; // maybe more BOM next
+      if (this.bomSeen > 0 && this.bomSeen < 3) {
+        // Partial BOM followed by other bytes: those bytes were content after all.
+        const partial = Buffer.from(bom.slice(0, this.bomSeen));
+        buf = Buffer.concat([partial, buf.subarray(start)]);
+        start = 0;
+      }
+      this.atStart = false;
+    }
+    if (this.afterCR) {
+      this.afterCR = false;
+      if (start < buf.length && buf[start] === LF) start++;
+    }
+    const len = buf.length;
+    let i = start;
+    while (i < len) {
+      // Find the next CR or LF from i.
+      let j = i;
+      while (j < len) {
+        const b = buf[j];
+        if (b === LF || b === CR) break;
+        j++;
+      }
+      if (j === len) {
+        this.stash(buf.subarray(i, len));
+        return;
+      }
+      this.line(buf, i, j);
+      if (buf[j] === CR) {
+        if (j + 1 < len) {
+          i = buf[j + 1] === LF ? j + 2 : j + 1;
+        } else {
+          this.afterCR = true;
+          i = len;
+        }
+      } else {
+        i = j + 1;
+      }
+    }
+  }
+
+  /** End of stream: per the spec an unterminated event is discarded. */
+  end(): void {
+    this.pending = [];
+    this.pendingBytes = 0;
+    this.resetEvent();
+  }
+
+  private stash(part: Buffer): void {
+    if (part.length === 0) return;
+    if (this.pendingBytes + part.length > this.maxEventBytes) {
+      // A single line beyond the cap: drop what we hold, mark the event as skipped.
+      this.pending = [];
+      this.pendingBytes = 0;
+      this.markOversize();
+      return;
+    }
+    // Copy: the caller's buffer may be reused after push() returns.
+    this.pending.push(Buffer.from(part));
+    this.pendingBytes += part.length;
+  }
+
+  private line(buf: Buffer, from: number, to: number): void {
+    let lineBuf: Buffer;
+    let s: number;
+    let e: number;
+    if (this.pendingBytes > 0 || this.pending.length > 0) {
+      this.pending.push(buf.subarray(from, to));
+      lineBuf = Buffer.concat(this.pending);
+      this.pending = [];
+      this.pendingBytes = 0;
+      s = 0;
+      e = lineBuf.length;
+      if (e > this.maxEventBytes) this.markOversize();
+    } else {
+      lineBuf = buf;
+      s = from;
+      e = to;
+    }
+    if (s === e) {
+      this.dispatch();
+      return;
+    }
+    if (this.skipping) return;
+    if (lineBuf[s] === COLON) {
+      this.onComment?.();
+      return;
+    }
+    // field name up to the first colon
+    let c = s;
+    while (c < e && lineBuf[c] !== COLON) c++;
+    const nameLen = c - s;
+    let vs = c < e ? c + 1 : e;
+    if (vs < e && lineBuf[vs] === SPACE) vs++;
+    if (nameLen === 4 && lineBuf[s] === 0x64 /* d */ && lineBuf.toString('latin1', s, c) === 'data') {
+      const part = lineBuf.subarray(vs, e);
+      const add = part.length + (this.hasData ? 1 : 0);
+      if (this.dataBytes + add > this.maxEventBytes) {
+        this.markOversize();
+        return;
+      }
+      if (this.hasData) this.dataParts.push(NEWLINE);
+      // Copy only when the bytes live in the caller's chunk.
+      this.dataParts.push(lineBuf === buf ? Buffer.from(part) : part);
+      this.dataBytes += add;
+      this.hasData = true;
+    } else if (nameLen === 5 && lineBuf.toString('latin1', s, c) === 'event') {
+      this.eventType = lineBuf.toString('utf8', vs, e);
+    } else if (nameLen === 2 && lineBuf.toString('latin1', s, c) === 'id') {
+      const v = lineBuf.subarray(vs, e);
+      if (v.indexOf(0) === -1) this.lastId = v.toString('utf8');
+    }
+    // `retry` and unknown fields are ignored, as the spec says.
+  }
+
+  private markOversize(): void {
+    if (!this.skipping) {
+      this.skipping = true;
+      this.oversizeEvents++;
+    }
+    this.dataParts = [];
+    this.dataBytes = 0;
+  }
+
+  private dispatch(): void {
+    if (this.skipping) {
+      this.resetEvent();
+      return;
+    }
+    if (this.hasData) {
+      const parts = this.dataParts;
+      // Buffer#toString replaces invalid UTF-8 with U+FFFD like the spec's decoder, and keeps a BOM.
+      const data = parts.length === 1 ? parts[0]!.toString('utf8') : Buffer.concat(parts, this.dataBytes).toString('utf8');
+      this.onEvent({ type: this.eventType, data, id: this.lastId });
+    }
+    this.resetEvent();
+  }
+
+  private resetEvent(): void {
+    this.dataParts = [];
+    this.dataBytes = 0;
+    this.hasData = false;
+    this.eventType = '';
+    this.skipping = false;
+  }
+}
+
+const NEWLINE = Buffer.from('\n');

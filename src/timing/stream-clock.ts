@@ -1,0 +1,49 @@
+/**
+ * Per-request timestamps and the arithmetic on them. Pure: every method takes
+ * the time as an argument (milliseconds from a monotonic clock), so tests drive
+ * it with a fake clock.
+ *
+ * Definitions (seconds in the results):
+ *  - TTFT = first content event - request arrival
+ *  - gap  = content event k - content event k-1 (one sample per gap)
+ *  - TPOT = (last content event - first content event) / (output tokens - 1),
+ *           only when output tokens >= 2 and there were >= 2 content events
+ *  - duration = end (last byte, error or cancel) - request arrival
+ */
+export class StreamClock {
+  private first = -1;
+  private last = -1;
+  contentEvents = 0;
+
+  constructor(readonly start: number) {}
+
+  /**
+   * A content event arrived at `t`. Returns the gap to the previous content
+   * event in ms, or -1 for the first one (its TTFT is `ttftMs`).
+   */
+  content(t: number): number {
+    this.contentEvents++;
+    if (this.first < 0) {
+      this.first = t;
+      this.last = t;
+      return -1;
+    }
+    const gap = t - this.last;
+    this.last = t;
+    return gap;
+  }
+
+  get ttftMs(): number | undefined {
+    return this.first < 0 ? undefined : this.first - this.start;
+  }
+
+  /** Milliseconds per output token, or undefined when it is not defined. */
+  tpotMs(outputTokens: number): number | undefined {
+    if (this.contentEvents < 2 || outputTokens < 2) return undefined;
+    return (this.last - this.first) / (outputTokens - 1);
+  }
+
+  durationMs(end: number): number {
+    return end - this.start;
+  }
+}

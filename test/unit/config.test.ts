@@ -1,0 +1,81 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { buildConfig, ConfigError, envOverrides, loadConfig } from '../../src/config.js';
+
+function errorOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(ConfigError);
+    return (e as Error).message;
+  }
+  throw new Error('expected a ConfigError');
+}
+
+describe('config', () => {
+  it('defaults to the built-in simulator when no upstream is given', () => {
+    const c = buildConfig({});
+    expect(c.useSimulator).toBe(true);
+    expect(c.port).toBe(8080);
+    expect(c.metrics.port).toBe(9464);
+    expect(c.host).toBe('127.0.0.1');
+    expect(c.metrics.maxModelValues).toBe(100);
+  });
+
+  it('reads several routes from YAML', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const file = join(dir, 'c.yaml');
+    writeFileSync(
+      file,
+      'routes:\n  - prefix: /openai\n    upstream: https://api.openai.com\n  - prefix: /anthropic/\n    upstream: https://api.anthropic.com\n    provider: anthropic\n  - prefix: /\n    upstream: http://vllm:8000\nlisten:\n  port: 9000\n',
+    );
+    const c = loadConfig({ config: file }, {});
+    expect(c.routes.map((r) => r.prefix)).toEqual(['/openai', '/anthropic', '/']);
+    expect(c.routes[1]!.provider).toBe('anthropic');
+    expect(c.port).toBe(9000);
+    expect(c.useSimulator).toBe(false);
+  });
+
+  it('flags win over the environment, which wins over the file', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const file = join(dir, 'c.yaml');
+    writeFileSync(file, 'listen: {port: 1111}\nmetrics: {port: 2222}\nupstream: http://file:1\n');
+    const env = { LLM_PROXY_CONFIG: file, LLM_PROXY_PORT: '3333', LLM_PROXY_UPSTREAM: 'http://env:2' };
+    const c = loadConfig({ port: 4444 }, env);
+    expect(c.port).toBe(4444);
+    expect(c.metrics.port).toBe(2222);
+    expect(c.routes[0]!.upstream).toBe('http://env:2');
+    const c2 = loadConfig({}, env);
+    expect(c2.port).toBe(3333);
+  });
+
+  it('names the bad key', () => {
+    expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'ftp://x' }] }))).toMatch(/routes\[0\]\.upstream: must be an absolute http/);
+    expect(errorOf(() => buildConfig({ routes: [{ prefix: 'x', upstream: 'http://x' }] }))).toMatch(/routes\[0\]\.prefix/);
+    expect(errorOf(() => buildConfig({ upstrem: 'http://x' }))).toMatch(/upstrem: unknown key/);
+    expect(errorOf(() => buildConfig({ metrics: { port: 'abc' } }))).toMatch(/metrics\.port/);
+    expect(errorOf(() => buildConfig({ metrics: { buckets: { itl: [0.002, 0.001] } } }))).toMatch(/metrics\.buckets\.itl: must be strictly increasing/);
+    expect(errorOf(() => buildConfig({ timeouts: { connect: -1 } }))).toMatch(/timeouts\.connect/);
+    expect(errorOf(() => buildConfig({ routes: [{ prefix: '/a', upstream: 'http://x' }, { prefix: '/a/', upstream: 'http://y' }] }))).toMatch(/routes\[1\]\.prefix: duplicate/);
+    expect(errorOf(() => buildConfig({}, { upstream: 'not a url' }))).toMatch(/^upstream:/);
+    expect(errorOf(() => buildConfig({}, { logLevel: 'loud' }))).toMatch(/log level/);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_PORT: '80a' }))).toMatch(/LLM_PROXY_PORT/);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_METRICS_PORT: '70000' }))).toMatch(/LLM_PROXY_METRICS_PORT/);
+  });
+
+  it('reports unreadable and non-YAML files', () => {
+    expect(errorOf(() => loadConfig({ config: '/nonexistent/x.yaml' }, {}))).toMatch(/cannot read config file/);
+    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'routes: [\n');
+    expect(errorOf(() => loadConfig({ config: file }, {}))).toMatch(/not valid YAML/);
+  });
+
+  it('returns a frozen object', () => {
+    const c = buildConfig({ upstream: 'http://x:1' });
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(Object.isFrozen(c.routes)).toBe(true);
+  });
+});

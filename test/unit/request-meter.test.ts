@@ -1,0 +1,147 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { RequestMeter } from '../../src/measure/request-meter.js';
+import { METRIC } from '../../src/metrics/semconv.js';
+import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
+import { fixture } from '../helpers/fixtures.js';
+import { testInstruments } from '../helpers/metrics.js';
+
+const labels = { provider: 'openai', operation: 'chat', requestModel: 'gpt-4o-mini', serverAddress: 'api.openai.com' };
+const opts = { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 };
+
+/** Splits a fixture into its SSE events' byte ranges so each can be "delivered" at a chosen time. */
+function eventChunks(bytes: Buffer): Buffer[] {
+  const text = bytes.toString('latin1');
+  const out: Buffer[] = [];
+  let start = 0;
+  for (;;) {
+    const i = text.indexOf('\n\n', start);
+    if (i === -1) break;
+    out.push(bytes.subarray(start, i + 2));
+    start = i + 2;
+  }
+  if (start < bytes.length) out.push(bytes.subarray(start));
+  return out;
+}
+
+let t: ReturnType<typeof testInstruments>;
+afterEach(async () => t && (await t.shutdown()));
+
+describe('RequestMeter with a controllable clock', () => {
+  it('records TTFT at the first content event, one gap per later content event, TPOT from usage', async () => {
+    t = testInstruments();
+    const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 1000, opts);
+    m.responseStart(200, 'text/event-stream; charset=utf-8', undefined);
+    const chunks = eventChunks(fixture('openai-chat-usage.sse'));
+    expect(chunks.length).toBe(27);
+    // role chunk at 1050 (must not stop TTFT), 23 content chunks 20 ms apart from 1250,
+    // then finish + usage + [DONE] 100 ms later (must not count as gaps).
+    m.chunk(chunks[0]!, 1050);
+    for (let k = 0; k < 23; k++) m.chunk(chunks[1 + k]!, 1250 + 20 * k);
+    for (let k = 24; k < 27; k++) m.chunk(chunks[k]!, 1800);
+    const s = m.finish(1801)!;
+    expect(s.ttftMs).toBe(250);
+    expect(s.contentEvents).toBe(23);
+    expect(s.outputTokens).toBe(23);
+    expect(s.tokenCountSource).toBe('usage');
+    expect(s.tpotMs).toBeCloseTo(20, 9);
+
+    const ttft = await t.histogram(METRIC.ttft);
+    expect(ttft.count).toBe(1);
+    expect(ttft.sum).toBeCloseTo(0.25, 9);
+    const gaps = await t.histogram(METRIC.chunkGap);
+    expect(gaps.count).toBe(22);
+    expect(gaps.sum).toBeCloseTo(22 * 0.02, 9);
+    const tpot = await t.histogram(METRIC.tpot);
+    expect(tpot.count).toBe(1);
+    expect(tpot.sum).toBeCloseTo(0.02, 9);
+    expect(tpot.attributes[0]).toMatchObject({ 'gen_ai.response.model': 'gpt-4o-mini-2024-07-18', 'gen_ai.request.model': 'gpt-4o-mini' });
+    const out = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' });
+    expect(out).toMatchObject({ count: 1, sum: 23 });
+    const input = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' });
+    expect(input).toMatchObject({ count: 1, sum: 14 });
+    const dur = await t.histogram(METRIC.duration);
+    expect(dur.count).toBe(1);
+    expect(dur.sum).toBeCloseTo(0.801, 9);
+    expect(dur.attributes[0]!['error.type']).toBeUndefined();
+    expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+  });
+
+  it('counts content events when the stream has no usage, and TPOT uses that count', async () => {
+    t = testInstruments();
+    const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m.responseStart(200, 'text/event-stream', undefined);
+    const chunks = eventChunks(fixture('openai-chat.sse'));
+    chunks.forEach((c, i) => m.chunk(c, 100 + i * 3));
+    const s = m.finish(1000)!;
+    expect(s.tokenCountSource).toBe('events');
+    expect(s.outputTokens).toBe(23);
+    // content events are chunks 1..23, 3 ms apart
+    expect(s.tpotMs).toBeCloseTo(3, 9);
+  });
+
+  it('uses the provider count for TPOT when events carry several tokens (vLLM 3-token chunk)', async () => {
+    t = testInstruments();
+    const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m.responseStart(200, 'text/event-stream', undefined);
+    const chunks = eventChunks(fixture('vllm-continuous-usage.sse'));
+    chunks.forEach((c, i) => m.chunk(c, 10 * i));
+    const s = m.finish(1000)!;
+    expect(s.contentEvents).toBe(18);
+    expect(s.outputTokens).toBe(21);
+    // first content at chunk 1 (10 ms), last content at chunk 18 (180 ms): 170 / 20
+    expect(s.tpotMs).toBeCloseTo(170 / 20, 9);
+    expect((await t.histogram(METRIC.chunkGap)).count).toBe(17);
+  });
+
+  it('records a cancelled stream with error.type client_cancelled and keeps the tokens seen', async () => {
+    t = testInstruments();
+    const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m.responseStart(200, 'text/event-stream', undefined);
+    const chunks = eventChunks(fixture('openai-chat.sse'));
+    for (let i = 0; i < 6; i++) m.chunk(chunks[i]!, 10 * i);
+    const s = m.finish(100, 'client_cancelled')!;
+    expect(s.outcome).toBe('cancelled');
+    const dur = await t.histogram(METRIC.duration);
+    expect(dur.attributes[0]!['error.type']).toBe('client_cancelled');
+    expect(await t.sumValue(METRIC.streams, { outcome: 'cancelled' })).toBe(1);
+    // a second finish (e.g. a late close event) records nothing
+    expect(m.finish(200)).toBeUndefined();
+    expect((await t.histogram(METRIC.duration)).count).toBe(1);
+  });
+
+  it('marks an HTTP error status and an in-band error', async () => {
+    t = testInstruments();
+    const m1 = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m1.responseStart(429, 'application/json', undefined);
+    m1.chunk(Buffer.from('{"error":{"type":"rate_limit_exceeded"}}'), 5);
+    expect(m1.finish(6)!.errorType).toBe('429');
+    const m2 = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m2.responseStart(200, 'text/event-stream', undefined);
+    m2.chunk(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"error":{"type":"server_error"}}\n\ndata: {"choices":[{"delta":{"content":"b"}}]}\n\n'), 5);
+    const s = m2.finish(9)!;
+    expect(s.errorType).toBe('server_error');
+    expect(s.contentEvents).toBe(1);
+  });
+
+  it('does not parse a compressed body (forwarded untouched, timed only)', async () => {
+    t = testInstruments();
+    const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m.responseStart(200, 'text/event-stream', 'gzip');
+    m.chunk(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 5);
+    const s = m.finish(9)!;
+    expect(s.contentEvents).toBe(0);
+    expect((await t.histogram(METRIC.ttft)).count).toBe(0);
+    expect((await t.histogram(METRIC.duration)).count).toBe(1);
+  });
+
+  it('reads usage from a non-streamed JSON body', async () => {
+    t = testInstruments();
+    const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m.responseStart(200, 'application/json', undefined);
+    const body = Buffer.from(JSON.stringify({ model: 'gpt-x', choices: [{ message: { content: 'hi' } }], usage: { prompt_tokens: 3, completion_tokens: 7 } }));
+    m.chunk(body.subarray(0, 10), 1);
+    m.chunk(body.subarray(10), 2);
+    const s = m.finish(3)!;
+    expect(s).toMatchObject({ streamed: false, outputTokens: 7, inputTokens: 3, tokenCountSource: 'usage', ttftMs: undefined });
+  });
+});

@@ -1,0 +1,165 @@
+import fc from 'fast-check';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { SseParser, type SseEvent } from '../../src/sse/parser.js';
+import { referenceParse } from '../helpers/reference-sse.js';
+
+const FIXTURES = join(__dirname, '../fixtures/sse');
+const sseFiles = readdirSync(FIXTURES).filter((f) => f.endsWith('.sse'));
+
+function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: SseEvent[]; parser: SseParser } {
+  const events: SseEvent[] = [];
+  const parser = new SseParser((e) => events.push(e), maxEventBytes ? { maxEventBytes } : {});
+  for (const c of chunks) parser.push(c);
+  parser.end();
+  return { events, parser };
+}
+
+function splitAt(buf: Buffer, offsets: number[]): Buffer[] {
+  const out: Buffer[] = [];
+  let prev = 0;
+  for (const o of [...offsets].sort((a, b) => a - b)) {
+    out.push(buf.subarray(prev, o));
+    prev = o;
+  }
+  out.push(buf.subarray(prev));
+  return out;
+}
+
+/** Rewrites the line ends of a fixture so every framing variant is exercised. */
+function withLineEnds(buf: Buffer, eol: '\n' | '\r\n' | '\r'): Buffer {
+  return Buffer.from(buf.toString('utf8').replace(/\r\n|\r|\n/g, eol), 'utf8');
+}
+
+const plain = (evs: { type: string; data: string; id: string | undefined }[]) => evs.map((e) => ({ type: e.type, data: e.data, id: e.id }));
+
+describe('SseParser against the reference algorithm', () => {
+  it('has SSE fixtures to check', () => {
+    expect(sseFiles.length).toBeGreaterThanOrEqual(15);
+  });
+
+  for (const file of sseFiles) {
+    const bytes = readFileSync(join(FIXTURES, file));
+    it(`${file}: whole, and split at every byte offset`, () => {
+      const expected = referenceParse(bytes);
+      expect(expected.length).toBeGreaterThan(0);
+      expect(plain(parseChunks([bytes]).events)).toEqual(expected);
+      for (let i = 0; i <= bytes.length; i++) {
+        const got = parseChunks(splitAt(bytes, [i])).events;
+        if (got.length !== expected.length || JSON.stringify(plain(got)) !== JSON.stringify(expected)) {
+          expect(plain(got), `split at byte ${i}`).toEqual(expected);
+        }
+      }
+    });
+
+    it(`${file}: one byte at a time, with LF, CRLF and CR line ends and a BOM`, () => {
+      for (const eol of ['\n', '\r\n', '\r'] as const) {
+        const variant = Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), withLineEnds(bytes, eol)]);
+        const expected = referenceParse(variant);
+        const bytewise = Array.from(variant, (b) => Uint8Array.of(b));
+        expect(plain(parseChunks(bytewise).events)).toEqual(expected);
+      }
+    });
+  }
+
+  it('random multi-way splits of every fixture match (property)', () => {
+    const all = sseFiles.map((f) => readFileSync(join(FIXTURES, f)));
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: all.length - 1 }),
+        fc.constantFrom<'\n' | '\r\n' | '\r'>('\n', '\r\n', '\r'),
+        fc.array(fc.nat(), { maxLength: 40 }),
+        (idx, eol, cuts) => {
+          const buf = withLineEnds(all[idx]!, eol);
+          const offsets = cuts.map((c) => c % (buf.length + 1));
+          expect(plain(parseChunks(splitAt(buf, offsets)).events)).toEqual(referenceParse(buf));
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('arbitrary generated streams match the reference (property)', () => {
+    const line = fc.oneof(
+      fc.constant(''),
+      fc.constant(':keep-alive'),
+      fc.constant(':'),
+      fc.string({ maxLength: 20 }).map((s) => `data:${s.replace(/[\r\n]/g, '')}`),
+      fc.string({ maxLength: 20 }).map((s) => `data: ${s.replace(/[\r\n]/g, '')}`),
+      fc.constant('data'),
+      fc.constant('data: 22°C ✓ 𝄞'),
+      fc.string({ maxLength: 10 }).map((s) => `event: ${s.replace(/[\r\n]/g, '')}`),
+      fc.string({ maxLength: 10 }).map((s) => `id:${s.replace(/[\r\n]/g, '')}`),
+      fc.constant('retry: 1000'),
+      fc.constant('unknown: x'),
+    );
+    fc.assert(
+      fc.property(
+        fc.array(fc.tuple(line, fc.constantFrom('\n', '\r\n', '\r')), { maxLength: 30 }),
+        fc.array(fc.nat(), { maxLength: 10 }),
+        (lines, cuts) => {
+          const buf = Buffer.from(lines.map(([l, e]) => l + e).join(''), 'utf8');
+          const offsets = cuts.map((c) => c % (buf.length + 1));
+          expect(plain(parseChunks(splitAt(buf, offsets)).events)).toEqual(referenceParse(buf));
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
+
+describe('SseParser details', () => {
+  it('joins multi-line data with \\n and keeps the event type and id', () => {
+    const { events } = parseChunks([Buffer.from('event: delta\nid: 7\ndata: a\ndata:b\ndata\n\n')]);
+    expect(events).toEqual([{ type: 'delta', data: 'a\nb\n', id: '7' }]);
+  });
+
+  it('reports comments and never dispatches them as events', () => {
+    let comments = 0;
+    const events: SseEvent[] = [];
+    const p = new SseParser((e) => events.push(e), { onComment: () => comments++ });
+    p.push(Buffer.from(': OPENROUTER PROCESSING\n\n:\n\ndata: x\n\n'));
+    expect(comments).toBe(2);
+    expect(events.map((e) => e.data)).toEqual(['x']);
+  });
+
+  it('reassembles a multi-byte character split across reads', () => {
+    const bytes = Buffer.from('data: 22°C\n\n', 'utf8');
+    const deg = bytes.indexOf(0xc2);
+    const { events } = parseChunks([bytes.subarray(0, deg + 1), bytes.subarray(deg + 1)]);
+    expect(events[0]!.data).toBe('22°C');
+  });
+
+  it('discards an unterminated final event, as the spec says', () => {
+    const { events } = parseChunks([Buffer.from('data: a\n\ndata: b\n')]);
+    expect(events.map((e) => e.data)).toEqual(['a']);
+  });
+
+  it('skips an event over the size cap and goes on with the next one', () => {
+    const big = 'x'.repeat(5000);
+    const text = `data: small\n\ndata: ${big}\ndata: more\n\ndata: after\n\n`;
+    const bytes = Buffer.from(text);
+    for (const chunkSize of [1, 7, 1024, bytes.length]) {
+      const chunks: Buffer[] = [];
+      for (let i = 0; i < bytes.length; i += chunkSize) chunks.push(bytes.subarray(i, i + chunkSize));
+      const { events, parser } = parseChunks(chunks, 2048);
+      expect(events.map((e) => e.data)).toEqual(['small', 'after']);
+      expect(parser.oversizeEvents).toBe(1);
+    }
+  });
+
+  it('holds at most the cap for a huge unterminated line fed in small reads', () => {
+    const p = new SseParser(() => undefined, { maxEventBytes: 1024 * 1024 });
+    const chunk = Buffer.alloc(64 * 1024, 0x61);
+    p.push(Buffer.from('data: '));
+    for (let i = 0; i < 160; i++) p.push(chunk); // 10 MiB in one line
+    p.push(Buffer.from('\n\ndata: ok\n\n'));
+    expect(p.oversizeEvents).toBe(1);
+  });
+
+  it('does not dispatch an event with no data field', () => {
+    const { events } = parseChunks([Buffer.from('event: ping\n\nid: 3\n\n')]);
+    expect(events).toEqual([]);
+  });
+});

@@ -1,0 +1,30 @@
+import { describe, expect, it } from 'vitest';
+import { StreamClock } from '../../src/timing/stream-clock.js';
+
+describe('StreamClock (fake clock)', () => {
+  it('computes TTFT, gaps and TPOT from explicit times', () => {
+    const c = new StreamClock(1000);
+    expect(c.content(1200)).toBe(-1);
+    expect(c.ttftMs).toBe(200);
+    expect(c.content(1205)).toBe(5);
+    expect(c.content(1215)).toBe(10);
+    // 3 content events, provider says 5 tokens: (1215-1200)/(5-1)
+    expect(c.tpotMs(5)).toBe(3.75);
+    expect(c.tpotMs(3)).toBe(7.5);
+    expect(c.durationMs(1300)).toBe(300);
+  });
+
+  it('has no TPOT for fewer than 2 tokens or a single event', () => {
+    const c = new StreamClock(0);
+    expect(c.tpotMs(10)).toBeUndefined();
+    c.content(10);
+    expect(c.tpotMs(10)).toBeUndefined();
+    c.content(20);
+    expect(c.tpotMs(1)).toBeUndefined();
+    expect(c.tpotMs(2)).toBe(10);
+  });
+
+  it('has no TTFT before the first content event', () => {
+    expect(new StreamClock(5).ttftMs).toBeUndefined();
+  });
+});
