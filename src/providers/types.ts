@@ -45,4 +45,6 @@ export interface ApiDescriptor {
   /** `gen_ai.provider.name` default for this API when the route does not say. */
   readonly defaultProviderName: string;
   newAdapter(): ResponseAdapter;
+  /** The model when the API puts it in the path (Gemini, Bedrock); the JSON body's `model` otherwise. */
+  modelFromPath?(path: string): string | undefined;
 }

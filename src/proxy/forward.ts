@@ -102,14 +102,15 @@ class InFlight {
     const api = deps.instruments ? detectApi(match.upstreamPath, route.provider) : undefined;
     let tap: RequestBodyTap | undefined;
     if (api) {
+      const pathModel = api.modelFromPath?.(match.upstreamPath);
       this.labels = {
         provider: route.providerName ?? providerNameForHost(upstream.hostname) ?? api.defaultProviderName,
         operation: api.operation,
-        requestModel: undefined,
+        requestModel: this.fwd.limitModel(pathModel),
         serverAddress: upstream.hostname,
       };
       this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, deps.config.limits);
-      tap = new RequestBodyTap(deps.config.limits.maxBodyBytes);
+      if (pathModel === undefined) tap = new RequestBodyTap(deps.config.limits.maxBodyBytes);
     }
 
     const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP);
