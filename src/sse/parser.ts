@@ -61,6 +61,8 @@ export class SseParser {
   }
 
   push(chunk: Uint8Array): void {
+    // An empty read must not consume pending state (a CR waiting for its LF).
+    if (chunk.byteLength === 0) return;
     let buf = chunk instanceof Buffer ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     let start = 0;
     if (this.atStart) {

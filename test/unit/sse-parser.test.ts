@@ -124,6 +124,13 @@ describe('SseParser details', () => {
     expect(events.map((e) => e.data)).toEqual(['x']);
   });
 
+  it('keeps a pending CR across an empty read (found by the property test)', () => {
+    const buf = Buffer.from('data:    \ndata: x\r\n', 'utf8');
+    const cr = buf.length - 1;
+    const { events } = parseChunks([buf.subarray(0, cr), Buffer.alloc(0), buf.subarray(cr)]);
+    expect(events).toEqual([]);
+  });
+
   it('reassembles a multi-byte character split across reads', () => {
     const bytes = Buffer.from('data: 22°C\n\n', 'utf8');
     const deg = bytes.indexOf(0xc2);

@@ -1,0 +1,146 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startGroundTruth } from '../helpers/ground-truth.js';
+import { spawnCli, type Spawned } from '../helpers/process.js';
+import { hist, parseProm, scrape, total } from '../helpers/prom.js';
+
+const procs: Spawned[] = [];
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const p of procs.splice(0)) await p.stop('SIGKILL');
+  for (const c of closers.splice(0)) await c();
+});
+
+const within = (actual: number, expected: number, rel = 0.1) => {
+  expect(actual, `${actual} vs ${expected}`).toBeGreaterThanOrEqual(expected * (1 - rel));
+  expect(actual, `${actual} vs ${expected}`).toBeLessThanOrEqual(expected * (1 + rel));
+};
+
+async function startProxyCli(upstream: string) {
+  const proxy = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+  procs.push(proxy);
+  const line = await proxy.waitFor((l) => l.msg === 'listening');
+  return { proc: proxy, proxyUrl: line.proxyUrl as string, metricsUrl: line.metricsUrl as string };
+}
+
+/** Ten streamed chat completions with the official client; checks the scrape against a 0.2 s / 5 ms / 50-token schedule. */
+async function tenStreamsAndCheck(proxyUrl: string, metricsUrl: string) {
+  const client = new OpenAI({ apiKey: 'sk-none', baseURL: `${proxyUrl}/v1`, maxRetries: 0 });
+  for (let i = 0; i < 10; i++) {
+    const stream = await client.chat.completions.create({
+      model: 'acceptance',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    for await (const _ of stream) {
+      /* drain */
+    }
+  }
+  const s = await scrape(metricsUrl);
+  const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds');
+  const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds');
+  const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds');
+  expect(ttft.count).toBe(10);
+  within(ttft.mean, 0.2);
+  expect(gaps.count).toBe(490);
+  within(gaps.mean, 0.005);
+  expect(tpot.count).toBe(10);
+  within(tpot.mean, 0.005);
+  expect(total(s, 'gen_ai_client_token_usage_sum', { gen_ai_token_type: 'output' })).toBe(500);
+  return s;
+}
+
+describe('acceptance: separate processes, official client', () => {
+  it('simulator + proxy from the command line give the scheduled TTFT, gaps, TPOT and usage', async () => {
+    const sim = spawnCli(['simulate', '--port', '0', '--ttft', '0.2', '--itl', '0.005', '--tokens', '50']);
+    procs.push(sim);
+    const simLine = await sim.waitFor((l) => l.msg === 'simulator listening');
+    const { metricsUrl, proxyUrl } = await startProxyCli(simLine.url as string);
+    await tenStreamsAndCheck(proxyUrl, metricsUrl);
+  });
+
+  it('the same holds for an independent ground-truth upstream (not the project simulator)', async () => {
+    const gt = await startGroundTruth({ ttftMs: 200, itlMs: 5, tokens: 50 });
+    closers.push(gt.close);
+    const { metricsUrl, proxyUrl } = await startProxyCli(gt.url);
+    await tenStreamsAndCheck(proxyUrl, metricsUrl);
+    expect(gt.sent.length).toBe(10);
+  });
+
+  it('exposes exactly the documented metric names and types', async () => {
+    const sim = spawnCli(['simulate', '--port', '0', '--ttft', '0.01', '--itl', '0.001', '--tokens', '5']);
+    procs.push(sim);
+    const simLine = await sim.waitFor((l) => l.msg === 'simulator listening');
+    const { metricsUrl, proxyUrl } = await startProxyCli(simLine.url as string);
+    const r = await fetch(`${proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'names', stream: true, stream_options: { include_usage: true }, messages: [] }),
+    });
+    await r.text();
+    const text = await (await fetch(`${metricsUrl}/metrics`)).text();
+    const types = Object.fromEntries([...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1], m[2]]));
+    expect(types).toMatchObject({
+      gen_ai_client_operation_time_to_first_chunk_seconds: 'histogram',
+      gen_ai_client_operation_time_per_output_chunk_seconds: 'histogram',
+      gen_ai_server_time_per_output_token_seconds: 'histogram',
+      gen_ai_client_operation_duration_seconds: 'histogram',
+      gen_ai_client_token_usage: 'histogram',
+      llm_proxy_streams_total: 'counter',
+      llm_proxy_streams_active: 'gauge',
+      nodejs_eventloop_delay_p99_seconds: 'gauge',
+      target_info: 'gauge',
+    });
+    const s = parseProm(text);
+    const ttft = s.find((x) => x.name === 'gen_ai_client_operation_time_to_first_chunk_seconds_count')!;
+    expect(Object.keys(ttft.labels).sort()).toEqual(
+      ['gen_ai_operation_name', 'gen_ai_provider_name', 'gen_ai_request_model', 'otel_scope_name', 'otel_scope_version', 'server_address'].sort(),
+    );
+    expect(ttft.labels).toMatchObject({ gen_ai_provider_name: 'openai', gen_ai_operation_name: 'chat', gen_ai_request_model: 'names', server_address: '127.0.0.1' });
+    // 1.4 ms and 2.3 ms fall in different ITL buckets; 20-30 ms is resolved.
+    const les = s.filter((x) => x.name === 'gen_ai_client_operation_time_per_output_chunk_seconds_bucket').map((x) => (x.labels.le === '+Inf' ? Infinity : Number(x.labels.le)));
+    const bucketOf = (v: number) => les.filter((le) => le >= v).sort((a, b) => a - b)[0];
+    expect(bucketOf(0.0014)).not.toBe(bucketOf(0.0023));
+    expect(Math.min(...les)).toBeLessThanOrEqual(0.00025);
+    expect(new Set([0.02, 0.025, 0.03].map(bucketOf)).size).toBe(3);
+  });
+
+  it('starts on the built-in simulator when no upstream is configured and says so first', async () => {
+    const p = spawnCli(['--port', '0', '--metrics-port', '0']);
+    procs.push(p);
+    const first = await p.waitFor(() => true);
+    expect(String(first.msg)).toMatch(/built-in simulator/);
+    const listening = await p.waitFor((l) => l.msg === 'listening');
+    const r = await fetch(`${listening.proxyUrl as string}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'default', stream: true, max_tokens: 20, messages: [] }),
+    });
+    expect((await r.text()).endsWith('data: [DONE]\n\n')).toBe(true);
+    const s = await scrape(listening.metricsUrl as string);
+    expect(hist(s, 'gen_ai_server_time_per_output_token_seconds', { gen_ai_request_model: 'default' }).count).toBe(1);
+    expect((await fetch(`${listening.metricsUrl as string}/healthz`)).status).toBe(200);
+    expect((await fetch(`${listening.metricsUrl as string}/readyz`)).status).toBe(200);
+  });
+
+  it('invalid configuration: one clear message naming the key, exit code 2', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'llp-'));
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'routes:\n  - prefix: /openai\n    upstream: https://api.openai.com\n  - prefix: /x\n    upstreem: http://a\n');
+    const p = spawnCli(['--config', file]);
+    expect(await p.exited).toBe(2);
+    expect(p.stderr).toMatch(/routes\[1\]\.upstreem: unknown key/);
+    const p2 = spawnCli(['--port', 'eighty']);
+    expect(await p2.exited).toBe(2);
+    expect(p2.stderr).toMatch(/--port/);
+    const p3 = spawnCli([], { LLM_PROXY_METRICS_PORT: 'x' });
+    expect(await p3.exited).toBe(2);
+    expect(p3.stderr).toMatch(/LLM_PROXY_METRICS_PORT/);
+    const p4 = spawnCli(['--bogus']);
+    expect(await p4.exited).toBe(2);
+  });
+});

@@ -1,0 +1,154 @@
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningProxy } from '../../src/main.js';
+import { createSimulator, type Simulator } from '../../src/simulate/server.js';
+import { hist, scrape, total } from '../helpers/prom.js';
+import { startTestProxy } from '../helpers/proxy.js';
+import { hashingFetch, recordResponses } from '../helpers/recording.js';
+
+// The official client, pointed at the proxy, in front of the simulator.
+const PLAN = { ttft: 0.1, itl: 0.004, tokens: 40, jitter: 0.2 };
+
+let sim: Simulator;
+let proxy: RunningProxy;
+let sent: string[];
+const received: Promise<string>[] = [];
+let client: OpenAI;
+
+beforeAll(async () => {
+  sim = createSimulator({ ...PLAN, seed: 7 });
+  sent = recordResponses(sim.server);
+  const simUrl = await sim.listen(0, '127.0.0.1');
+  proxy = await startTestProxy(simUrl);
+  client = new OpenAI({ apiKey: 'sk-test-not-a-key', baseURL: `${proxy.proxyUrl}/v1`, fetch: hashingFetch(received), maxRetries: 0 });
+});
+afterAll(async () => {
+  await proxy?.close();
+  await sim?.close();
+});
+
+async function metricsFor(model: string) {
+  const s = await scrape(proxy.metricsUrl);
+  const f = { gen_ai_request_model: model };
+  return {
+    ttft: hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', f),
+    gaps: hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f),
+    tpot: hist(s, 'gen_ai_server_time_per_output_token_seconds', f),
+    duration: hist(s, 'gen_ai_client_operation_duration_seconds', f),
+    outTokens: total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' }),
+    inTokens: total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' }),
+    samples: s,
+  };
+}
+
+const within = (actual: number, expected: number, rel = 0.1) => {
+  expect(actual).toBeGreaterThanOrEqual(expected * (1 - rel));
+  expect(actual).toBeLessThanOrEqual(expected * (1 + rel));
+};
+
+describe('official openai client through the proxy', () => {
+  it('streams with include_usage: bytes identical, metrics match the schedule', async () => {
+    const n = 5;
+    const before = received.length;
+    for (let i = 0; i < n; i++) {
+      const stream = await client.chat.completions.create({
+        model: 'usage-model',
+        messages: [{ role: 'user', content: 'weather?' }],
+        stream: true,
+        stream_options: { include_usage: true },
+      });
+      let text = '';
+      let usage: OpenAI.CompletionUsage | null | undefined;
+      for await (const chunk of stream) {
+        text += chunk.choices[0]?.delta?.content ?? '';
+        if (chunk.usage) usage = chunk.usage;
+      }
+      expect(text.length).toBeGreaterThan(0);
+      expect(text).toContain('°C');
+      expect(usage?.completion_tokens).toBe(PLAN.tokens);
+    }
+    const got = await Promise.all(received.slice(before));
+    expect(got).toEqual(sent.slice(sent.length - n));
+    const m = await metricsFor('usage-model');
+    expect(m.ttft.count).toBe(n);
+    within(m.ttft.mean, PLAN.ttft);
+    expect(m.gaps.count).toBe(n * (PLAN.tokens - 1));
+    within(m.gaps.mean, PLAN.itl);
+    expect(m.tpot.count).toBe(n);
+    within(m.tpot.mean, PLAN.itl);
+    expect(m.outTokens).toBe(n * PLAN.tokens);
+    expect(m.inTokens).toBeGreaterThan(0);
+    expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'usage-model', token_count_source: 'usage' })).toBe(n);
+  });
+
+  it('streams without usage: tokens are counted from events', async () => {
+    const stream = await client.chat.completions.create({ model: 'count-model', messages: [{ role: 'user', content: 'x' }], stream: true });
+    let chunks = 0;
+    for await (const c of stream) if (c.choices[0]?.delta?.content) chunks++;
+    expect(chunks).toBe(PLAN.tokens);
+    const m = await metricsFor('count-model');
+    expect(m.outTokens).toBe(PLAN.tokens);
+    expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'count-model', token_count_source: 'events' })).toBe(1);
+    within(m.tpot.mean, PLAN.itl);
+  });
+
+  it('streams tool-call arguments as content', async () => {
+    const stream = await client.chat.completions.create({
+      model: 'tool-model',
+      messages: [{ role: 'user', content: 'x' }],
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { text: { type: 'string' } } } } }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let args = '';
+    let name = '';
+    for await (const c of stream) {
+      const tc = c.choices[0]?.delta?.tool_calls?.[0];
+      if (tc?.function?.name) name = tc.function.name;
+      args += tc?.function?.arguments ?? '';
+    }
+    expect(name).toBe('get_weather');
+    expect(JSON.parse(args)).toHaveProperty('text');
+    const m = await metricsFor('tool-model');
+    expect(m.ttft.count).toBe(1);
+    expect(m.gaps.count).toBe(PLAN.tokens - 1);
+    expect(m.outTokens).toBe(PLAN.tokens);
+  });
+
+  it('non-streaming: usage from the JSON body, no TTFT', async () => {
+    const r = await client.chat.completions.create({ model: 'plain-model', messages: [{ role: 'user', content: 'x' }] });
+    expect(r.usage?.completion_tokens).toBe(PLAN.tokens);
+    const m = await metricsFor('plain-model');
+    expect(m.ttft.count).toBe(0);
+    expect(m.duration.count).toBe(1);
+    expect(m.outTokens).toBe(PLAN.tokens);
+  });
+
+  it('abort mid-stream: recorded as client_cancelled, nothing left in flight', async () => {
+    const ac = new AbortController();
+    const stream = await client.chat.completions.create(
+      { model: 'abort-model', messages: [{ role: 'user', content: 'x' }], stream: true },
+      { signal: ac.signal },
+    );
+    let seen = 0;
+    try {
+      for await (const c of stream) {
+        if (c.choices[0]?.delta?.content) seen++;
+        if (seen === 5) ac.abort();
+      }
+    } catch (e) {
+      expect((e as Error).name).toMatch(/Abort/);
+    }
+    expect(seen).toBeLessThan(PLAN.tokens);
+    const deadline = Date.now() + 3000;
+    let cancelled = 0;
+    while (Date.now() < deadline) {
+      const s = await scrape(proxy.metricsUrl);
+      cancelled = hist(s, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'abort-model', error_type: 'client_cancelled' }).count;
+      if (cancelled === 1) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(cancelled).toBe(1);
+    expect(proxy.forwarder.inFlight.size).toBe(0);
+  });
+});
