@@ -18,6 +18,7 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Namespace, Service } from 'kubernetes-models/v1';
+import { buildConfig, envOverrides, type Config } from '../../src/config.js';
 
 type Obj = Record<string, any>;
 
@@ -495,6 +496,79 @@ function checkInvariants(objs: Obj[]): string[] {
 }
 
 // ---------------------------------------------------------------------------------------------
+// The configuration the proxy would actually run with in the pod: the image's ENV (from
+// deploy/Dockerfile's final stage), then the container's env, then its flags, over the mounted
+// config file, through the proxy's own config loader (src/config.ts).
+
+function imageEnv(): Record<string, string> {
+  const text = readFileSync(join(repo, 'deploy/Dockerfile'), 'utf8').replace(/\\\n/g, ' ');
+  const stages = text.split(/^FROM\s/m);
+  const env: Record<string, string> = {};
+  for (const line of stages.at(-1)!.split('\n')) {
+    const m = /^ENV\s+(.*)$/.exec(line.trim());
+    if (!m) continue;
+    for (const kv of m[1]!.trim().split(/\s+/)) {
+      const i = kv.indexOf('=');
+      if (i > 0) env[kv.slice(0, i)] = kv.slice(i + 1);
+    }
+  }
+  return env;
+}
+
+function effectiveConfig(objs: Obj[]): Config {
+  const d = byKind(objs, 'Deployment')[0]!;
+  const pod = d.spec.template.spec;
+  const c = (pod.containers as Obj[]).find((x) => x.name === 'proxy')!;
+  const env = { ...imageEnv(), ...Object.fromEntries((c.env ?? []).map((e: Obj) => [e.name, String(e.value)])) };
+  const args: string[] = c.args ?? [];
+  const flag = (name: string) => {
+    const i = args.indexOf(`--${name}`);
+    return i >= 0 ? args[i + 1] : undefined;
+  };
+  const cfgPath = flag('config') ?? env.LLM_PROXY_CONFIG;
+  let raw: unknown = {};
+  if (cfgPath) {
+    const mount = (c.volumeMounts ?? []).find((m: Obj) => cfgPath.startsWith(m.mountPath + '/'));
+    const vol = (pod.volumes ?? []).find((v: Obj) => v.name === mount?.name);
+    const cm = objs.find((o) => o.kind === 'ConfigMap' && o.metadata.name === vol?.configMap?.name);
+    const text = cm?.data?.[cfgPath.slice(mount.mountPath.length + 1)];
+    if (typeof text !== 'string') throw new Error(`--config ${cfgPath} is not in a mounted ConfigMap`);
+    raw = YAML.parse(text);
+  }
+  const flags = Object.fromEntries(
+    Object.entries({
+      upstream: flag('upstream'),
+      host: flag('host'),
+      port: flag('port') === undefined ? undefined : Number(flag('port')),
+      metricsHost: flag('metrics-host'),
+      metricsPort: flag('metrics-port') === undefined ? undefined : Number(flag('metrics-port')),
+      drainTimeout: flag('drain-timeout') === undefined ? undefined : Number(flag('drain-timeout')),
+      logLevel: flag('log-level'),
+    }).filter(([, v]) => v !== undefined),
+  );
+  return buildConfig(raw, { ...envOverrides(env), ...flags }, cfgPath ?? 'flags');
+}
+
+function checkEffectiveConfig(objs: Obj[]): string[] {
+  let cfg: Config;
+  try {
+    cfg = effectiveConfig(objs);
+  } catch (e) {
+    return [(e as Error).message];
+  }
+  const errs: string[] = [];
+  const c = byKind(objs, 'Deployment')[0]!.spec.template.spec.containers[0];
+  if (cfg.useSimulator) errs.push('no upstream configured: the proxy would serve its built-in simulator');
+  if (cfg.host !== '0.0.0.0' || cfg.metrics.host !== '0.0.0.0') errs.push(`listens on ${cfg.host} / ${cfg.metrics.host}, not 0.0.0.0`);
+  if (cfg.port !== containerPort(c, 'http')) errs.push(`proxy port ${cfg.port} != http containerPort`);
+  if (cfg.metrics.port !== containerPort(c, 'metrics')) errs.push(`metrics port ${cfg.metrics.port} != metrics containerPort`);
+  if (!cfg.metrics.enabled) errs.push('metrics disabled');
+  const grace = byKind(objs, 'Deployment')[0]!.spec.template.spec.terminationGracePeriodSeconds ?? 30;
+  if (!(grace >= cfg.drainTimeout + preStopSeconds(c) + 5)) errs.push(`drainTimeout ${cfg.drainTimeout} does not fit the grace period ${grace}`);
+  return errs;
+}
+
+// ---------------------------------------------------------------------------------------------
 
 function promtool(): string {
   const r = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
@@ -537,6 +611,10 @@ describe('deploy/kubernetes: kustomize builds', () => {
 
       it('keeps the deployment invariants', () => {
         expect(checkInvariants(build().objects)).toEqual([]);
+      });
+
+      it("the proxy's own config loader accepts what the pod would run with", () => {
+        expect(checkEffectiveConfig(build().objects)).toEqual([]);
       });
     });
   }
@@ -622,6 +700,35 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
     const noContainers = mutate((o) => delete dep(o).spec.template.spec.containers);
     expect(noContainers.flatMap(validateObject).join('\n')).toMatch(/containers/);
   });
+  it("the image's ENV is read from the Dockerfile (hosts set, ports left to the config)", () => {
+    const env = imageEnv();
+    expect(env).toMatchObject({ LLM_PROXY_HOST: '0.0.0.0', LLM_PROXY_METRICS_HOST: '0.0.0.0', NODE_ENV: 'production' });
+    expect(env.LLM_PROXY_PORT).toBeUndefined();
+    // without the Deployment's own env the image alone must still make the pod listen on 0.0.0.0
+    const objs = mutate((o) => (ctr(o).env = ctr(o).env.filter((e: Obj) => !/_HOST$/.test(e.name))));
+    expect(checkEffectiveConfig(objs)).toEqual([]);
+  });
+
+  it("config the proxy would reject, or that leaves it on the simulator or loopback", () => {
+    const unknownKey = mutate((o) => {
+      const cm = byKind(o, 'ConfigMap')[0]!;
+      cm.data['config.yaml'] = cm.data['config.yaml'].replace('routes:', 'routez:');
+    });
+    expect(checkEffectiveConfig(unknownKey).join('\n')).toMatch(/routez: unknown key/);
+    const noRoutes = mutate((o) => {
+      const cm = byKind(o, 'ConfigMap')[0]!;
+      const cfg = YAML.parse(cm.data['config.yaml']);
+      delete cfg.routes;
+      cm.data['config.yaml'] = YAML.stringify(cfg);
+    });
+    expect(checkEffectiveConfig(noRoutes).join('\n')).toMatch(/simulator/);
+    const loopback = mutate((o) => ctr(o).env.push({ name: 'LLM_PROXY_METRICS_HOST', value: '127.0.0.1' }));
+    // a later duplicate env entry wins in Kubernetes, as in this check
+    expect(checkEffectiveConfig(loopback).join('\n')).toMatch(/not 0\.0\.0\.0/);
+    const longDrain = mutate((o) => ctr(o).env.push({ name: 'LLM_PROXY_DRAIN_TIMEOUT', value: '600' }));
+    expect(checkEffectiveConfig(longDrain).join('\n')).toMatch(/drainTimeout 600/);
+  });
+
   it('a patch whose target does not exist fails the build', () => {
     expect(() => applyPatches(good(), overlayDir, [{ path: 'hpa-patch.yaml', target: { kind: 'HorizontalPodAutoscaler', name: 'nope' } }], [])).toThrow(/matches no resource/);
   });
