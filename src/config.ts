@@ -86,6 +86,17 @@ const fileSchema = z
       .optional(),
     log: z.object({ level: z.enum(LOG_LEVELS).optional() }).strict().optional(),
     drainTimeout: z.number().min(0).optional(),
+    otlp: z
+      .object({
+        enabled: z.boolean().optional(),
+        /** Full metrics URL, e.g. http://collector:4318/v1/metrics (else the OTEL_EXPORTER_OTLP_* variables). */
+        endpoint: httpUrl.optional(),
+        intervalSeconds: seconds.optional(),
+        /** Base-2 exponential histograms over OTLP (they become Prometheus native histograms). */
+        exponentialHistograms: z.boolean().optional(),
+      })
+      .strict()
+      .optional(),
     simulator: simulatorSchema.optional(),
   })
   .strict();
@@ -114,6 +125,14 @@ export interface Config {
   readonly logLevel: string;
   /** Seconds to let in-flight streams finish on SIGTERM. */
   readonly drainTimeout: number;
+  /** Pull endpoint on the metrics port (`OTEL_METRICS_EXPORTER` contains `prometheus`, the default). */
+  readonly prometheus: boolean;
+  readonly otlp: {
+    readonly enabled: boolean;
+    readonly endpoint: string | undefined;
+    readonly intervalMs: number;
+    readonly exponentialHistograms: boolean;
+  };
 }
 
 /** Values from flags or the environment; they win over the file. */
@@ -126,6 +145,9 @@ export interface Overrides {
   metricsPort?: number;
   metricsEnabled?: boolean;
   logLevel?: string;
+  /** From OTEL_METRICS_EXPORTER: which exporters run. */
+  exporters?: { prometheus: boolean; otlp: boolean };
+  otlpIntervalMs?: number;
   drainTimeout?: number;
 }
 
@@ -217,6 +239,13 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     }),
     logLevel: overrides.logLevel ?? f.log?.level ?? 'info',
     drainTimeout: overrides.drainTimeout ?? f.drainTimeout ?? 30,
+    prometheus: overrides.exporters?.prometheus ?? true,
+    otlp: Object.freeze({
+      enabled: overrides.exporters?.otlp ?? f.otlp?.enabled ?? false,
+      endpoint: f.otlp?.endpoint,
+      intervalMs: overrides.otlpIntervalMs ?? (f.otlp?.intervalSeconds !== undefined ? f.otlp.intervalSeconds * 1000 : 60_000),
+      exponentialHistograms: f.otlp?.exponentialHistograms ?? false,
+    }),
   });
 }
 
@@ -253,6 +282,20 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
   set('logLevel', env.LLM_PROXY_LOG_LEVEL || undefined);
   set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
+  // The standard OpenTelemetry variables: OTEL_METRICS_EXPORTER=otlp,prometheus|none, OTEL_METRIC_EXPORT_INTERVAL (ms).
+  const exp = env.OTEL_METRICS_EXPORTER;
+  if (exp !== undefined && exp.trim() !== '') {
+    const names = exp.split(',').map((x) => x.trim().toLowerCase()).filter((x) => x !== '');
+    const bad = names.find((n) => !['otlp', 'prometheus', 'none'].includes(n));
+    if (bad !== undefined) throw new ConfigError(`OTEL_METRICS_EXPORTER: unknown exporter "${bad}" (use otlp, prometheus or none)`);
+    o.exporters = { prometheus: names.includes('prometheus'), otlp: names.includes('otlp') };
+  }
+  const interval = env.OTEL_METRIC_EXPORT_INTERVAL;
+  if (interval !== undefined && interval !== '') {
+    const n = Number(interval);
+    if (!Number.isInteger(n) || n <= 0) throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds, got "${interval}"`);
+    o.otlpIntervalMs = n;
+  }
   const metrics = env.LLM_PROXY_METRICS;
   if (metrics !== undefined && metrics !== '') {
     if (!/^(true|false|on|off|1|0)$/i.test(metrics)) throw new ConfigError(`LLM_PROXY_METRICS: expected true or false, got "${metrics}"`);

@@ -46,7 +46,9 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true }] });
   }
 
-  const telemetry = cfg.metrics.enabled ? createTelemetry() : undefined;
+  const telemetry = cfg.metrics.enabled
+    ? createTelemetry({ prometheus: cfg.prometheus, ...(cfg.otlp.enabled ? { otlp: cfg.otlp } : {}) })
+    : undefined;
   const instruments = telemetry ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets) : undefined;
   const forwarder = new Forwarder({ config: cfg, log, instruments });
   let draining = false;

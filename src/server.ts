@@ -28,7 +28,9 @@ export interface Health {
 export function createMetricsApp(telemetry: Telemetry | undefined, health: Health): Hono {
   const app = new Hono();
   app.get('/metrics', async (c) => {
-    if (!telemetry) return c.text('# metrics are disabled\n', 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+    if (!telemetry?.scrape) {
+      return c.text('# metrics are disabled or pushed over OTLP only\n', 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+    }
     try {
       const text = await telemetry.scrape();
       return c.body(text, 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });

@@ -1,6 +1,14 @@
+import { OTLPMetricExporter } from '@opentelemetry/exporter-metrics-otlp-http';
 import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { MeterProvider, type MetricReader } from '@opentelemetry/sdk-metrics';
+import {
+  AggregationType,
+  InstrumentType,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+  type AggregationOption,
+  type MetricReader,
+} from '@opentelemetry/sdk-metrics';
 import { hostname } from 'node:os';
 import { VERSION } from '../version.js';
 import { withUnitSuffixes } from './prometheus-names.js';
@@ -9,23 +17,48 @@ export const SCOPE_NAME = 'llm-latency-proxy';
 
 export interface Telemetry {
   readonly provider: MeterProvider;
-  /** Renders the Prometheus text exposition. */
-  scrape(): Promise<string>;
+  /** Renders the Prometheus text exposition (undefined when the Prometheus exporter is off). */
+  scrape: (() => Promise<string>) | undefined;
+  /** Pushes what is pending (OTLP) and stops. */
   shutdown(): Promise<void>;
 }
 
 export interface TelemetryOptions {
   serviceInstanceId?: string;
-  /** Extra readers (e.g. OTLP push, an in-memory reader in tests). */
+  prometheus?: boolean;
+  otlp?: { endpoint: string | undefined; intervalMs: number; exponentialHistograms: boolean };
+  /** Extra readers (an in-memory reader in tests). */
   readers?: MetricReader[];
 }
 
 /**
- * The MeterProvider with a pull-mode Prometheus reader. The exporter does not
- * start its own server: the metrics port is ours (it also serves health checks).
+ * The MeterProvider with a pull-mode Prometheus reader and/or an OTLP/HTTP push
+ * reader. The Prometheus exporter does not start its own server: the metrics
+ * port is ours (it also serves health checks). The OTLP exporter reads the
+ * standard OTEL_EXPORTER_OTLP_* variables (endpoint, headers, timeout).
  */
 export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
-  const prometheus = new PrometheusExporter({ preventServerStart: true });
+  const readers: MetricReader[] = [...(opts.readers ?? [])];
+  let prometheus: PrometheusExporter | undefined;
+  if (opts.prometheus ?? true) {
+    prometheus = new PrometheusExporter({ preventServerStart: true });
+    readers.push(prometheus);
+  }
+  if (opts.otlp) {
+    const exponential = opts.otlp.exponentialHistograms;
+    const exporter = new OTLPMetricExporter({
+      ...(opts.otlp.endpoint ? { url: opts.otlp.endpoint } : {}),
+      ...(exponential
+        ? {
+            aggregationPreference: (t: InstrumentType): AggregationOption =>
+              t === InstrumentType.HISTOGRAM
+                ? { type: AggregationType.EXPONENTIAL_HISTOGRAM, options: { maxSize: 160, recordMinMax: true } }
+                : { type: AggregationType.DEFAULT },
+          }
+        : {}),
+    });
+    readers.push(new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
+  }
   const serializer = new PrometheusSerializer(undefined, false, undefined, false, false);
   const resource = resourceFromAttributes({
     'service.name': process.env.OTEL_SERVICE_NAME ?? 'llm-latency-proxy',
@@ -33,14 +66,17 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
     'service.instance.id':
       opts.serviceInstanceId ?? process.env.POD_NAME ?? `${process.env.HOSTNAME ?? hostname()}:${process.pid}`,
   });
-  const provider = new MeterProvider({ resource, readers: [prometheus, ...(opts.readers ?? [])] });
+  const provider = new MeterProvider({ resource, readers });
+  const prom = prometheus;
   return {
     provider,
-    async scrape() {
-      const { resourceMetrics, errors } = await prometheus.collect();
-      if (errors.length > 0) throw new AggregateError(errors, 'metric collection failed');
-      return serializer.serialize(withUnitSuffixes(resourceMetrics));
-    },
+    scrape: prom
+      ? async () => {
+          const { resourceMetrics, errors } = await prom.collect();
+          if (errors.length > 0) throw new AggregateError(errors, 'metric collection failed');
+          return serializer.serialize(withUnitSuffixes(resourceMetrics));
+        }
+      : undefined,
     async shutdown() {
       await provider.shutdown();
     },

@@ -1,0 +1,182 @@
+import { createHash } from 'node:crypto';
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startGroundTruth } from '../helpers/ground-truth.js';
+import { startOtlpReceiver } from '../helpers/otlp-receiver.js';
+import { spawnCli, type Spawned } from '../helpers/process.js';
+
+const procs: Spawned[] = [];
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const p of procs.splice(0)) await p.stop('SIGKILL');
+  for (const c of closers.splice(0)) await c();
+});
+
+/** A streamed POST that resolves with the body hash, or with the error if the stream was cut. */
+function stream(proxyUrl: string, firstByte: () => void) {
+  return new Promise<{ sha?: string; error?: Error }>((resolve) => {
+    const req = http.request(`${proxyUrl}/v1/chat/completions`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
+      const h = createHash('sha256');
+      let first = true;
+      res.on('data', (d: Buffer) => {
+        if (first) {
+          first = false;
+          firstByte();
+        }
+        h.update(d);
+      });
+      res.on('end', () => resolve({ sha: h.digest('hex') }));
+      res.on('error', (error) => resolve({ error }));
+      res.on('aborted', () => resolve({ error: new Error('aborted') }));
+    });
+    req.on('error', (error) => resolve({ error }));
+    req.end(JSON.stringify({ model: 'drain-model', stream: true, stream_options: { include_usage: true } }));
+  });
+}
+
+function connectRefused(url: string): Promise<boolean> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    const s = net.connect(Number(port), hostname);
+    s.once('connect', () => {
+      s.destroy();
+      resolve(false);
+    });
+    s.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ECONNREFUSED'));
+  });
+}
+
+async function startProxy(upstream: string, drainSeconds: number, otlpUrl: string) {
+  const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0', '--drain-timeout', String(drainSeconds)], {
+    OTEL_METRICS_EXPORTER: 'otlp,prometheus',
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: otlpUrl,
+    OTEL_METRIC_EXPORT_INTERVAL: '300',
+    POD_NAME: 'llp-pod-7',
+  });
+  procs.push(p);
+  const l = await p.waitFor((x) => x.msg === 'listening');
+  return { p, proxyUrl: l.proxyUrl as string, metricsUrl: l.metricsUrl as string };
+}
+
+describe('graceful shutdown and OTLP push', () => {
+  it('SIGTERM: readiness fails at once, new connections are refused, in-flight streams finish byte-identical, exit 0; OTLP carries the metrics', async () => {
+    const gt = await startGroundTruth({ ttftMs: 50, itlMs: 10, tokens: 80, alwaysUsage: true }); // ~0.85 s per stream
+    closers.push(gt.close);
+    const otlp = await startOtlpReceiver();
+    closers.push(otlp.close);
+    const { p, proxyUrl, metricsUrl } = await startProxy(gt.url, 20, otlp.url);
+
+    let started = 0;
+    const streams = [0, 1, 2].map(() => stream(proxyUrl, () => started++));
+    while (started < 3) await sleep(5);
+    const t0 = performance.now();
+    p.child.kill('SIGTERM');
+    let ready = 200;
+    while (performance.now() - t0 < 2000) {
+      ready = (await fetch(`${metricsUrl}/readyz`)).status;
+      if (ready === 503) break;
+      await sleep(10);
+    }
+    expect(ready).toBe(503);
+    expect((await fetch(`${metricsUrl}/healthz`)).status).toBe(200);
+    expect(await connectRefused(proxyUrl)).toBe(true);
+
+    const results = await Promise.all(streams);
+    expect(results.every((r) => r.sha !== undefined)).toBe(true);
+    expect(results.map((r) => r.sha).sort()).toEqual(gt.sent.map((s) => s.sha256).sort());
+    expect(await p.exited).toBe(0);
+    expect(performance.now() - t0).toBeLessThan(15_000);
+    expect(p.lines.some((l) => l.msg === 'drained')).toBe(true);
+
+    // The final OTLP push (on shutdown) has all three requests, same instrument names, resource attributes.
+    expect(otlp.contentTypes[0]).toMatch(/json/);
+    const last = otlp.exports.at(-1)!;
+    expect(last.resource).toMatchObject({ 'service.name': 'llm-latency-proxy', 'service.instance.id': 'llp-pod-7' });
+    expect(last.resource['service.version']).toMatch(/^\d+\.\d+\.\d+/);
+    const pts = otlp.latest();
+    const ttft = pts.filter((x) => x.metric === 'gen_ai.client.operation.time_to_first_chunk');
+    expect(ttft.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(3);
+    expect(ttft[0]!.unit).toBe('s');
+    expect(ttft[0]!.attributes).toMatchObject({ 'gen_ai.provider.name': 'openai', 'gen_ai.operation.name': 'chat', 'gen_ai.request.model': 'drain-model', 'server.address': '127.0.0.1' });
+    const gaps = pts.filter((x) => x.metric === 'gen_ai.client.operation.time_per_output_chunk');
+    expect(gaps.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(3 * 79);
+    const out = pts.filter((x) => x.metric === 'gen_ai.client.token.usage' && x.attributes['gen_ai.token.type'] === 'output');
+    expect(out.reduce((a, x) => a + (x.sum ?? 0), 0)).toBe(240);
+    expect(pts.some((x) => x.metric === 'gen_ai.server.time_per_output_token')).toBe(true);
+  });
+
+  it('a stream longer than the drain deadline is cut at the deadline and recorded as shutdown_deadline', async () => {
+    const gt = await startGroundTruth({ ttftMs: 20, itlMs: 50, tokens: 400 }); // 20 s: longer than the deadline
+    closers.push(gt.close);
+    const otlp = await startOtlpReceiver();
+    closers.push(otlp.close);
+    const { p, proxyUrl } = await startProxy(gt.url, 1, otlp.url);
+    let started = false;
+    const s = stream(proxyUrl, () => (started = true));
+    while (!started) await sleep(5);
+    const t0 = performance.now();
+    p.child.kill('SIGTERM');
+    const r = await s;
+    expect(r.error).toBeDefined();
+    expect(await p.exited).toBe(0);
+    const elapsed = performance.now() - t0;
+    expect(elapsed).toBeGreaterThan(900);
+    expect(elapsed).toBeLessThan(8000);
+    expect(p.lines.some((l) => l.msg === 'request' && l.errorType === 'shutdown_deadline')).toBe(true);
+    const cut = otlp.latest().filter((x) => x.metric === 'gen_ai.client.operation.duration' && x.attributes['error.type'] === 'shutdown_deadline');
+    expect(cut.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(1);
+  });
+});
+
+describe('logs', () => {
+  it('one JSON line per request, request id kept and forwarded (or generated), no secret ever logged', async () => {
+    const seen: http.IncomingHttpHeaders[] = [];
+    const up = http.createServer((req, res) => {
+      seen.push(req.headers);
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'set-cookie': 'session=SECRET-SETCOOKIE-5' });
+        res.end('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+      });
+    });
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => up.close(() => r())));
+    const upUrl = `http://127.0.0.1:${(up.address() as AddressInfo).port}`;
+    const p = spawnCli(['--upstream', upUrl, '--port', '0', '--metrics-port', '0', '--log-level', 'trace']);
+    procs.push(p);
+    const l = await p.waitFor((x) => x.msg === 'listening');
+    const secrets = {
+      authorization: 'Bearer SECRET-AUTH-1',
+      'x-api-key': 'SECRET-XAPIKEY-2',
+      'api-key': 'SECRET-APIKEY-3',
+      'x-goog-api-key': 'SECRET-GOOG-4',
+      cookie: 'sid=SECRET-COOKIE-6',
+    };
+    const r1 = await fetch(`${l.proxyUrl as string}/v1/chat/completions?key=SECRET-QUERY-7`, {
+      method: 'POST',
+      headers: { ...secrets, 'x-request-id': 'req-abc-123', 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'log-model', stream: true, messages: [{ role: 'user', content: 'SECRET-PROMPT-8' }] }),
+    });
+    await r1.text();
+    const r2 = await fetch(`${l.proxyUrl as string}/v1/chat/completions`, { method: 'POST', headers: secrets, body: '{"model":"log-model"}' });
+    await r2.text();
+    await p.waitFor((x) => x.msg === 'request' && x.reqId !== 'req-abc-123');
+    await p.stop('SIGTERM');
+
+    expect(seen[0]!['x-request-id']).toBe('req-abc-123');
+    expect(seen[1]!['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+    const reqLines = p.lines.filter((x) => x.msg === 'request');
+    expect(reqLines.length).toBe(2);
+    expect(reqLines[0]).toMatchObject({ reqId: 'req-abc-123', route: '/', provider: 'openai', model: 'log-model', status: 200, outcome: 'ok', outputTokens: 1 });
+    for (const k of ['ttftMs', 'durationMs']) expect(typeof reqLines[0]![k]).toBe('number');
+    expect(reqLines[1]!.reqId).toBe(seen[1]!['x-request-id']);
+    const everything = JSON.stringify(p.lines) + p.stderr;
+    for (const secret of ['SECRET-AUTH-1', 'SECRET-XAPIKEY-2', 'SECRET-APIKEY-3', 'SECRET-GOOG-4', 'SECRET-SETCOOKIE-5', 'SECRET-COOKIE-6', 'SECRET-QUERY-7', 'SECRET-PROMPT-8']) {
+      expect(everything).not.toContain(secret);
+    }
+    expect(p.lines.some((x) => x.msg === 'shutting down')).toBe(true);
+  });
+});
