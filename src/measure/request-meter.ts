@@ -1,7 +1,9 @@
 import type { Attributes } from '@opentelemetry/api';
 import type { Instruments } from '../metrics/instruments.js';
-import { ATTR, ERROR_TYPE } from '../metrics/semconv.js';
+import { ATTR, ERROR_TYPE, TOKEN_TYPE } from '../metrics/semconv.js';
 import { EventKind, type ResponseAdapter, type TokenCountSource } from '../providers/types.js';
+import { EventStreamDecoder } from '../sse/eventstream.js';
+import { NdjsonParser } from '../sse/ndjson.js';
 import { SseParser, type SseEvent } from '../sse/parser.js';
 import { StreamClock } from '../timing/stream-clock.js';
 
@@ -34,7 +36,27 @@ export interface MeterSummary {
   outcome: 'ok' | 'error' | 'cancelled';
 }
 
-type Framing = 'sse' | 'json' | 'none';
+type Framing = 'sse' | 'ndjson' | 'eventstream' | 'json' | 'none';
+type StreamKind = 'sse' | 'ndjson' | 'eventstream';
+
+/** Largest number of per-token ITL samples one event may add (a guard, not a expected size). */
+const MAX_TOKENS_PER_EVENT = 65536;
+
+/** The streaming framing a response content type announces, if any. */
+export function streamKindOf(contentType: string | undefined): StreamKind | undefined {
+  const ct = (contentType ?? '').trimStart().toLowerCase();
+  if (ct.startsWith('text/event-stream')) return 'sse';
+  if (
+    ct.startsWith('application/x-ndjson') ||
+    ct.startsWith('application/ndjson') ||
+    ct.startsWith('application/jsonl') ||
+    ct.startsWith('application/x-jsonlines')
+  ) {
+    return 'ndjson';
+  }
+  if (ct.startsWith('application/vnd.amazon.eventstream')) return 'eventstream';
+  return undefined;
+}
 
 /**
  * Measures one proxied LLM request. The proxy calls `chunk()` only after the
@@ -45,7 +67,15 @@ type Framing = 'sse' | 'json' | 'none';
 export class RequestMeter {
   private readonly clock: StreamClock;
   private framing: Framing = 'none';
-  private sse: SseParser | undefined;
+  /** The incremental parser for the framing (SSE, NDJSON or event-stream). */
+  private parser: SseParser | NdjsonParser | EventStreamDecoder | undefined;
+  /** The response was announced as a stream (by its content type). */
+  private streamed = false;
+  /** Unknown API and not a stream: nothing is recorded for this request. */
+  private disabled = false;
+  private firstByteSeen = false;
+  /** Cumulative output tokens at the previous content event (per-token ITL). */
+  private prevCumulative: number | undefined;
   private body: Buffer[] | undefined;
   private bodyBytes = 0;
   private status = 0;
@@ -69,18 +99,33 @@ export class RequestMeter {
   /** Response headers arrived. */
   responseStart(status: number, contentType: string | undefined, contentEncoding: string | undefined): void {
     this.status = status;
+    const kind = streamKindOf(contentType);
+    if (this.adapter.generic === true && kind === undefined) {
+      // Not an LLM API we know, and not a stream: no gen_ai metrics (e.g. GET /v1/models).
+      this.disabled = true;
+      return;
+    }
+    this.streamed = kind !== undefined;
     const l = this.requestLabels;
     this.labels = this.requestOnlyLabels();
     this.activeLabels = { [ATTR.provider]: l.provider, [ATTR.serverAddress]: l.serverAddress };
     this.ins.streamsActive.add(1, this.activeLabels);
+    if (this.adapter.generic === true) return; // timed only: duration and first byte
 
     // Compressed bodies are forwarded as they are and only timed, not parsed.
     const identity = contentEncoding === undefined || contentEncoding === '' || contentEncoding === 'identity';
-    const ct = (contentType ?? '').toLowerCase();
-    if (identity && ct.startsWith('text/event-stream')) {
+    if (!identity) return;
+    const max = this.opts.maxEventBytes;
+    if (kind === 'sse') {
       this.framing = 'sse';
-      this.sse = new SseParser(this.onSseEvent, { maxEventBytes: this.opts.maxEventBytes });
-    } else if (identity && ct.includes('json') && this.adapter.onBody) {
+      this.parser = new SseParser(this.onSseEvent, { maxEventBytes: max });
+    } else if (kind === 'ndjson') {
+      this.framing = 'ndjson';
+      this.parser = new NdjsonParser(this.onSseEvent, { maxEventBytes: max });
+    } else if (kind === 'eventstream') {
+      this.framing = 'eventstream';
+      this.parser = new EventStreamDecoder(this.onSseEvent, { maxFrameBytes: max });
+    } else if ((contentType ?? '').toLowerCase().includes('json') && this.adapter.onBody) {
       this.framing = 'json';
       this.body = [];
     }
@@ -88,11 +133,15 @@ export class RequestMeter {
 
   /** A chunk that has already been written to the client, with its arrival time (ms). */
   chunk(buf: Buffer, arrival: number): void {
-    if (this.finished) return;
+    if (this.finished || this.disabled) return;
     this.now = arrival;
+    if (!this.firstByteSeen) {
+      this.firstByteSeen = true;
+      this.ins.timeToFirstByte.record((arrival - this.clock.start) / 1000, this.labels);
+    }
     try {
-      if (this.framing === 'sse') {
-        this.sse!.push(buf);
+      if (this.parser !== undefined) {
+        this.parser.push(buf);
       } else if (this.framing === 'json') {
         if (this.bodyBytes + buf.length <= this.opts.maxBodyBytes) {
           this.body!.push(buf);
@@ -103,8 +152,10 @@ export class RequestMeter {
         }
       }
     } catch {
-      // A parser bug must never break forwarding: stop measuring this body.
+      // A parser bug or a corrupt event-stream frame must never break
+      // forwarding: stop measuring this body (duration is still recorded).
       this.framing = 'none';
+      this.parser = undefined;
     }
   }
 
@@ -118,6 +169,18 @@ export class RequestMeter {
       } else {
         this.ins.chunkGap.record(gap / 1000, this.labels);
       }
+      const perToken = this.ins.perTokenItl;
+      if (perToken !== undefined) {
+        // Spread the gap over the tokens this event carried, when the stream says how many.
+        const cum = this.adapter.cumulativeOutputTokens;
+        const prev = this.prevCumulative;
+        if (gap >= 0 && cum !== undefined && prev !== undefined && cum > prev) {
+          const n = Math.min(cum - prev, MAX_TOKENS_PER_EVENT);
+          const each = gap / n / 1000;
+          for (let i = 0; i < n; i++) perToken.record(each, this.labels);
+        }
+        this.prevCumulative = cum;
+      }
     } else if (kind === EventKind.Error) {
       this.inbandError = this.adapter.errorType ?? 'error';
     }
@@ -130,7 +193,16 @@ export class RequestMeter {
   finish(end: number, errorType?: string): MeterSummary | undefined {
     if (this.finished) return undefined;
     this.finished = true;
+    if (this.disabled || (this.adapter.generic === true && !this.streamed)) return undefined;
     const adapter = this.adapter;
+    if (this.framing === 'ndjson' && errorType === undefined) {
+      // A complete body whose last line has no newline: that line still counts.
+      try {
+        (this.parser as NdjsonParser).end();
+      } catch {
+        /* measurement only */
+      }
+    }
     if (this.framing === 'json' && this.body && errorType === undefined) {
       try {
         adapter.onBody!(Buffer.concat(this.body, this.bodyBytes).toString('utf8'));
@@ -139,7 +211,7 @@ export class RequestMeter {
       }
     }
     this.body = undefined;
-    this.sse = undefined;
+    this.parser = undefined;
 
     const err =
       errorType ??
@@ -149,7 +221,7 @@ export class RequestMeter {
     const outcome = err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error';
 
     const usage = adapter.usage;
-    const streamed = this.framing === 'sse';
+    const streamed = this.streamed;
     let outputTokens = usage.outputTokens;
     let source: TokenCountSource = 'usage';
     if (outputTokens === undefined) {
@@ -166,11 +238,19 @@ export class RequestMeter {
     if (adapter.responseModel !== undefined) endLabels[ATTR.responseModel] = adapter.responseModel;
     const tpot = outputTokens !== undefined ? this.clock.tpotMs(outputTokens) : undefined;
     if (tpot !== undefined) this.ins.tpot.record(tpot / 1000, endLabels);
-    if (usage.inputTokens !== undefined) {
-      this.ins.tokenUsage.record(usage.inputTokens, { ...endLabels, [ATTR.tokenType]: 'input' });
-    }
-    if (outputTokens !== undefined) {
-      this.ins.tokenUsage.record(outputTokens, { ...endLabels, [ATTR.tokenType]: 'output' });
+    const tokens = (type: string, n: number | undefined) => {
+      if (n !== undefined) this.ins.tokenUsage.record(n, { ...endLabels, [ATTR.tokenType]: type });
+    };
+    tokens(TOKEN_TYPE.input, usage.inputTokens);
+    tokens(TOKEN_TYPE.output, outputTokens);
+    tokens(TOKEN_TYPE.cachedInput, usage.cachedInputTokens);
+    tokens(TOKEN_TYPE.cacheCreationInput, usage.cacheCreationInputTokens);
+    tokens(TOKEN_TYPE.reasoning, usage.reasoningTokens);
+    const st = adapter.serverTimings;
+    if (st !== undefined) {
+      if (st.timeToFirstToken !== undefined) this.ins.serverTtft.record(st.timeToFirstToken, endLabels);
+      if (st.timePerOutputToken !== undefined) this.ins.serverTpot.record(st.timePerOutputToken, endLabels);
+      if (st.duration !== undefined) this.ins.serverDuration.record(st.duration, endLabels);
     }
     const durationLabels = err === undefined ? endLabels : { ...endLabels, [ATTR.errorType]: err };
     const durationMs = this.clock.durationMs(end);

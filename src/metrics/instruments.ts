@@ -6,6 +6,11 @@ const LOOP_RESOLUTION_MS = 10;
 
 export type Buckets = Readonly<Record<BucketName, readonly number[]>>;
 
+export interface InstrumentOptions {
+  /** Record `llm_proxy.time_per_output_token` (config `metrics.perTokenItl`). */
+  perTokenItl?: boolean;
+}
+
 /**
  * Every instrument, created once at start-up. The request path only calls
  * `.record()` / `.add()` on these fields.
@@ -16,11 +21,17 @@ export class Instruments {
   readonly tpot: Histogram;
   readonly duration: Histogram;
   readonly tokenUsage: Histogram;
+  readonly timeToFirstByte: Histogram;
+  /** Undefined unless per-token ITL was asked for. */
+  readonly perTokenItl: Histogram | undefined;
+  readonly serverTtft: Histogram;
+  readonly serverTpot: Histogram;
+  readonly serverDuration: Histogram;
   readonly streams: Counter;
   readonly streamsActive: UpDownCounter;
   private readonly loopDelay: IntervalHistogram;
 
-  constructor(meter: Meter, buckets: Buckets = DEFAULT_BUCKETS) {
+  constructor(meter: Meter, buckets: Buckets = DEFAULT_BUCKETS, opts: InstrumentOptions = {}) {
     const hist = (name: string, unit: string, description: string, b: readonly number[]) =>
       meter.createHistogram(name, { unit, description, advice: { explicitBucketBoundaries: [...b] } });
     this.ttft = hist(
@@ -52,6 +63,38 @@ export class Instruments {
       '{token}',
       'Input and output tokens per request, as reported by the provider (output counted from events when not reported).',
       buckets.tokens,
+    );
+    this.timeToFirstByte = hist(
+      METRIC.timeToFirstByte,
+      's',
+      'Time to first byte: arrival at the proxy of the first response body byte minus arrival of the request (any format, also unknown ones).',
+      buckets.ttft,
+    );
+    this.perTokenItl = opts.perTokenItl
+      ? hist(
+          METRIC.perTokenItl,
+          's',
+          'Per-token inter-token latency: the gap before a content event divided by the output tokens it carried, recorded once per token; only for streams that report cumulative usage per event.',
+          buckets.itl,
+        )
+      : undefined;
+    this.serverTtft = hist(
+      METRIC.serverTtft,
+      's',
+      'Server-reported time to first token or prompt processing time (Bedrock firstByteLatency, Ollama load + prompt_eval_duration, llama.cpp prompt_ms).',
+      buckets.ttft,
+    );
+    this.serverTpot = hist(
+      METRIC.serverTpot,
+      's',
+      'Server-reported time per output token (Ollama eval_duration / eval_count, llama.cpp predicted_per_token_ms).',
+      buckets.itl,
+    );
+    this.serverDuration = hist(
+      METRIC.serverDuration,
+      's',
+      'Server-reported request duration (Ollama total_duration, Bedrock invocationLatency / metrics.latencyMs).',
+      buckets.duration,
     );
     this.streams = meter.createCounter(METRIC.streams, {
       unit: '{stream}',

@@ -13,6 +13,20 @@ export const METRIC = {
   /** Request arrival -> last byte (or failure/cancel). */
   duration: 'gen_ai.client.operation.duration',
   tokenUsage: 'gen_ai.client.token.usage',
+  /** Request arrival -> first response body byte, for every measured request (also unknown stream formats). */
+  timeToFirstByte: 'llm_proxy.upstream.time_to_first_byte',
+  /**
+   * Opt-in (`metrics.perTokenItl`): per-token ITL. A content event's gap divided
+   * by the tokens it carried, recorded once per token; only where the stream
+   * reports cumulative output tokens per event (vLLM continuous usage, Gemini).
+   */
+  perTokenItl: 'llm_proxy.time_per_output_token',
+  /** What the server says about itself: time to first token / prompt processing. */
+  serverTtft: 'llm_proxy.server.time_to_first_token',
+  /** What the server says about itself: time per output token. */
+  serverTpot: 'llm_proxy.server.time_per_output_token',
+  /** What the server says about itself: request duration. */
+  serverDuration: 'llm_proxy.server.duration',
   streams: 'llm_proxy.streams',
   streamsActive: 'llm_proxy.streams.active',
   eventLoopDelayP50: 'nodejs.eventloop.delay.p50',
@@ -30,6 +44,19 @@ export const ATTR = {
   errorType: 'error.type',
   outcome: 'outcome',
   tokenCountSource: 'token_count_source',
+} as const;
+
+/**
+ * `gen_ai.token.type` values. `input` and `output` are the semantic-convention
+ * values; the others are subsets of them, recorded only where the provider
+ * reports them (so `input` + `output` still sum to the total).
+ */
+export const TOKEN_TYPE = {
+  input: 'input',
+  output: 'output',
+  cachedInput: 'cached_input',
+  cacheCreationInput: 'cache_creation_input',
+  reasoning: 'reasoning',
 } as const;
 
 export const ERROR_TYPE = {

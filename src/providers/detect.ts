@@ -1,22 +1,70 @@
-import { openaiChat, openaiCompletions } from './openai-chat.js';
+import { anthropicMessages, anthropicVertex } from './anthropic.js';
+import { bedrockConverse, bedrockInvoke } from './bedrock.js';
+import { geminiStream } from './gemini.js';
+import { genericStream } from './generic.js';
+import { ollamaChat, ollamaGenerate } from './ollama.js';
+import { azureOpenaiChat, openaiChat, openaiCompletions } from './openai-chat.js';
+import { openaiResponses } from './openai-responses.js';
 import type { ApiDescriptor } from './types.js';
 
-/** Adapters selectable by name in a route's `provider:` setting. */
+/** The same API under another default `gen_ai.provider.name`. */
+function named(api: ApiDescriptor, providerName: string): ApiDescriptor {
+  return { ...api, defaultProviderName: providerName };
+}
+
+/**
+ * Adapters selectable by name in a route's `provider:` setting. Names are the
+ * `gen_ai.provider.name` values where there is one, plus API ids.
+ */
 export const API_BY_NAME: Readonly<Record<string, ApiDescriptor>> = {
   openai: openaiChat,
   'openai-chat': openaiChat,
+  'openai-compatible': openaiChat,
   'openai-completions': openaiCompletions,
+  'openai-responses': openaiResponses,
+  'azure.ai.openai': azureOpenaiChat,
+  azure: azureOpenaiChat,
+  vllm: named(openaiChat, 'vllm'),
+  'llama.cpp': named(openaiChat, 'llama.cpp'),
+  tgi: named(openaiChat, 'tgi'),
+  deepseek: named(openaiChat, 'deepseek'),
+  groq: named(openaiChat, 'groq'),
+  openrouter: named(openaiChat, 'openrouter'),
+  anthropic: anthropicMessages,
+  'gcp.vertex_ai.anthropic': anthropicVertex,
+  gemini: geminiStream,
+  'gcp.gemini': geminiStream,
+  'gcp.vertex_ai': geminiStream,
+  ollama: ollamaChat,
+  'ollama-chat': ollamaChat,
+  'ollama-generate': ollamaGenerate,
+  bedrock: bedrockConverse,
+  'aws.bedrock': bedrockConverse,
+  'bedrock-converse': bedrockConverse,
+  'bedrock-invoke': bedrockInvoke,
+  generic: genericStream,
 };
 
-/** Path suffixes of the APIs we understand, checked against the forwarded path. */
+/** Path rules of the APIs we understand, checked against the forwarded path (without its query). */
 const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
+  [/\/openai\/deployments\/[^/]+\/chat\/completions$/, azureOpenaiChat],
   [/(?:^|\/)chat\/completions$/, openaiChat],
   [/(?:^|\/)completions$/, openaiCompletions],
+  [/(?:^|\/)responses$/, openaiResponses],
+  [/\/model\/[^/]+\/(?:converse-stream|converse)$/, bedrockConverse],
+  [/\/model\/[^/]+\/(?:invoke-with-response-stream|invoke)$/, bedrockInvoke],
+  [/\/models\/[^/:]+:(?:streamGenerateContent|generateContent)$/, geminiStream],
+  [/\/publishers\/anthropic\/models\/[^/:]+:(?:stream)?[rR]awPredict$/, anthropicVertex],
+  [/(?:^|\/)v1\/messages$/, anthropicMessages],
+  [/(?:^|\/)api\/chat$/, ollamaChat],
+  [/(?:^|\/)api\/generate$/, ollamaGenerate],
 ];
 
 /**
- * The API of a request, from the route's explicit `provider` first, then the
- * path. Undefined: not an LLM API we know; the request is still forwarded.
+ * The API of a request: the route's explicit `provider` first, then the
+ * path, then the generic fallback (streams are timed, nothing else is
+ * measured). Undefined is no longer returned; the signature keeps it so that
+ * callers may treat "no API" as before.
  */
 export function detectApi(path: string, routeProvider: string | undefined): ApiDescriptor | undefined {
   if (routeProvider !== undefined) {
@@ -26,7 +74,7 @@ export function detectApi(path: string, routeProvider: string | undefined): ApiD
   const q = path.indexOf('?');
   const p = q === -1 ? path : path.slice(0, q);
   for (const [re, api] of PATH_RULES) if (re.test(p)) return api;
-  return undefined;
+  return genericStream;
 }
 
 /** `gen_ai.provider.name` for well-known hosts (semantic-convention values). */
@@ -37,7 +85,7 @@ const HOST_PROVIDERS: ReadonlyArray<readonly [RegExp, string]> = [
   [/(^|\.)anthropic\.com$/, 'anthropic'],
   [/(^|\.)generativelanguage\.googleapis\.com$/, 'gcp.gemini'],
   [/(^|\.)aiplatform\.googleapis\.com$/, 'gcp.vertex_ai'],
-  [/^bedrock-runtime\..*amazonaws\.com$/, 'aws.bedrock'],
+  [/^bedrock-runtime(?:-fips)?\..*amazonaws\.com$/, 'aws.bedrock'],
   [/(^|\.)deepseek\.com$/, 'deepseek'],
   [/(^|\.)groq\.com$/, 'groq'],
   [/(^|\.)mistral\.ai$/, 'mistral_ai'],

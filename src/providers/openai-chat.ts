@@ -1,5 +1,5 @@
 import type { SseEvent } from '../sse/parser.js';
-import { EventKind, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -13,12 +13,15 @@ import { EventKind, type ApiDescriptor, type ResponseAdapter, type Usage } from 
  *
  * Usage: the last `usage.completion_tokens` seen (final usage chunk, DeepSeek's
  * usage on the finish chunk, vLLM's cumulative usage on every chunk).
+ * Server timings: llama.cpp's `timings` object (`prompt_ms`,
+ * `predicted_per_token_ms`), on the final chunk or on every chunk.
  */
 export class OpenAIChatAdapter implements ResponseAdapter {
   readonly usage: Usage = {};
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  serverTimings: ServerTimings | undefined;
 
   onEvent(ev: SseEvent): EventKind {
     const data = ev.data;
@@ -39,6 +42,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       this.responseModel = chunk.model;
     }
     if (chunk.usage && typeof chunk.usage === 'object') this.readUsage(chunk.usage as Record<string, unknown>);
+    if (chunk.timings && typeof chunk.timings === 'object') this.readTimings(chunk.timings as Record<string, unknown>);
     const choices = chunk.choices;
     if (!Array.isArray(choices)) return EventKind.None;
     for (const choice of choices) {
@@ -59,6 +63,16 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (r.error !== undefined && r.error !== null) this.errorType = errorTypeOf(r.error);
     if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
     if (r.usage && typeof r.usage === 'object') this.readUsage(r.usage as Record<string, unknown>);
+    if (r.timings && typeof r.timings === 'object') this.readTimings(r.timings as Record<string, unknown>);
+  }
+
+  /** llama.cpp server timings (milliseconds on the wire). */
+  private readTimings(t: Record<string, unknown>): void {
+    const st: ServerTimings = (this.serverTimings ??= {});
+    if (typeof t.predicted_per_token_ms === 'number' && typeof t.predicted_n === 'number' && t.predicted_n > 0) {
+      st.timePerOutputToken = t.predicted_per_token_ms / 1000;
+    }
+    if (typeof t.prompt_ms === 'number') st.timeToFirstToken = t.prompt_ms / 1000;
   }
 
   private readUsage(u: Record<string, unknown>): void {
@@ -71,6 +85,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (cd && typeof cd.reasoning_tokens === 'number') this.usage.reasoningTokens = cd.reasoning_tokens;
     const pd = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
     if (pd && typeof pd.cached_tokens === 'number') this.usage.cachedInputTokens = pd.cached_tokens;
+    else if (typeof u.prompt_cache_hit_tokens === 'number') this.usage.cachedInputTokens = u.prompt_cache_hit_tokens; // DeepSeek
   }
 }
 
@@ -119,6 +134,25 @@ export const openaiChat: ApiDescriptor = {
   operation: 'chat',
   defaultProviderName: 'openai',
   newAdapter: () => new OpenAIChatAdapter(),
+};
+
+const AZURE_DEPLOYMENT = /\/openai\/deployments\/([^/?]+)\//;
+
+/** Azure OpenAI's deployment paths: the deployment name stands for the model (the body usually has none). */
+export const azureOpenaiChat: ApiDescriptor = {
+  api: 'openai-chat',
+  operation: 'chat',
+  defaultProviderName: 'azure.ai.openai',
+  newAdapter: () => new OpenAIChatAdapter(),
+  modelFromPath(path) {
+    const m = AZURE_DEPLOYMENT.exec(path);
+    if (!m) return undefined;
+    try {
+      return decodeURIComponent(m[1]!);
+    } catch {
+      return m[1];
+    }
+  },
 };
 
 export const openaiCompletions: ApiDescriptor = {

@@ -12,12 +12,35 @@ export const enum EventKind {
 
 export type TokenCountSource = 'usage' | 'events' | 'none';
 
-/** Token usage as the provider reports it; undefined fields were not reported. */
+/**
+ * Token usage as the provider reports it; undefined fields were not reported.
+ * Each adapter fills it in one small function (its "usage arithmetic"):
+ * `inputTokens` is the whole prompt (cached and cache-written tokens included),
+ * `outputTokens` everything generated (reasoning included when the provider
+ * bills it as output). The detail fields are subsets of those two.
+ */
 export interface Usage {
   inputTokens?: number;
   outputTokens?: number;
+  /** Of `outputTokens`: reasoning / thinking tokens. */
   reasoningTokens?: number;
+  /** Of `inputTokens`: tokens read from the prompt cache. */
   cachedInputTokens?: number;
+  /** Of `inputTokens`: tokens written to the prompt cache (Anthropic, Bedrock). */
+  cacheCreationInputTokens?: number;
+}
+
+/**
+ * Timings the server reports about itself (seconds), exported next to what the
+ * proxy observes so the two can be compared. Undefined: not reported.
+ */
+export interface ServerTimings {
+  /** Server-side time to first token (Bedrock `firstByteLatency`) or prompt processing time (Ollama, llama.cpp). */
+  timeToFirstToken?: number;
+  /** Server-side time per output token (Ollama `eval_duration / eval_count`, llama.cpp `predicted_per_token_ms`). */
+  timePerOutputToken?: number;
+  /** Server-side request duration (Ollama `total_duration`, Bedrock `invocationLatency` / `latencyMs`). */
+  duration?: number;
 }
 
 /**
@@ -25,7 +48,7 @@ export interface Usage {
  * (usage, response model, error) as plain fields the meter reads at the end.
  */
 export interface ResponseAdapter {
-  /** Classify one SSE event (or one NDJSON line, as `{type:'', data}`). */
+  /** Classify one SSE event (or one NDJSON line as `{type:'', data}`, or one event-stream frame). */
   onEvent(ev: SseEvent): EventKind;
   /** A non-streamed body (JSON), at most the capture cap. */
   onBody?(body: string): void;
@@ -34,6 +57,13 @@ export interface ResponseAdapter {
   readonly cumulativeOutputTokens: number | undefined;
   readonly responseModel: string | undefined;
   readonly errorType: string | undefined;
+  /** What the server says about its own latency, when it says anything. */
+  readonly serverTimings?: ServerTimings;
+  /**
+   * True for the fallback adapter of unknown APIs: the meter then records
+   * only streamed responses (duration and first byte), and nothing else.
+   */
+  readonly generic?: boolean;
 }
 
 /** The API family of a request: decides the adapter and the semconv names. */
@@ -47,4 +77,38 @@ export interface ApiDescriptor {
   newAdapter(): ResponseAdapter;
   /** The model when the API puts it in the path (Gemini, Bedrock); the JSON body's `model` otherwise. */
   modelFromPath?(path: string): string | undefined;
+}
+
+/** Helpers shared by the adapters. */
+export function obj(v: unknown): Record<string, unknown> | undefined {
+  return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+}
+
+export function num(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+export function nonEmpty(v: unknown): boolean {
+  return typeof v === 'string' && v.length > 0;
+}
+
+/** JSON.parse that returns an object or undefined, never throws. */
+export function parseObject(data: string): Record<string, unknown> | undefined {
+  if (data.length === 0 || data.charCodeAt(0) !== 0x7b /* { */) {
+    // Tolerate leading whitespace; anything else is not an object.
+    const t = data.trimStart();
+    if (t.length === 0 || t.charCodeAt(0) !== 0x7b) return undefined;
+  }
+  try {
+    return obj(JSON.parse(data));
+  } catch {
+    return undefined;
+  }
+}
+
+/** Sum of the defined numbers, or undefined when none is defined. */
+export function sumDefined(...vs: (number | undefined)[]): number | undefined {
+  let s: number | undefined;
+  for (const v of vs) if (v !== undefined) s = (s ?? 0) + v;
+  return s;
 }

@@ -1,0 +1,154 @@
+import type { SseEvent } from '../sse/parser.js';
+import { errorTypeOf } from './openai-chat.js';
+import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+
+/**
+ * Anthropic Messages streams (`POST /v1/messages`), also reused for Bedrock
+ * InvokeModelWithResponseStream chunks and Vertex AI `:streamRawPredict`.
+ *
+ * Content-bearing: `content_block_delta` whose delta is a `text_delta`,
+ * `thinking_delta` or `input_json_delta` with non-empty text. Not content:
+ * `message_start`, `content_block_start/stop`, `ping`, `signature_delta`,
+ * `citations_delta`, an empty `thinking_delta` or `partial_json:""`,
+ * `message_delta`, `message_stop`. One event usually carries several tokens.
+ *
+ * Usage: `message_start.message.usage` (input, cache, an initial output count)
+ * and `message_delta.usage` (cumulative; the last one is the final count).
+ * In-band error: `event: error` with `{"type":"error","error":{"type":...}}`.
+ */
+export class AnthropicAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  responseModel: string | undefined;
+  errorType: string | undefined;
+  /** Raw usage fields as last reported; `usage` is derived from them. */
+  private input: number | undefined;
+  private cacheCreation: number | undefined;
+  private cacheRead: number | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    const t = ev.type;
+    // The SSE event name equals the payload's `type`: skip parsing what we do not need.
+    if (t === 'ping' || t === 'content_block_start' || t === 'content_block_stop' || t === 'message_stop') return EventKind.None;
+    const o = parseObject(ev.data);
+    if (!o) return t === 'error' ? this.fail(undefined) : EventKind.None;
+    return this.onObject(t !== '' ? t : typeof o.type === 'string' ? o.type : '', o);
+  }
+
+  /** One decoded Anthropic event (also from a Bedrock `chunk`). */
+  onObject(type: string, o: Record<string, unknown>): EventKind {
+    switch (type) {
+      case 'content_block_delta':
+        return deltaHasContent(obj(o.delta)) ? EventKind.Content : EventKind.None;
+      case 'message_start': {
+        const m = obj(o.message);
+        if (m) {
+          if (typeof m.model === 'string' && m.model !== '') this.responseModel = m.model;
+          const u = obj(m.usage);
+          if (u) this.readUsage(u, false);
+        }
+        return EventKind.None;
+      }
+      case 'message_delta': {
+        const u = obj(o.usage);
+        if (u) this.readUsage(u, true);
+        return EventKind.None;
+      }
+      case 'error':
+        return this.fail(o.error);
+      default:
+        return EventKind.None;
+    }
+  }
+
+  onBody(body: string): void {
+    const o = parseObject(body);
+    if (!o) return;
+    if (o.type === 'error' || (o.error !== undefined && o.error !== null)) {
+      this.errorType = errorTypeOf(o.error);
+      return;
+    }
+    if (typeof o.model === 'string' && o.model !== '') this.responseModel = o.model;
+    const u = obj(o.usage);
+    if (u) this.readUsage(u, true);
+  }
+
+  private fail(err: unknown): EventKind {
+    this.errorType = errorTypeOf(err);
+    return EventKind.Error;
+  }
+
+  /**
+   * Usage arithmetic: input = input_tokens + cache_creation_input_tokens +
+   * cache_read_input_tokens (Anthropic reports the three apart); output is
+   * `output_tokens`, which includes thinking. `final`: from `message_delta`
+   * (cumulative) or a whole body. `message_start`'s output count is a
+   * placeholder (1-4) and is ignored: a stream cut before `message_delta`
+   * falls back to counting events.
+   */
+  private readUsage(u: Record<string, unknown>, final: boolean): void {
+    const input = num(u.input_tokens);
+    const creation = num(u.cache_creation_input_tokens);
+    const read = num(u.cache_read_input_tokens);
+    if (input !== undefined) this.input = input;
+    if (creation !== undefined) this.cacheCreation = creation;
+    if (read !== undefined) this.cacheRead = read;
+    const total = sumDefined(this.input, this.cacheCreation, this.cacheRead);
+    if (total !== undefined) this.usage.inputTokens = total;
+    if (this.cacheRead !== undefined) this.usage.cachedInputTokens = this.cacheRead;
+    if (this.cacheCreation !== undefined) this.usage.cacheCreationInputTokens = this.cacheCreation;
+    const out = num(u.output_tokens);
+    if (out !== undefined && final) {
+      this.usage.outputTokens = out;
+      this.cumulativeOutputTokens = out;
+    }
+  }
+}
+
+function deltaHasContent(d: Record<string, unknown> | undefined): boolean {
+  if (!d) return false;
+  switch (d.type) {
+    case 'text_delta':
+      return nonEmpty(d.text);
+    case 'thinking_delta':
+      return nonEmpty(d.thinking);
+    case 'input_json_delta':
+      return nonEmpty(d.partial_json);
+    default:
+      return false;
+  }
+}
+
+const VERTEX_MODEL = /\/models\/([^/:?]+):(?:stream)?[rR]awPredict$/;
+
+export const anthropicMessages: ApiDescriptor = {
+  api: 'anthropic',
+  operation: 'chat',
+  defaultProviderName: 'anthropic',
+  newAdapter: () => new AnthropicAdapter(),
+};
+
+/** Claude on Vertex AI: Anthropic events, model in the path. */
+export const anthropicVertex: ApiDescriptor = {
+  api: 'anthropic-vertex',
+  operation: 'chat',
+  defaultProviderName: 'gcp.vertex_ai',
+  newAdapter: () => new AnthropicAdapter(),
+  modelFromPath(path) {
+    const m = VERTEX_MODEL.exec(stripQuery(path));
+    return m ? safeDecode(m[1]!) : undefined;
+  },
+};
+
+export function stripQuery(path: string): string {
+  const q = path.indexOf('?');
+  return q === -1 ? path : path.slice(0, q);
+}
+
+export function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}

@@ -1,0 +1,180 @@
+import type { EventStreamEvent } from '../sse/eventstream.js';
+import type { SseEvent } from '../sse/parser.js';
+import { AnthropicAdapter, safeDecode, stripQuery } from './anthropic.js';
+import { sanitizeErrorType } from './openai-chat.js';
+import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+
+/**
+ * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one
+ * event per decoded frame (see src/sse/eventstream.ts).
+ *
+ * ConverseStream (`/model/{id}/converse-stream`): content-bearing
+ * `contentBlockDelta` frames with non-empty `delta.text`,
+ * `delta.reasoningContent.text` or `delta.toolUse.input` (several tokens
+ * each). Usage: the `metadata` frame's `usage`; `metrics.latencyMs` is the
+ * server-side duration.
+ *
+ * InvokeModelWithResponseStream (`/model/{id}/invoke-with-response-stream`):
+ * `chunk` frames whose payload `{"bytes": base64}` wraps the model's own
+ * event. Anthropic events (they have a `type`) go through the Anthropic
+ * adapter's logic; other model families count as content when they carry
+ * text (`generation`, `outputText`, `completion`, `outputs[].text`,
+ * `choices[].delta.content`). The last chunk's
+ * `amazon-bedrock-invocationMetrics` gives token counts (used when the model's
+ * own usage is missing) and `firstByteLatency` / `invocationLatency`.
+ *
+ * In-band errors: frames with `:message-type: exception` (type =
+ * `:exception-type`, e.g. `throttlingException`) or `error` (`:error-code`).
+ */
+export class BedrockAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  errorType: string | undefined;
+  serverTimings: ServerTimings | undefined;
+  private modelFromStream: string | undefined;
+  /** Created on the first Anthropic event inside an invoke `chunk`. */
+  private anthropic: AnthropicAdapter | undefined;
+  /** Counts from `amazon-bedrock-invocationMetrics`, used when the model's own usage is missing. */
+  private metricsOutput: number | undefined;
+  private metricsInput: number | undefined;
+
+  get responseModel(): string | undefined {
+    return this.anthropic?.responseModel ?? this.modelFromStream;
+  }
+
+  onEvent(ev: SseEvent): EventKind {
+    const messageType = (ev as Partial<EventStreamEvent>).messageType;
+    if (messageType !== undefined && messageType !== 'event') {
+      this.errorType = sanitizeErrorType(ev.type !== '' ? ev.type : messageType);
+      return EventKind.Error;
+    }
+    switch (ev.type) {
+      case 'contentBlockDelta': {
+        const d = obj(parseObject(ev.data)?.delta);
+        if (!d) return EventKind.None;
+        if (nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input)) return EventKind.Content;
+        return EventKind.None;
+      }
+      case 'metadata': {
+        const o = parseObject(ev.data);
+        if (o) this.readConverseMetadata(o);
+        return EventKind.None;
+      }
+      case 'chunk':
+        return this.onChunk(ev.data);
+      default:
+        // messageStart, contentBlockStart/Stop, messageStop: not output.
+        return EventKind.None;
+    }
+  }
+
+  onBody(body: string): void {
+    const o = parseObject(body);
+    if (!o) return;
+    if (obj(o.usage) && ('output' in o || 'stopReason' in o)) {
+      this.readConverseMetadata(o); // Converse (non-streamed)
+      return;
+    }
+    (this.anthropic ??= new AnthropicAdapter()).onBody(body); // InvokeModel with an Anthropic body
+    this.sync();
+  }
+
+  private onChunk(data: string): EventKind {
+    const bytes = parseObject(data)?.bytes;
+    if (typeof bytes !== 'string') return EventKind.None;
+    const inner = parseObject(Buffer.from(bytes, 'base64').toString('utf8'));
+    if (!inner) return EventKind.None;
+    const m = obj(inner['amazon-bedrock-invocationMetrics']);
+    if (m) this.readInvocationMetrics(m);
+    let kind: EventKind;
+    if (typeof inner.type === 'string') {
+      kind = (this.anthropic ??= new AnthropicAdapter()).onObject(inner.type, inner);
+      if (kind === EventKind.Error) this.errorType = this.anthropic.errorType;
+    } else {
+      kind = otherModelHasContent(inner) ? EventKind.Content : EventKind.None;
+    }
+    this.sync();
+    return kind;
+  }
+
+  /** Usage arithmetic for the wrapped model: its own usage first, Bedrock's invocation metrics otherwise. */
+  private sync(): void {
+    const a = this.anthropic?.usage;
+    const u = this.usage;
+    u.inputTokens = a?.inputTokens ?? this.metricsInput;
+    u.outputTokens = a?.outputTokens ?? this.metricsOutput;
+    u.cachedInputTokens = a?.cachedInputTokens;
+    u.cacheCreationInputTokens = a?.cacheCreationInputTokens;
+    this.cumulativeOutputTokens = this.anthropic?.cumulativeOutputTokens ?? this.metricsOutput;
+  }
+
+  private readInvocationMetrics(m: Record<string, unknown>): void {
+    this.metricsInput = num(m.inputTokenCount) ?? this.metricsInput;
+    this.metricsOutput = num(m.outputTokenCount) ?? this.metricsOutput;
+    const st: ServerTimings = (this.serverTimings ??= {});
+    const first = num(m.firstByteLatency);
+    if (first !== undefined) st.timeToFirstToken = first / 1000;
+    const total = num(m.invocationLatency);
+    if (total !== undefined) st.duration = total / 1000;
+  }
+
+  /**
+   * Usage arithmetic (Converse): Bedrock reports `inputTokens` apart from
+   * `cacheReadInputTokens` and `cacheWriteInputTokens`, so input is their sum.
+   */
+  private readConverseMetadata(o: Record<string, unknown>): void {
+    const u = obj(o.usage);
+    if (u) {
+      const read = num(u.cacheReadInputTokens);
+      const write = num(u.cacheWriteInputTokens);
+      const input = sumDefined(num(u.inputTokens), read, write);
+      if (input !== undefined) this.usage.inputTokens = input;
+      if (read !== undefined) this.usage.cachedInputTokens = read;
+      if (write !== undefined) this.usage.cacheCreationInputTokens = write;
+      const out = num(u.outputTokens);
+      if (out !== undefined) {
+        this.usage.outputTokens = out;
+        this.cumulativeOutputTokens = out;
+      }
+    }
+    const latency = num(obj(o.metrics)?.latencyMs);
+    if (latency !== undefined) (this.serverTimings ??= {}).duration = latency / 1000;
+  }
+}
+
+function otherModelHasContent(o: Record<string, unknown>): boolean {
+  if (nonEmpty(o.generation) || nonEmpty(o.outputText) || nonEmpty(o.completion)) return true;
+  const outputs = o.outputs;
+  if (Array.isArray(outputs) && outputs.some((x) => nonEmpty(obj(x)?.text))) return true;
+  const choices = o.choices;
+  if (Array.isArray(choices)) {
+    for (const c of choices) {
+      const d = obj(obj(c)?.delta);
+      if (d && (nonEmpty(d.content) || nonEmpty(d.reasoning_content))) return true;
+    }
+  }
+  return false;
+}
+
+const MODEL_IN_PATH = /\/model\/([^/]+)\/(?:converse-stream|converse|invoke-with-response-stream|invoke)$/;
+
+function bedrockModel(path: string): string | undefined {
+  const m = MODEL_IN_PATH.exec(stripQuery(path));
+  return m ? safeDecode(m[1]!) : undefined;
+}
+
+export const bedrockConverse: ApiDescriptor = {
+  api: 'bedrock-converse',
+  operation: 'chat',
+  defaultProviderName: 'aws.bedrock',
+  newAdapter: () => new BedrockAdapter(),
+  modelFromPath: bedrockModel,
+};
+
+export const bedrockInvoke: ApiDescriptor = {
+  api: 'bedrock-invoke',
+  operation: 'chat',
+  defaultProviderName: 'aws.bedrock',
+  newAdapter: () => new BedrockAdapter(),
+  modelFromPath: bedrockModel,
+};

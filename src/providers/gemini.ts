@@ -1,0 +1,110 @@
+import type { SseEvent } from '../sse/parser.js';
+import { safeDecode, stripQuery } from './anthropic.js';
+import { errorTypeOf } from './openai-chat.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+
+/**
+ * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
+ * `data:` events, CRLF-separated, no terminator.
+ *
+ * Content-bearing: a chunk whose candidates have a part with non-empty `text`
+ * (`thought: true` parts are reasoning, still output) or a `functionCall`.
+ * Chunks carry many tokens each.
+ * Usage: `usageMetadata` on the chunks; `candidatesTokenCount` is cumulative
+ * where present (it may only appear on the last chunk), `thoughtsTokenCount`
+ * is not included in it. In-band error: a `{"error":{...}}` event.
+ *
+ * Without `alt=sse` the API streams one JSON array (`application/json`): the
+ * body is then read whole at the end for usage (no TTFT).
+ */
+export class GeminiAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  responseModel: string | undefined;
+  errorType: string | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    const o = parseObject(ev.data);
+    if (!o) return EventKind.None;
+    return this.onChunk(o);
+  }
+
+  private onChunk(o: Record<string, unknown>): EventKind {
+    if (o.error !== undefined && o.error !== null) {
+      this.errorType = errorTypeOf(geminiError(o.error));
+      return EventKind.Error;
+    }
+    if (typeof o.modelVersion === 'string' && o.modelVersion !== '') this.responseModel = o.modelVersion;
+    const u = obj(o.usageMetadata);
+    if (u) this.readUsage(u);
+    const cands = o.candidates;
+    if (!Array.isArray(cands)) return EventKind.None;
+    for (const c of cands) {
+      const parts = obj(obj(c)?.content)?.parts;
+      if (!Array.isArray(parts)) continue;
+      for (const p of parts) {
+        const part = obj(p);
+        if (part && (nonEmpty(part.text) || obj(part.functionCall) !== undefined)) return EventKind.Content;
+      }
+    }
+    return EventKind.None;
+  }
+
+  onBody(body: string): void {
+    let v: unknown;
+    try {
+      v = JSON.parse(body);
+    } catch {
+      return;
+    }
+    const list = Array.isArray(v) ? v : [v];
+    for (const item of list) {
+      const o = obj(item);
+      if (o) this.onChunk(o);
+    }
+  }
+
+  /**
+   * Usage arithmetic: output = candidatesTokenCount + thoughtsTokenCount
+   * (thinking is billed as output but reported apart); input =
+   * promptTokenCount (+ toolUsePromptTokenCount), which already includes
+   * `cachedContentTokenCount`. Cumulative per chunk once candidates are counted.
+   */
+  private readUsage(u: Record<string, unknown>): void {
+    const prompt = num(u.promptTokenCount);
+    const toolPrompt = num(u.toolUsePromptTokenCount);
+    if (prompt !== undefined) this.usage.inputTokens = prompt + (toolPrompt ?? 0);
+    const cached = num(u.cachedContentTokenCount);
+    if (cached !== undefined) this.usage.cachedInputTokens = cached;
+    const cand = num(u.candidatesTokenCount);
+    const thoughts = num(u.thoughtsTokenCount);
+    if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
+    if (cand !== undefined || thoughts !== undefined) {
+      const out = (cand ?? 0) + (thoughts ?? 0);
+      this.usage.outputTokens = out;
+      this.cumulativeOutputTokens = out;
+    }
+  }
+}
+
+/** Google errors: `{code: 503, message, status: "UNAVAILABLE"}`: the status is the type. */
+function geminiError(e: unknown): unknown {
+  const o = obj(e);
+  if (o && typeof o.status === 'string' && o.status !== '') return { type: o.status };
+  return e;
+}
+
+const MODEL_IN_PATH = /\/models\/([^/:?]+):(?:streamGenerateContent|generateContent)$/;
+
+function geminiModel(path: string): string | undefined {
+  const m = MODEL_IN_PATH.exec(stripQuery(path));
+  return m ? safeDecode(m[1]!) : undefined;
+}
+
+export const geminiStream: ApiDescriptor = {
+  api: 'gemini',
+  operation: 'generate_content',
+  defaultProviderName: 'gcp.gemini',
+  newAdapter: () => new GeminiAdapter(),
+  modelFromPath: geminiModel,
+};

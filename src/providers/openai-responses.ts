@@ -1,0 +1,114 @@
+import type { SseEvent } from '../sse/parser.js';
+import { sanitizeErrorType } from './openai-chat.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+
+/** Delta events that carry generated output (non-empty `delta`). */
+const CONTENT_EVENTS = new Set([
+  'response.output_text.delta',
+  'response.refusal.delta',
+  'response.reasoning_summary_text.delta',
+  'response.reasoning_text.delta',
+  'response.function_call_arguments.delta',
+  'response.custom_tool_call_input.delta',
+  'response.mcp_call_arguments.delta',
+  'response.code_interpreter_call_code.delta',
+  'response.audio.transcript.delta',
+]);
+
+/** Events whose payload we read; every other event is classified by its name alone. */
+const READ_EVENTS = new Set(['response.created', 'response.completed', 'response.incomplete', 'response.failed', 'error']);
+
+/**
+ * OpenAI Responses API streams (`POST /v1/responses`): `event:` + `data:`.
+ *
+ * Content-bearing: the `*.delta` events in CONTENT_EVENTS with a non-empty
+ * `delta` (answer text, refusal, reasoning summary / text, tool-call
+ * arguments). About one token per event.
+ * Usage: `response.completed` (or `response.incomplete`) → `response.usage`.
+ * In-band errors: `response.failed` (`response.error.code`) and `error`
+ * (`code`, else `type`).
+ */
+export class OpenAIResponsesAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  responseModel: string | undefined;
+  errorType: string | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    let type = ev.type;
+    let o: Record<string, unknown> | undefined;
+    if (type === '' || type === 'message') {
+      // A server that omits `event:`: the payload's `type` says the same.
+      o = parseObject(ev.data);
+      if (!o) return EventKind.None;
+      type = typeof o.type === 'string' ? o.type : '';
+    }
+    if (CONTENT_EVENTS.has(type)) {
+      o ??= parseObject(ev.data);
+      return o && nonEmpty(o.delta) ? EventKind.Content : EventKind.None;
+    }
+    if (!READ_EVENTS.has(type)) return EventKind.None;
+    o ??= parseObject(ev.data);
+    if (!o) return type === 'error' ? this.fail('error') : EventKind.None;
+    if (type === 'error') {
+      return this.fail(firstString(o.code, o.type, obj(o.error)?.code, obj(o.error)?.type) ?? 'error');
+    }
+    const r = obj(o.response);
+    if (r) this.readResponse(r);
+    if (type === 'response.failed') {
+      const e = r ? obj(r.error) : undefined;
+      return this.fail(firstString(e?.code, e?.type) ?? 'response_failed');
+    }
+    return EventKind.None;
+  }
+
+  onBody(body: string): void {
+    const o = parseObject(body);
+    if (!o) return;
+    const e = obj(o.error);
+    if (e) this.errorType = sanitizeErrorType(firstString(e.code, e.type) ?? 'error');
+    this.readResponse(o);
+  }
+
+  private fail(type: string): EventKind {
+    this.errorType = sanitizeErrorType(type);
+    return EventKind.Error;
+  }
+
+  private readResponse(r: Record<string, unknown>): void {
+    if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
+    const u = obj(r.usage);
+    if (u) this.readUsage(u);
+  }
+
+  /**
+   * Usage arithmetic: `input_tokens` already includes the cached ones
+   * (`input_tokens_details.cached_tokens`); `output_tokens` already includes
+   * reasoning (`output_tokens_details.reasoning_tokens`).
+   */
+  private readUsage(u: Record<string, unknown>): void {
+    const input = num(u.input_tokens);
+    const output = num(u.output_tokens);
+    if (input !== undefined) this.usage.inputTokens = input;
+    if (output !== undefined) {
+      this.usage.outputTokens = output;
+      this.cumulativeOutputTokens = output;
+    }
+    const cached = num(obj(u.input_tokens_details)?.cached_tokens);
+    if (cached !== undefined) this.usage.cachedInputTokens = cached;
+    const reasoning = num(obj(u.output_tokens_details)?.reasoning_tokens);
+    if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
+  }
+}
+
+function firstString(...vs: unknown[]): string | undefined {
+  for (const v of vs) if ((typeof v === 'string' && v !== '') || typeof v === 'number') return String(v);
+  return undefined;
+}
+
+export const openaiResponses: ApiDescriptor = {
+  api: 'openai-responses',
+  operation: 'chat',
+  defaultProviderName: 'openai',
+  newAdapter: () => new OpenAIResponsesAdapter(),
+};

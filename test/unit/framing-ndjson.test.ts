@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { NdjsonParser } from '../../src/sse/ndjson.js';
+import type { SseEvent } from '../../src/sse/parser.js';
+import { fixture } from '../helpers/fixtures.js';
+
+function lines(chunks: (string | Buffer)[], max?: number, end = true): SseEvent[] {
+  const out: SseEvent[] = [];
+  const p = new NdjsonParser((e) => out.push(e), max === undefined ? {} : { maxEventBytes: max });
+  for (const c of chunks) p.push(typeof c === 'string' ? Buffer.from(c) : c);
+  if (end) p.end();
+  return out;
+}
+
+describe('NDJSON line framing', () => {
+  it('the Ollama fixture: one event per line, equal to a whole-text split, at every split point', () => {
+    const bytes = fixture('ollama-chat.ndjson');
+    const want = bytes.toString('utf8').split('\n').filter((l) => l !== '');
+    expect(want.length).toBe(24);
+    for (let i = 0; i <= bytes.length; i++) {
+      const got = lines([bytes.subarray(0, i), bytes.subarray(i)]).map((e) => e.data);
+      if (got.join('\n') !== want.join('\n')) expect(got, `split at ${i}`).toEqual(want);
+    }
+    expect(lines([bytes])[0]).toEqual({ type: '', data: want[0], id: undefined });
+  });
+
+  it('strips CR, skips blank lines, reassembles UTF-8 split across reads', () => {
+    const deg = Buffer.from('{"a":"22°C"}\r\n\n  \n{"b":1}\n');
+    const i = deg.indexOf(0xb0); // second byte of °
+    expect(lines([deg.subarray(0, i), deg.subarray(i)]).map((e) => e.data)).toEqual(['{"a":"22°C"}', '{"b":1}']);
+  });
+
+  it('a last line without a newline is emitted by end() only', () => {
+    expect(lines(['{"a":1}\n{"b":2}'], undefined, false).map((e) => e.data)).toEqual(['{"a":1}']);
+    expect(lines(['{"a":1}\n{"b":2}']).map((e) => e.data)).toEqual(['{"a":1}', '{"b":2}']);
+  });
+
+  it('drops lines over the cap, in one chunk or across chunks, and keeps going', () => {
+    const long = 'x'.repeat(100);
+    expect(lines([`${long}\n{"ok":1}\n`], 50).map((e) => e.data)).toEqual(['{"ok":1}']);
+    expect(lines([long.slice(0, 30), long.slice(30), '\n{"ok":2}\n'], 50).map((e) => e.data)).toEqual(['{"ok":2}']);
+    expect(lines([long], 50).length).toBe(0);
+  });
+});

@@ -1,0 +1,284 @@
+import {
+  AggregationTemporality,
+  DataPointType,
+  MeterProvider,
+  MetricReader,
+  type HistogramMetricData,
+} from '@opentelemetry/sdk-metrics';
+import { afterEach, describe, expect, it } from 'vitest';
+import { RequestMeter } from '../../src/measure/request-meter.js';
+import { Instruments } from '../../src/metrics/instruments.js';
+import { METRIC } from '../../src/metrics/semconv.js';
+import { AnthropicAdapter } from '../../src/providers/anthropic.js';
+import { BedrockAdapter } from '../../src/providers/bedrock.js';
+import { detectApi } from '../../src/providers/detect.js';
+import { GeminiAdapter } from '../../src/providers/gemini.js';
+import { GenericAdapter } from '../../src/providers/generic.js';
+import { OllamaAdapter } from '../../src/providers/ollama.js';
+import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
+import type { ResponseAdapter } from '../../src/providers/types.js';
+import { encodeEventStreamFrame } from '../../src/sse/eventstream.js';
+import { fixture } from '../helpers/fixtures.js';
+
+class TestReader extends MetricReader {
+  constructor() {
+    super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE });
+  }
+  protected override async onForceFlush(): Promise<void> {}
+  protected override async onShutdown(): Promise<void> {}
+}
+
+function setup(perTokenItl = false) {
+  const reader = new TestReader();
+  const provider = new MeterProvider({ readers: [reader] });
+  const instruments = new Instruments(provider.getMeter('test'), undefined, { perTokenItl });
+  async function hist(name: string, filter: Record<string, string> = {}) {
+    const { resourceMetrics } = await reader.collect();
+    let count = 0;
+    let sum = 0;
+    const attributes: Record<string, unknown>[] = [];
+    for (const sm of resourceMetrics.scopeMetrics)
+      for (const m of sm.metrics) {
+        if (m.descriptor.name !== name || m.dataPointType !== DataPointType.HISTOGRAM) continue;
+        for (const dp of (m as HistogramMetricData).dataPoints) {
+          if (!Object.entries(filter).every(([k, v]) => dp.attributes[k] === v)) continue;
+          count += dp.value.count;
+          sum += dp.value.sum ?? 0;
+          attributes.push(dp.attributes);
+        }
+      }
+    return { count, sum, attributes };
+  }
+  async function names() {
+    const { resourceMetrics } = await reader.collect();
+    return resourceMetrics.scopeMetrics.flatMap((sm) => sm.metrics.map((m) => m.descriptor.name));
+  }
+  return { instruments, hist, names, shutdown: () => (instruments.shutdown(), provider.shutdown()) };
+}
+
+let t: ReturnType<typeof setup>;
+afterEach(async () => t && (await t.shutdown()));
+
+const labels = { provider: 'anthropic', operation: 'chat', requestModel: 'claude', serverAddress: 'api.anthropic.com' };
+const opts = { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 };
+const meter = (a: ResponseAdapter, start = 0) => new RequestMeter(t.instruments, a, { ...labels }, start, opts);
+
+/** Byte ranges of each SSE event (LF or CRLF separated). */
+function sseChunks(bytes: Buffer): Buffer[] {
+  const text = bytes.toString('latin1');
+  const out: Buffer[] = [];
+  const re = /\r?\n\r?\n/g;
+  let start = 0;
+  for (let m = re.exec(text); m; m = re.exec(text)) {
+    out.push(bytes.subarray(start, m.index + m[0].length));
+    start = m.index + m[0].length;
+  }
+  return out;
+}
+
+/** Byte ranges of each event-stream frame. */
+function frames(bytes: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  for (let i = 0; i < bytes.length; ) {
+    const n = bytes.readUInt32BE(i);
+    out.push(bytes.subarray(i, i + n));
+    i += n;
+  }
+  return out;
+}
+
+describe('RequestMeter with the other framings and adapters', () => {
+  it('Anthropic: TTFT at the first text_delta, one gap per event, TPOT from the final output_tokens', async () => {
+    t = setup();
+    const m = meter(new AnthropicAdapter(), 1000);
+    m.responseStart(200, 'text/event-stream; charset=utf-8', undefined);
+    const ev = sseChunks(fixture('anthropic-messages.sse'));
+    expect(ev.length).toBe(11);
+    // message_start, block start and ping early; 5 text deltas 60 ms apart from 1300; the rest at 1600.
+    for (let i = 0; i < 3; i++) m.chunk(ev[i]!, 1010 + i);
+    for (let k = 0; k < 5; k++) m.chunk(ev[3 + k]!, 1300 + 60 * k);
+    for (let i = 8; i < 11; i++) m.chunk(ev[i]!, 1600);
+    const s = m.finish(1601)!;
+    expect(s.ttftMs).toBe(300);
+    expect(s.contentEvents).toBe(5);
+    expect(s.outputTokens).toBe(24);
+    expect(s.tpotMs).toBeCloseTo(240 / 23, 9);
+    expect((await t.hist(METRIC.chunkGap)).count).toBe(4);
+    expect(await t.hist(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' })).toMatchObject({ count: 1, sum: 19 });
+    expect(await t.hist(METRIC.tokenUsage, { 'gen_ai.token.type': 'cached_input' })).toMatchObject({ count: 1, sum: 0 });
+    expect((await t.hist(METRIC.timeToFirstByte)).sum).toBeCloseTo(0.01, 9);
+  });
+
+  it('an in-band error ends the measurement with its type (Anthropic event: error)', async () => {
+    t = setup();
+    const m = meter(new AnthropicAdapter());
+    m.responseStart(200, 'text/event-stream', undefined);
+    sseChunks(fixture('anthropic-error.sse')).forEach((c, i) => m.chunk(c, 10 * i));
+    const s = m.finish(100)!;
+    expect(s).toMatchObject({ errorType: 'overloaded_error', outcome: 'error', contentEvents: 2, tokenCountSource: 'events', outputTokens: 2 });
+    expect((await t.hist(METRIC.duration)).attributes[0]!['error.type']).toBe('overloaded_error');
+  });
+
+  it('Ollama NDJSON (application/x-ndjson): content lines, eval_count, server timings', async () => {
+    t = setup();
+    const m = meter(new OllamaAdapter());
+    m.responseStart(200, 'application/x-ndjson', undefined);
+    const lines = fixture('ollama-chat.ndjson').toString('utf8').split(/(?<=\n)/).map((l) => Buffer.from(l));
+    expect(lines.length).toBe(24);
+    lines.forEach((l, i) => m.chunk(l, 100 + 20 * i));
+    const s = m.finish(600)!;
+    expect(s).toMatchObject({ streamed: true, ttftMs: 100, contentEvents: 23, outputTokens: 24, inputTokens: 31, responseModel: 'llama3.2:3b' });
+    expect(s.tpotMs).toBeCloseTo((22 * 20) / 23, 9);
+    expect((await t.hist(METRIC.serverTpot)).sum).toBeCloseTo(0.478 / 24, 9);
+    expect((await t.hist(METRIC.serverDuration)).sum).toBeCloseTo(0.912345678, 9);
+    expect((await t.hist(METRIC.serverTtft)).count).toBe(1);
+  });
+
+  it('Bedrock event-stream: frames split anywhere, usage from metadata, firstByteLatency exported', async () => {
+    t = setup();
+    const m = meter(new BedrockAdapter());
+    m.responseStart(200, 'application/vnd.amazon.eventstream', undefined);
+    const bytes = fixture('bedrock-invoke-anthropic.bin');
+    const fr = frames(bytes);
+    expect(fr.length).toBe(8);
+    // Deliver each frame in two halves; the content frames (2, 3, 4) complete at 200, 250, 300.
+    fr.forEach((f, i) => {
+      const h = f.length >> 1;
+      m.chunk(f.subarray(0, h), 50 * i);
+      m.chunk(f.subarray(h), 50 * i + 100);
+    });
+    const s = m.finish(500)!;
+    expect(s).toMatchObject({ ttftMs: 200, contentEvents: 3, outputTokens: 24, inputTokens: 19, responseModel: 'claude-sonnet-4-5-20250929' });
+    expect(s.tpotMs).toBeCloseTo(100 / 23, 9);
+    expect((await t.hist(METRIC.serverTtft)).sum).toBeCloseTo(0.412, 9);
+    expect((await t.hist(METRIC.serverDuration)).sum).toBeCloseTo(1.203, 9);
+  });
+
+  it('Bedrock exception frame: in-band error; a corrupt frame stops measuring without throwing', async () => {
+    t = setup();
+    const m = meter(new BedrockAdapter());
+    m.responseStart(200, 'application/vnd.amazon.eventstream', undefined);
+    const fr = frames(fixture('bedrock-converse-stream.bin'));
+    m.chunk(fr[0]!, 1);
+    m.chunk(fr[1]!, 2);
+    m.chunk(encodeEventStreamFrame({ ':exception-type': 'modelStreamErrorException', ':message-type': 'exception' }, '{"message":"x"}'), 3);
+    m.chunk(fr[2]!, 4);
+    const s = m.finish(5)!;
+    expect(s).toMatchObject({ errorType: 'modelStreamErrorException', contentEvents: 1 });
+
+    const m2 = meter(new BedrockAdapter());
+    m2.responseStart(200, 'application/vnd.amazon.eventstream', undefined);
+    const bad = Buffer.from(fr[2]!);
+    bad[bad.length - 1] = bad[bad.length - 1]! ^ 1;
+    m2.chunk(fr[1]!, 1);
+    expect(() => m2.chunk(bad, 2)).not.toThrow();
+    m2.chunk(fr[3]!, 3); // ignored: the decoder stopped
+    const s2 = m2.finish(4)!;
+    expect(s2).toMatchObject({ contentEvents: 1, outcome: 'ok' });
+  });
+
+  it('per-token ITL (opt-in): a multi-token event spreads its gap over its tokens (vLLM continuous usage)', async () => {
+    t = setup(true);
+    const m = meter(new OpenAIChatAdapter());
+    m.responseStart(200, 'text/event-stream', undefined);
+    sseChunks(fixture('vllm-continuous-usage.sse')).forEach((c, i) => m.chunk(c, 10 * i));
+    m.finish(1000);
+    const per = await t.hist(METRIC.perTokenItl);
+    // content events at chunks 1..18 (10 ms apart), cumulative 1 -> 20 on them (the 21st token
+    // is counted on the finish chunk, which has no content): 19 tokens after the first event
+    expect(per.count).toBe(19);
+    expect(per.sum).toBeCloseTo(0.17, 9);
+    expect((await t.hist(METRIC.chunkGap)).count).toBe(17);
+  });
+
+  it('per-token ITL is off by default and skips gaps with unknown counts (Gemini 2.0: usage only at the end)', async () => {
+    t = setup();
+    const m = meter(new OpenAIChatAdapter());
+    m.responseStart(200, 'text/event-stream', undefined);
+    sseChunks(fixture('vllm-continuous-usage.sse')).forEach((c, i) => m.chunk(c, 10 * i));
+    m.finish(1000);
+    expect(await t.names()).not.toContain(METRIC.perTokenItl);
+    await t.shutdown();
+    t = setup(true);
+    const g = meter(new GeminiAdapter());
+    g.responseStart(200, 'text/event-stream', undefined);
+    sseChunks(fixture('gemini.sse')).forEach((c, i) => g.chunk(c, 100 * i));
+    const s = g.finish(400)!;
+    expect(s.outputTokens).toBe(24);
+    expect(s.tpotMs).toBeCloseTo(200 / 23, 9);
+    expect((await t.hist(METRIC.perTokenItl)).count).toBe(0);
+  });
+
+  it('Gemini thinking: reasoning tokens reported as their own token type, output includes them', async () => {
+    t = setup(true);
+    const g = meter(new GeminiAdapter());
+    g.responseStart(200, 'text/event-stream', undefined);
+    sseChunks(fixture('gemini-thinking.sse')).forEach((c, i) => g.chunk(c, 100 * i));
+    const s = g.finish(400)!;
+    expect(s.outputTokens).toBe(111);
+    expect(await t.hist(METRIC.tokenUsage, { 'gen_ai.token.type': 'reasoning' })).toMatchObject({ count: 1, sum: 87 });
+    // chunk 2 -> 3: 16 tokens over 100 ms; 3 -> 4: 7 tokens over 100 ms; 1 -> 2 unknown (no count on chunk 1)
+    const per = await t.hist(METRIC.perTokenItl);
+    expect(per.count).toBe(23);
+    expect(per.sum).toBeCloseTo(0.2, 9);
+  });
+
+  it('unknown API: a stream is timed (duration, first byte) with no TTFT; a non-stream records nothing', async () => {
+    t = setup();
+    expect(detectApi('/v1/models', undefined)!.api).toBe('generic');
+    const m = meter(new GenericAdapter(), 0);
+    m.responseStart(200, 'text/event-stream', undefined);
+    m.chunk(Buffer.from('data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'), 40);
+    m.chunk(Buffer.from('data: [DONE]\n\n'), 90);
+    const s = m.finish(100)!;
+    expect(s).toMatchObject({ streamed: true, contentEvents: 0, ttftMs: undefined, tokenCountSource: 'none' });
+    expect((await t.hist(METRIC.timeToFirstByte)).sum).toBeCloseTo(0.04, 9);
+    expect((await t.hist(METRIC.duration)).count).toBe(1);
+    expect((await t.hist(METRIC.ttft)).count).toBe(0);
+
+    const n = meter(new GenericAdapter(), 0);
+    n.responseStart(200, 'application/json', undefined);
+    n.chunk(Buffer.from('{"data":[]}'), 5);
+    expect(n.finish(6)).toBeUndefined();
+    const never = meter(new GenericAdapter(), 0); // upstream unreachable: no response at all
+    expect(never.finish(6, 'upstream_unreachable')).toBeUndefined();
+    expect((await t.hist(METRIC.duration)).count).toBe(1);
+    expect((await t.hist(METRIC.timeToFirstByte)).count).toBe(1);
+  });
+});
+
+describe('detection', () => {
+  const cases: [string, string | undefined, string, string | undefined][] = [
+    ['/v1/chat/completions', undefined, 'openai-chat', undefined],
+    ['/openai/deployments/gpt-4o-prod/chat/completions?api-version=2024-10-21', undefined, 'openai-chat', 'gpt-4o-prod'],
+    ['/v1/completions', undefined, 'openai-completions', undefined],
+    ['/v1/responses', undefined, 'openai-responses', undefined],
+    ['/v1/messages', undefined, 'anthropic', undefined],
+    ['/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=secret', undefined, 'gemini', 'gemini-2.5-flash'],
+    ['/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.0-flash:streamGenerateContent', undefined, 'gemini', 'gemini-2.0-flash'],
+    ['/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict', undefined, 'anthropic-vertex', 'claude-sonnet-4@20250514'],
+    ['/api/chat', undefined, 'ollama-chat', undefined],
+    ['/api/generate', undefined, 'ollama-generate', undefined],
+    ['/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse-stream', undefined, 'bedrock-converse', 'anthropic.claude-3-5-sonnet-20240620-v1:0'],
+    ['/model/us.anthropic.claude-sonnet-4-v1%3A0/invoke-with-response-stream', undefined, 'bedrock-invoke', 'us.anthropic.claude-sonnet-4-v1:0'],
+    ['/custom/path', 'anthropic', 'anthropic', undefined],
+    ['/custom/path', 'no-such-provider', 'generic', undefined],
+    ['/v1/models', undefined, 'generic', undefined],
+  ];
+  for (const [path, provider, api, model] of cases) {
+    it(`${path} (${provider ?? 'no provider'}) -> ${api}`, () => {
+      const d = detectApi(path, provider)!;
+      expect(d.api).toBe(api);
+      expect(d.modelFromPath?.(path)).toBe(model);
+    });
+  }
+
+  it('semantic-convention provider and operation names', () => {
+    expect(detectApi('/v1/messages', undefined)).toMatchObject({ defaultProviderName: 'anthropic', operation: 'chat' });
+    expect(detectApi('/v1beta/models/g:streamGenerateContent', undefined)).toMatchObject({ defaultProviderName: 'gcp.gemini', operation: 'generate_content' });
+    expect(detectApi('/model/m/converse-stream', undefined)).toMatchObject({ defaultProviderName: 'aws.bedrock', operation: 'chat' });
+    expect(detectApi('/openai/deployments/d/chat/completions', undefined)).toMatchObject({ defaultProviderName: 'azure.ai.openai' });
+    expect(detectApi('/api/generate', undefined)).toMatchObject({ defaultProviderName: 'ollama', operation: 'text_completion' });
+    expect(detectApi('/x', 'vllm')).toMatchObject({ api: 'openai-chat', defaultProviderName: 'vllm' });
+  });
+});
