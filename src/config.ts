@@ -61,6 +61,8 @@ const fileSchema = z
         host: z.string().min(1).optional(),
         port: port.optional(),
         maxModelValues: z.number().int().min(1).optional(),
+        /** Also record per-token ITL (`llm_proxy_time_per_output_token_seconds`) where a stream reports cumulative usage. */
+        perTokenItl: z.boolean().optional(),
         buckets: z
           .object({
             itl: boundaries.optional(),
@@ -117,6 +119,7 @@ export interface Config {
     readonly host: string;
     readonly port: number;
     readonly maxModelValues: number;
+    readonly perTokenItl: boolean;
     readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
   };
   /** Seconds. */
@@ -221,6 +224,7 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       host: overrides.metricsHost ?? m.host ?? '127.0.0.1',
       port: overrides.metricsPort ?? m.port ?? 9464,
       maxModelValues: m.maxModelValues ?? 100,
+      perTokenItl: m.perTokenItl ?? false,
       buckets: {
         itl: m.buckets?.itl ?? [...DEFAULT_BUCKETS.itl],
         ttft: m.buckets?.ttft ?? [...DEFAULT_BUCKETS.ttft],
