@@ -1,0 +1,850 @@
+#!/usr/bin/env node
+// Renders the Prometheus rules and the Grafana dashboard from grafana/params.yaml.
+//
+//   node grafana/build.mjs          write the rendered files
+//   node grafana/build.mjs --check  exit 1 (and name the files) when a committed file is stale
+//
+// The functions are exported so tests can render the same artefacts, or a
+// variant with scaled-down durations (see `scaleDurations`), without copying
+// expressions by hand.
+import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import YAML from 'yaml';
+
+export const GRAFANA_DIR = dirname(fileURLToPath(import.meta.url));
+export const PARAMS_FILE = join(GRAFANA_DIR, 'params.yaml');
+
+/** Metric names pinned by docs/interfaces.md (a unit test cross-checks them). */
+export const METRICS = Object.freeze({
+  ttft: 'gen_ai_client_operation_time_to_first_chunk_seconds',
+  gap: 'gen_ai_client_operation_time_per_output_chunk_seconds',
+  tpot: 'gen_ai_server_time_per_output_token_seconds',
+  duration: 'gen_ai_client_operation_duration_seconds',
+  tokens: 'gen_ai_client_token_usage',
+  streams: 'llm_proxy_streams_total',
+  active: 'llm_proxy_streams_active',
+  loopP50: 'nodejs_eventloop_delay_p50_seconds',
+  loopP99: 'nodejs_eventloop_delay_p99_seconds',
+  loopMax: 'nodejs_eventloop_delay_max_seconds',
+});
+
+/** Bucket boundaries of the per-gap ITL and TPOT histograms (docs/interfaces.md). */
+export const GAP_BUCKETS = Object.freeze([
+  0.00025, 0.0005, 0.00075, 0.001, 0.00125, 0.0015, 0.00175, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01,
+  0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2.5,
+]);
+
+export const DASHBOARD_UID = 'llm-latency-proxy';
+
+export const OUTPUT_FILES = Object.freeze({
+  rules: 'alerts/llm-latency-proxy.rules.yaml',
+  prometheusRule: 'alerts/llm-latency-proxy.prometheusrule.yaml',
+  dashboard: 'dashboards/llm-latency-proxy.json',
+});
+
+// ---------------------------------------------------------------- params
+
+export function loadParams(file = PARAMS_FILE) {
+  const params = YAML.parse(readFileSync(file, 'utf8'));
+  validateParams(params);
+  return params;
+}
+
+const DURATION = /^(\d+(ms|s|m|h|d|w|y))+$/;
+
+export function validateParams(p) {
+  const fail = (msg) => {
+    throw new Error(`grafana/params.yaml: ${msg}`);
+  };
+  if (typeof p.selector !== 'string' || p.selector.trim() === '') fail('selector must be a non-empty string');
+  if (!Array.isArray(p.groupBy) || p.groupBy.length === 0) fail('groupBy must be a non-empty list');
+  if (!p.groupBy.includes('gen_ai_request_model')) fail('groupBy must include gen_ai_request_model (per-model objectives)');
+  for (const d of [p.window, p.rangeWindow ?? p.window, p.comparison?.day, p.comparison?.week]) {
+    if (typeof d !== 'string' || !DURATION.test(d)) fail(`bad duration ${JSON.stringify(d)}`);
+  }
+  for (const q of p.quantiles) if (!(q > 0 && q < 1)) fail(`quantile ${q} not in (0,1)`);
+  for (const [name, a] of Object.entries(p.alerts)) {
+    if (!DURATION.test(String(a.for))) fail(`alerts.${name}.for: bad duration ${a.for}`);
+    if (typeof a.severity !== 'string') fail(`alerts.${name}.severity missing`);
+    for (const [k, v] of Object.entries(a)) {
+      if (['for', 'severity', 'perModel', 'lookback'].includes(k)) continue;
+      if (typeof v !== 'number' || !(v > 0)) fail(`alerts.${name}.${k} must be a positive number`);
+    }
+  }
+  if (!GAP_BUCKETS.includes(p.alerts.stalls.gapSeconds)) {
+    fail(`alerts.stalls.gapSeconds=${p.alerts.stalls.gapSeconds} is not a gap histogram bucket boundary`);
+  }
+  for (const [model, s] of Object.entries(p.alerts.itlObjective.perModel ?? {})) {
+    if (typeof s !== 'number' || !(s > 0)) fail(`alerts.itlObjective.perModel.${model} must be a positive number`);
+  }
+  if (!DURATION.test(String(p.alerts.noData.lookback))) fail('alerts.noData.lookback: bad duration');
+}
+
+/**
+ * A copy of `params` whose windows, offsets and `for:` durations are replaced
+ * (for a test Prometheus that cannot wait a week). Rule *names* keep the
+ * production window so the dashboard's recording-rule queries stay valid.
+ */
+export function scaleDurations(params, { window, day, week, forDuration, lookback }) {
+  const p = structuredClone(params);
+  p.rangeWindow = window;
+  p.comparison = { day, week };
+  for (const a of Object.values(p.alerts)) a.for = forDuration;
+  p.alerts.noData.lookback = lookback;
+  validateParams(p);
+  return p;
+}
+
+// ---------------------------------------------------------------- naming
+
+const pct = (q) => `p${String(Math.round(q * 1000) / 10).replace('.', '_')}`;
+
+/** Names of every recording rule, derived from params. */
+export function names(p) {
+  const w = p.window;
+  const qs = (base) => Object.fromEntries(p.quantiles.map((q) => [pct(q), `llm_proxy:${base}:${pct(q)}_${w}`]));
+  return {
+    ttft: qs('ttft_seconds'),
+    tpot: qs('tpot_seconds'),
+    gap: qs('chunk_gap_seconds'),
+    ttftBaseline: `llm_proxy:ttft_seconds:p95_${w}_baseline`,
+    tpotBaseline: `llm_proxy:tpot_seconds:p95_${w}_baseline`,
+    tpotObjective: 'llm_proxy:tpot_objective_seconds',
+    tpotObjectiveBySeries: 'llm_proxy:tpot_seconds:objective',
+    streamsRate: `llm_proxy:streams:rate${w}`,
+    tpotRate: `llm_proxy:tpot_requests:rate${w}`,
+    ttftRate: `llm_proxy:ttft_requests:rate${w}`,
+    errorRatio: `llm_proxy:streams_error:ratio_rate${w}`,
+    cancelRatio: `llm_proxy:streams_cancelled:ratio_rate${w}`,
+    stallRatio: `llm_proxy:chunk_gap_stall:ratio_rate${w}`,
+    tokensRate: `llm_proxy:tokens:rate${w}`,
+    loopP99: 'llm_proxy:eventloop_delay_p99_seconds:max',
+  };
+}
+
+// ---------------------------------------------------------------- rules
+
+const by = (labels) => labels.join(', ');
+
+function sel(p, extra = '') {
+  return `{${p.selector}${extra ? `, ${extra}` : ''}}`;
+}
+
+function hq(p, q, metric) {
+  const w = p.rangeWindow ?? p.window;
+  return `histogram_quantile(${q}, sum by (le, ${by(p.groupBy)}) (rate(${metric}_bucket${sel(p)}[${w}])))`;
+}
+
+/** A Go-template printf call that fills every MATCH in `exprWithMatchers` with the alert's group labels. */
+function labelPrintf(p, exprWithMatchers) {
+  const fmt = exprWithMatchers.replaceAll('MATCH', `{${p.groupBy.map((l) => `${l}=%q`).join(',')}}`);
+  const count = (exprWithMatchers.match(/MATCH/g) ?? []).length;
+  const labelArgs = Array.from({ length: count }, () => p.groupBy.map((l) => `$labels.${l}`).join(' ')).join(' ');
+  return `printf \`${fmt}\` ${labelArgs}`;
+}
+
+/** A template fragment that runs `expr` (with MATCH replaced by the alert's group labels) and formats the value. */
+function tq(p, expr, format) {
+  return `{{ with query (${labelPrintf(p, expr)}) }}{{ . | first | value | ${format} }}{{ else }}n/a{{ end }}`;
+}
+
+const who = (p) => {
+  const parts = [];
+  if (p.groupBy.includes('gen_ai_request_model')) parts.push('{{ $labels.gen_ai_request_model }}');
+  if (p.groupBy.includes('gen_ai_provider_name')) parts.push('via {{ $labels.gen_ai_provider_name }}');
+  if (p.groupBy.includes('server_address')) parts.push('({{ $labels.server_address }})');
+  return parts.join(' ');
+};
+
+function runbook(p, alert) {
+  return `${p.runbookUrl}#${alert.toLowerCase()}`;
+}
+
+export function recordingRules(p) {
+  const n = names(p);
+  const w = p.rangeWindow ?? p.window;
+  const g = by(p.groupBy);
+  const rules = [];
+  for (const [key, metric] of [
+    ['ttft', METRICS.ttft],
+    ['tpot', METRICS.tpot],
+    ['gap', METRICS.gap],
+  ]) {
+    for (const q of p.quantiles) rules.push({ record: n[key][pct(q)], expr: hq(p, q, metric) });
+  }
+  const rate = (metric, extra = '') => `sum by (${g}) (rate(${metric}${sel(p, extra)}[${w}]))`;
+  rules.push({ record: n.streamsRate, expr: rate(METRICS.streams) });
+  rules.push({ record: n.tpotRate, expr: rate(`${METRICS.tpot}_count`) });
+  rules.push({ record: n.ttftRate, expr: rate(`${METRICS.ttft}_count`) });
+  // `or 0 * all` makes the ratio 0 (not absent) while no stream has failed.
+  const ratio = (outcome) =>
+    `(\n  ${rate(METRICS.streams, `outcome="${outcome}"`)}\n  or\n  0 * ${rate(METRICS.streams)}\n)\n/\n${rate(METRICS.streams)}`;
+  rules.push({ record: n.errorRatio, expr: ratio('error') });
+  rules.push({ record: n.cancelRatio, expr: ratio('cancelled') });
+  const le = p.alerts.stalls.gapSeconds;
+  rules.push({
+    record: n.stallRatio,
+    expr: `1 - (\n  ${rate(`${METRICS.gap}_bucket`, `le="${le}"`)}\n  /\n  ${rate(`${METRICS.gap}_count`)}\n)`,
+  });
+  rules.push({
+    record: n.tokensRate,
+    expr: `sum by (${g}, gen_ai_token_type) (rate(${METRICS.tokens}_sum${sel(p)}[${w}]))`,
+  });
+  rules.push({
+    record: n.loopP99,
+    expr: `max by (${by(p.instanceLabels)}) (${METRICS.loopP99}${sel(p)})`,
+  });
+  // Baselines: the slower (max) of the same window a day and a week earlier.
+  // label_replace keeps the two past series apart until max() merges them;
+  // max() ignores a NaN (no traffic then) unless both are NaN.
+  const { day, week } = p.comparison;
+  const baseline = (src) =>
+    `max by (${g}) (\n  label_replace(${src} offset ${day}, "baseline", "${day}", "", "")\n  or\n  label_replace(${src} offset ${week}, "baseline", "${week}", "", "")\n)`;
+  rules.push({ record: n.tpotBaseline, expr: baseline(n.tpot.p95) });
+  rules.push({ record: n.ttftBaseline, expr: baseline(n.ttft.p95) });
+  // Static per-model objectives, then one objective per recorded series:
+  // the model's own objective if listed, otherwise the default.
+  const o = p.alerts.itlObjective;
+  for (const [model, seconds] of Object.entries(o.perModel ?? {})) {
+    rules.push({ record: n.tpotObjective, expr: `vector(${seconds})`, labels: { gen_ai_request_model: model } });
+  }
+  const shape = `0 * ${n.tpotRate}`;
+  const perModel = Object.keys(o.perModel ?? {}).length > 0;
+  rules.push({
+    record: n.tpotObjectiveBySeries,
+    expr: perModel
+      ? `(\n  ${shape}\n  + on (gen_ai_request_model) group_left ()\n  ${n.tpotObjective}\n)\nor\n(${shape} + ${o.defaultSeconds})`
+      : `${shape} + ${o.defaultSeconds}`,
+  });
+  if (!p.quantiles.includes(0.95)) throw new Error('quantiles must include 0.95 (alerts use p95)');
+  return rules;
+}
+
+export function alertRules(p) {
+  const n = names(p);
+  const g = by(p.groupBy);
+  const a = p.alerts;
+  const on = `on (${g})`;
+  const rules = [];
+  const common = (name, cfg) => ({ alert: name, for: cfg.for, labels: { severity: cfg.severity } });
+
+  {
+    const c = a.itlRegression;
+    const name = 'LLMProxyITLRegression';
+    rules.push({
+      ...common(name, c),
+      expr: `${n.tpot.p95}\n  > ${on} ${c.factor} * ${n.tpotBaseline}\nand ${on}\n${n.tpotRate} >= ${c.minRequestRate}`,
+      annotations: {
+        summary: `ITL regression: p95 time per output token of ${who(p)} is ${c.factor}x+ slower than a day and a week earlier`,
+        description:
+          `p95 TPOT of ${who(p)} is {{ $value | humanizeDuration }} per token ` +
+          `(${tq(p, `1 / ${n.tpot.p95}MATCH`, 'printf "%.0f"')} tokens/s), ` +
+          `${tq(p, `${n.tpot.p95}MATCH / ${n.tpotBaseline}MATCH`, 'printf "%.2f"')}x its baseline of ` +
+          `${tq(p, `${n.tpotBaseline}MATCH`, 'humanizeDuration')} ` +
+          `(${tq(p, `1 / ${n.tpotBaseline}MATCH`, 'printf "%.0f"')} tokens/s; the slower of the same ${p.window} window ${p.comparison.day} and ${p.comparison.week} earlier). ` +
+          `Fires above ${c.factor}x at >= ${c.minRequestRate} req/s; now ${tq(p, `${n.tpotRate}MATCH`, 'printf "%.2f"')} req/s.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.itlObjective;
+    const name = 'LLMProxyITLAboveObjective';
+    rules.push({
+      ...common(name, c),
+      expr: `${n.tpot.p95}\n  > ${on} ${n.tpotObjectiveBySeries}\nand ${on}\n${n.tpotRate} >= ${c.minRequestRate}`,
+      annotations: {
+        summary: `p95 time per output token of ${who(p)} is above its objective`,
+        description:
+          `p95 TPOT of ${who(p)} over ${p.window} is {{ $value | humanizeDuration }} per token ` +
+          `(${tq(p, `1 / ${n.tpot.p95}MATCH`, 'printf "%.0f"')} tokens/s); objective ` +
+          `${tq(p, `${n.tpotObjectiveBySeries}MATCH`, 'humanizeDuration')} ` +
+          `(${tq(p, `1 / ${n.tpotObjectiveBySeries}MATCH`, 'printf "%.0f"')} tokens/s). ` +
+          `Rate ${tq(p, `${n.tpotRate}MATCH`, 'printf "%.2f"')} req/s (min ${c.minRequestRate}).`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.ttftRegression;
+    const name = 'LLMProxyTTFTRegression';
+    rules.push({
+      ...common(name, c),
+      expr: `${n.ttft.p95}\n  > ${on} ${c.factor} * ${n.ttftBaseline}\nand ${on}\n${n.ttftRate} >= ${c.minRequestRate}`,
+      annotations: {
+        summary: `TTFT regression: p95 time to first token of ${who(p)} is ${c.factor}x+ slower than a day and a week earlier`,
+        description:
+          `p95 TTFT of ${who(p)} is {{ $value | humanizeDuration }}, ` +
+          `${tq(p, `${n.ttft.p95}MATCH / ${n.ttftBaseline}MATCH`, 'printf "%.2f"')}x its baseline of ` +
+          `${tq(p, `${n.ttftBaseline}MATCH`, 'humanizeDuration')} (the slower of the same ${p.window} window ${p.comparison.day} and ${p.comparison.week} earlier). ` +
+          `Fires above ${c.factor}x at >= ${c.minRequestRate} req/s; now ${tq(p, `${n.ttftRate}MATCH`, 'printf "%.2f"')} req/s.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  for (const [name, c, ratio, what] of [
+    ['LLMProxyHighErrorRatio', a.errorRatio, n.errorRatio, 'failed (outcome="error")'],
+    ['LLMProxyHighCancellationRatio', a.cancellationRatio, n.cancelRatio, 'were cancelled by the client (outcome="cancelled")'],
+  ]) {
+    rules.push({
+      ...common(name, c),
+      expr: `${ratio} > ${c.threshold}\nand ${on}\n${n.streamsRate} >= ${c.minRequestRate}`,
+      annotations: {
+        summary: `${name === 'LLMProxyHighErrorRatio' ? 'Errors' : 'Cancellations'}: {{ $value | humanizePercentage }} of streams to ${who(p)} ${what}`,
+        description:
+          `{{ $value | humanizePercentage }} of the streams to ${who(p)} finished in the last ${p.window} ${what}; ` +
+          `threshold ${c.threshold * 100}% at >= ${c.minRequestRate} req/s; ` +
+          `now ${tq(p, `${n.streamsRate}MATCH`, 'printf "%.2f"')} req/s.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.stalls;
+    const name = 'LLMProxyStreamStalls';
+    rules.push({
+      ...common(name, c),
+      expr: `${n.stallRatio} > ${c.threshold}\nand ${on}\n${n.streamsRate} >= ${c.minRequestRate}`,
+      annotations: {
+        summary: `Stalls: {{ $value | humanizePercentage }} of inter-chunk gaps of ${who(p)} are longer than ${c.gapSeconds}s`,
+        description:
+          `{{ $value | humanizePercentage }} of the gaps between content chunks of ${who(p)} in the last ${p.window} were longer than ${c.gapSeconds}s ` +
+          `(threshold ${c.threshold * 100}%); p99 gap ${tq(p, `${n.gap.p99}MATCH`, 'humanizeDuration')}; ` +
+          `${tq(p, `${n.streamsRate}MATCH`, 'printf "%.2f"')} req/s.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.proxySaturated;
+    const name = 'LLMProxySaturated';
+    const inst = p.instanceLabels;
+    const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
+    const instMatch = `{${inst.map((l) => `${l}=%q`).join(',')}}`;
+    const instArgs = inst.map((l) => `$labels.${l}`).join(' ');
+    rules.push({
+      ...common(name, c),
+      expr: `${n.loopP99} > ${c.eventLoopP99Seconds}`,
+      annotations: {
+        summary: `Proxy ${instWho} is saturated: event-loop delay p99 {{ $value | humanizeDuration }}`,
+        description:
+          `The p99 event-loop delay of proxy ${instWho} is {{ $value | humanizeDuration }} (threshold ${c.eventLoopP99Seconds}s). ` +
+          `Every timestamp it takes can be late by that much, so its TTFT/ITL figures are inflated by the proxy itself, not the provider. ` +
+          `In-flight streams: {{ with query (printf \`sum(${METRICS.active}${instMatch})\` ${instArgs}) }}{{ . | first | value | printf "%.0f" }}{{ else }}n/a{{ end }}.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.noData;
+    const name = 'LLMProxyModelNoData';
+    rules.push({
+      ...common(name, c),
+      expr: `max_over_time(${n.streamsRate}[${c.lookback}]) >= ${c.minRequestRate}\nunless ${on}\n${n.streamsRate} > 0`,
+      annotations: {
+        summary: `No finished streams for ${who(p)}, which had traffic in the last ${c.lookback}`,
+        description:
+          `${who(p)} served up to {{ $value | printf "%.2f" }} req/s in the last ${c.lookback} but no stream finished in the last ${p.window} ` +
+          `(or its series disappeared: proxy down, not scraped, or traffic moved elsewhere).`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  return rules;
+}
+
+export function ruleGroups(p) {
+  return [
+    { name: p.groups.recording, rules: recordingRules(p) },
+    { name: p.groups.alerts, rules: alertRules(p) },
+  ];
+}
+
+const HEADER = [
+  '# GENERATED by grafana/build.mjs from grafana/params.yaml. Do not edit by hand:',
+  '# change params.yaml (or build.mjs) and run `node grafana/build.mjs`.',
+].join('\n');
+
+const yamlOpts = { lineWidth: 0, indent: 2 };
+
+export function renderRulesFile(p) {
+  return `${HEADER}\n${YAML.stringify({ groups: ruleGroups(p) }, yamlOpts)}`;
+}
+
+export function renderPrometheusRule(p) {
+  const doc = {
+    apiVersion: 'monitoring.coreos.com/v1',
+    kind: 'PrometheusRule',
+    metadata: {
+      name: 'llm-latency-proxy',
+      labels: { 'app.kubernetes.io/name': 'llm-latency-proxy', 'app.kubernetes.io/component': 'alerting' },
+    },
+    spec: { groups: ruleGroups(p) },
+  };
+  return `${HEADER}\n${YAML.stringify(doc, yamlOpts)}`;
+}
+
+// ---------------------------------------------------------------- dashboard
+
+const DS = { type: 'prometheus', uid: '${datasource}' };
+
+export function dashboardFilters(p) {
+  const proc = `${p.selector}, job=~"$job", instance=~"$instance"`;
+  const streamLabels = `${proc}, gen_ai_provider_name=~"$provider", server_address=~"$server_address"`;
+  return {
+    proc,
+    active: streamLabels,
+    all: `${streamLabels}, gen_ai_request_model=~"$model"`,
+    // recording rules keep only the groupBy labels
+    recorded: p.groupBy
+      .map((l) => ({ gen_ai_provider_name: '$provider', gen_ai_request_model: '$model', server_address: '$server_address' })[l])
+      .map((v, i) => (v ? `${p.groupBy[i]}=~"${v}"` : null))
+      .filter(Boolean)
+      .join(', '),
+  };
+}
+
+export function renderDashboard(p) {
+  const n = names(p);
+  const f = dashboardFilters(p);
+  const ri = '$__rate_interval';
+  const pm = 'gen_ai_provider_name, gen_ai_request_model';
+  const pmLegend = '{{gen_ai_provider_name}}/{{gen_ai_request_model}}';
+  let id = 0;
+  let y = 0;
+  const panels = [];
+  let rowX = 0;
+  let rowH = 0;
+  const row = (title) => {
+    y += rowH;
+    rowX = 0;
+    rowH = 0;
+    panels.push({ id: ++id, type: 'row', title, collapsed: false, gridPos: { h: 1, w: 24, x: 0, y }, panels: [] });
+    y += 1;
+  };
+  const target = (expr, legendFormat, extra = {}) => ({ expr, legendFormat, range: true, instant: false, ...extra });
+  const panel = ({ title, description, unit, targets, w = 12, h = 8, type = 'timeseries', options, fieldConfig, min }) => {
+    if (rowX + w > 24) {
+      y += rowH;
+      rowX = 0;
+      rowH = 0;
+    }
+    const defaults = fieldConfig?.defaults ?? {
+      unit,
+      ...(min !== undefined ? { min } : {}),
+      custom: { drawStyle: 'line', lineWidth: 1, fillOpacity: 0, showPoints: 'never', spanNulls: false },
+    };
+    if (!defaults.unit) defaults.unit = unit;
+    panels.push({
+      id: ++id,
+      type,
+      title,
+      description,
+      datasource: DS,
+      gridPos: { h, w, x: rowX, y },
+      fieldConfig: { defaults, overrides: fieldConfig?.overrides ?? [] },
+      options: options ?? {
+        legend: { displayMode: 'table', placement: 'bottom', showLegend: true, calcs: ['lastNotNull', 'max'] },
+        tooltip: { mode: 'multi', sort: 'desc' },
+      },
+      targets: targets.map((t, i) => ({ refId: String.fromCharCode(65 + i), datasource: DS, ...t })),
+    });
+    rowX += w;
+    rowH = Math.max(rowH, h);
+  };
+  const quantiles = (metric, groupLabels, legend, transform = (e) => e, qs = p.quantiles, legendQ = (q) => pct(q)) =>
+    qs.map((q) =>
+      target(
+        transform(`histogram_quantile(${q}, sum by (le, ${groupLabels}) (rate(${metric}_bucket{${f.all}}[${ri}])))`),
+        `${legendQ(q)} ${legend}`,
+      ),
+    );
+  const streamRate = (extra) => `sum by (${pm}) (rate(${METRICS.streams}{${f.all}${extra}}[${ri}]))`;
+  const ratioExpr = (outcome) =>
+    `(${streamRate(`, outcome="${outcome}"`)} or 0 * ${streamRate('')}) / ${streamRate('')}`;
+
+  row('Traffic');
+  panel({
+    title: 'Request rate by model (req/s)',
+    description: `Finished measured streams per second (${METRICS.streams}, all outcomes), per provider/model. A stream is counted when it ends: completed, failed or cancelled.`,
+    unit: 'reqps',
+    w: 8,
+    targets: [target(streamRate(''), pmLegend)],
+  });
+  panel({
+    title: 'Output token rate by model (tokens/s)',
+    description: `Output tokens per second summed over all streams (rate of ${METRICS.tokens}_sum{gen_ai_token_type="output"}): the aggregate throughput the providers deliver, not the speed of one stream.`,
+    unit: 'suffix: tok/s',
+    w: 8,
+    targets: [
+      target(
+        `sum by (${pm}) (rate(${METRICS.tokens}_sum{${f.all}, gen_ai_token_type="output"}[${ri}]))`,
+        pmLegend,
+      ),
+    ],
+  });
+  panel({
+    title: 'Error and cancellation ratio (% of streams)',
+    description: `Share of finished streams per provider/model whose outcome was "error" (upstream failure, HTTP error, in-band error event, timeout) or "cancelled" (the client went away), from ${METRICS.streams}{outcome}. Shows 0 while nothing failed.`,
+    unit: 'percentunit',
+    w: 8,
+    min: 0,
+    targets: [target(ratioExpr('error'), `error ${pmLegend}`), target(ratioExpr('cancelled'), `cancelled ${pmLegend}`)],
+  });
+  panel({
+    title: 'Failed requests by error_type (req/s)',
+    description: `Requests per second that ended with an error_type label on ${METRICS.duration} (client_cancelled, upstream_reset, timeout, upstream_unreachable, an HTTP status, or the provider's in-band error type).`,
+    unit: 'reqps',
+    w: 24,
+    h: 7,
+    targets: [
+      target(
+        `sum by (gen_ai_request_model, error_type) (rate(${METRICS.duration}_count{${f.all}, error_type!=""}[${ri}]))`,
+        '{{gen_ai_request_model}} {{error_type}}',
+      ),
+    ],
+  });
+
+  row('Latency');
+  panel({
+    title: 'TTFT p50 / p95 / p99 by model (seconds)',
+    description: `Time to first token: arrival at the proxy of the first content-bearing event minus the request's arrival at the proxy (${METRICS.ttft}). Quantiles estimated from histogram buckets over $__rate_interval.`,
+    unit: 's',
+    targets: quantiles(METRICS.ttft, pm, pmLegend),
+  });
+  panel({
+    title: 'Per-request ITL (TPOT) p50 / p95 / p99 by model (seconds per token)',
+    description: `Time per output token of one request: (last content event - first content event) / (output tokens - 1), recorded once per request with >= 2 output tokens (${METRICS.tpot}). The distribution is over requests.`,
+    unit: 's',
+    targets: quantiles(METRICS.tpot, pm, pmLegend),
+  });
+  panel({
+    title: 'Per-request output speed p50 / p5 / p1 by model (tokens/s = 1/TPOT)',
+    description:
+      'The TPOT quantiles expressed as output tokens per second of one stream: 1 / TPOT. Inversion flips the order, so p50 TPOT is p50 speed, p95 TPOT is p5 speed (the slowest 5% of requests are at or below it) and p99 TPOT is p1 speed.',
+    unit: 'suffix: tok/s',
+    targets: quantiles(
+      METRICS.tpot,
+      pm,
+      pmLegend,
+      (e) => `1 / ${e}`,
+      p.quantiles,
+      (q) => `${pct(Math.round((1 - q) * 1000) / 1000)} speed (${pct(q)} TPOT)`,
+    ),
+  });
+  panel({
+    title: 'Inter-chunk gap distribution (heatmap, seconds)',
+    description: `Every gap between consecutive content chunks as seen by the proxy (${METRICS.gap}, one sample per gap), bucketed by the histogram's boundaries. Stalls show as cells far above the main band.`,
+    unit: 's',
+    type: 'heatmap',
+    fieldConfig: { defaults: { unit: 's', custom: { hideFrom: { legend: false, tooltip: false, viz: false } } } },
+    options: {
+      calculate: false,
+      cellGap: 1,
+      color: { mode: 'scheme', scheme: 'Oranges', exponent: 0.5, fill: 'dark-orange', reverse: false, steps: 64 },
+      exemplars: { color: 'rgba(255,0,255,0.7)' },
+      filterValues: { le: 1e-9 },
+      legend: { show: true },
+      rowsFrame: { layout: 'auto' },
+      tooltip: { show: true, yHistogram: true },
+      yAxis: { axisPlacement: 'left', reverse: false, unit: 's' },
+      cellValues: { unit: 'short' },
+    },
+    targets: [
+      target(`sum by (le) (increase(${METRICS.gap}_bucket{${f.all}}[${ri}]))`, '{{le}}', { format: 'heatmap' }),
+    ],
+  });
+  panel({
+    title: `Stalls: share of inter-chunk gaps longer than ${p.alerts.stalls.gapSeconds}s (%)`,
+    description: `Share of gaps between content chunks (${METRICS.gap}) above ${p.alerts.stalls.gapSeconds} s, per provider/model: 1 - rate(bucket le="${p.alerts.stalls.gapSeconds}") / rate(count).`,
+    unit: 'percentunit',
+    min: 0,
+    targets: [
+      target(
+        `1 - (sum by (${pm}) (rate(${METRICS.gap}_bucket{${f.all}, le="${p.alerts.stalls.gapSeconds}"}[${ri}])) / sum by (${pm}) (rate(${METRICS.gap}_count{${f.all}}[${ri}])))`,
+        pmLegend,
+      ),
+    ],
+  });
+  panel({
+    title: 'Inter-chunk gap p50 / p95 / p99 by model (seconds)',
+    description: `Quantiles of every gap between consecutive content chunks (${METRICS.gap}). Unlike TPOT this is per gap, so a single long stall moves p99 here while barely moving TPOT.`,
+    unit: 's',
+    targets: quantiles(METRICS.gap, pm, pmLegend),
+  });
+
+  row('Regression: now vs a day and a week earlier (the alert inputs)');
+  const rec = `{${f.recorded}}`;
+  const legend = p.groupBy.map((l) => `{{${l}}}`).join(' ');
+  panel({
+    title: `p95 TPOT now vs ${p.comparison.day} and ${p.comparison.week} earlier (seconds per token)`,
+    description: `Recorded ${n.tpot.p95} (p95 time per output token per ${p.groupBy.join('/')}, ${p.window} window) now, the same window ${p.comparison.day} and ${p.comparison.week} earlier, the regression alert's threshold (${p.alerts.itlRegression.factor} x the slower of the two) and the absolute objective. Filtered by provider/model/server_address only: recording rules aggregate job and instance away.`,
+    unit: 's',
+    targets: [
+      target(`${n.tpot.p95}${rec}`, `now ${legend}`),
+      target(`${n.tpot.p95}${rec} offset ${p.comparison.day}`, `${p.comparison.day} ago ${legend}`),
+      target(`${n.tpot.p95}${rec} offset ${p.comparison.week}`, `${p.comparison.week} ago ${legend}`),
+      target(`${p.alerts.itlRegression.factor} * ${n.tpotBaseline}${rec}`, `regression threshold ${legend}`),
+      target(`${n.tpotObjectiveBySeries}${rec}`, `objective ${legend}`),
+    ],
+  });
+  panel({
+    title: `p95 TTFT now vs ${p.comparison.day} and ${p.comparison.week} earlier (seconds)`,
+    description: `Recorded ${n.ttft.p95} (p95 time to first token, ${p.window} window) now and the same window ${p.comparison.day} and ${p.comparison.week} earlier, with the TTFT regression alert's threshold (${p.alerts.ttftRegression.factor} x the slower of the two). Filtered by provider/model/server_address only.`,
+    unit: 's',
+    targets: [
+      target(`${n.ttft.p95}${rec}`, `now ${legend}`),
+      target(`${n.ttft.p95}${rec} offset ${p.comparison.day}`, `${p.comparison.day} ago ${legend}`),
+      target(`${n.ttft.p95}${rec} offset ${p.comparison.week}`, `${p.comparison.week} ago ${legend}`),
+      target(`${p.alerts.ttftRegression.factor} * ${n.ttftBaseline}${rec}`, `regression threshold ${legend}`),
+    ],
+  });
+
+  row('Proxy health (is the proxy itself the bottleneck?)');
+  panel({
+    title: 'In-flight streams (count)',
+    description: `Streams currently open through the proxy (${METRICS.active}, an up-down counter), per provider and upstream server_address.`,
+    unit: 'short',
+    min: 0,
+    targets: [
+      target(
+        `sum by (gen_ai_provider_name, server_address) (${METRICS.active}{${f.active}})`,
+        '{{gen_ai_provider_name}} {{server_address}}',
+      ),
+    ],
+  });
+  panel({
+    title: 'Proxy event-loop delay p50 / p99 / max (seconds)',
+    description: `The proxy process's own event-loop delay (${METRICS.loopP50}, _p99_, _max_). Every timestamp the proxy takes can be late by this much; when p99 is high the proxy, not the provider, inflates TTFT/ITL. Alert threshold: p99 > ${p.alerts.proxySaturated.eventLoopP99Seconds}s.`,
+    unit: 's',
+    min: 0,
+    targets: [
+      target(`${METRICS.loopP50}{${f.proc}}`, 'p50 {{instance}}'),
+      target(`${METRICS.loopP99}{${f.proc}}`, 'p99 {{instance}}'),
+      target(`${METRICS.loopMax}{${f.proc}}`, 'max {{instance}}'),
+    ],
+  });
+
+  row('Token usage');
+  panel({
+    title: 'Token usage rate, input and output (tokens/s)',
+    description: `Tokens per second by model and gen_ai_token_type (input = prompt tokens, output = completion tokens) from ${METRICS.tokens}_sum; counts come from the provider's usage block when present, otherwise from counted content events.`,
+    unit: 'suffix: tok/s',
+    targets: [
+      target(
+        `sum by (gen_ai_request_model, gen_ai_token_type) (rate(${METRICS.tokens}_sum{${f.all}}[${ri}]))`,
+        '{{gen_ai_request_model}} {{gen_ai_token_type}}',
+      ),
+    ],
+  });
+  panel({
+    title: 'Tokens per request p50 / p95, input and output (tokens)',
+    description: `Distribution of tokens per request (${METRICS.tokens} histogram) by model and token type; buckets are powers of 4, so these are coarse estimates.`,
+    unit: 'short',
+    targets: [0.5, 0.95].map((q) =>
+      target(
+        `histogram_quantile(${q}, sum by (le, gen_ai_request_model, gen_ai_token_type) (rate(${METRICS.tokens}_bucket{${f.all}}[${ri}])))`,
+        `${pct(q)} {{gen_ai_request_model}} {{gen_ai_token_type}}`,
+      ),
+    ),
+  });
+  panel({
+    title: 'Tokens in the selected time range, input and output (tokens)',
+    description: `Total tokens over the dashboard's time range (increase of ${METRICS.tokens}_sum over $__range) by token type.`,
+    unit: 'short',
+    type: 'stat',
+    w: 24,
+    h: 5,
+    options: {
+      reduceOptions: { calcs: ['lastNotNull'], fields: '', values: false },
+      orientation: 'auto',
+      textMode: 'value_and_name',
+      colorMode: 'none',
+      graphMode: 'none',
+      justifyMode: 'auto',
+    },
+    fieldConfig: { defaults: { unit: 'short', decimals: 0 } },
+    targets: [
+      target(
+        `sum by (gen_ai_token_type) (increase(${METRICS.tokens}_sum{${f.all}}[$__range]))`,
+        '{{gen_ai_token_type}}',
+        { instant: true, range: false },
+      ),
+    ],
+  });
+
+  const queryVar = (name, label, query, description) => ({
+    name,
+    label,
+    description,
+    type: 'query',
+    datasource: DS,
+    definition: query,
+    query: { query, refId: `${name}-query` },
+    includeAll: true,
+    multi: true,
+    allValue: '.*',
+    current: { selected: true, text: ['All'], value: ['$__all'] },
+    refresh: 2,
+    regex: '',
+    sort: 1,
+    hide: 0,
+    options: [],
+  });
+  const templating = {
+    list: [
+      {
+        name: 'datasource',
+        label: 'Prometheus',
+        type: 'datasource',
+        query: 'prometheus',
+        current: {},
+        hide: 0,
+        refresh: 1,
+        regex: '',
+        options: [],
+      },
+      queryVar('job', 'job', `label_values(${METRICS.loopP99}{${p.selector}}, job)`, 'Scrape job of the proxy'),
+      queryVar(
+        'instance',
+        'instance',
+        `label_values(${METRICS.loopP99}{${p.selector}, job=~"$job"}, instance)`,
+        'Scraped proxy instance',
+      ),
+      queryVar(
+        'provider',
+        'provider',
+        `label_values(${METRICS.streams}{${f.proc}}, gen_ai_provider_name)`,
+        'gen_ai_provider_name',
+      ),
+      queryVar(
+        'model',
+        'model',
+        `label_values(${METRICS.streams}{${f.proc}, gen_ai_provider_name=~"$provider"}, gen_ai_request_model)`,
+        'gen_ai_request_model (the model the client asked for)',
+      ),
+      queryVar(
+        'server_address',
+        'server_address',
+        `label_values(${METRICS.streams}{${f.proc}, gen_ai_provider_name=~"$provider"}, server_address)`,
+        'Upstream host',
+      ),
+    ],
+  };
+  const dashboard = {
+    __requires: [
+      { type: 'grafana', id: 'grafana', name: 'Grafana', version: '10.0.0' },
+      { type: 'datasource', id: 'prometheus', name: 'Prometheus', version: '1.0.0' },
+      { type: 'panel', id: 'timeseries', name: 'Time series', version: '' },
+      { type: 'panel', id: 'heatmap', name: 'Heatmap', version: '' },
+      { type: 'panel', id: 'stat', name: 'Stat', version: '' },
+    ],
+    annotations: {
+      list: [
+        {
+          builtIn: 1,
+          datasource: { type: 'grafana', uid: '-- Grafana --' },
+          enable: true,
+          hide: true,
+          iconColor: 'rgba(0, 211, 255, 1)',
+          name: 'Annotations & Alerts',
+          type: 'dashboard',
+        },
+      ],
+    },
+    description:
+      'LLM latency measured by llm-latency-proxy: TTFT, per-request ITL (TPOT), inter-chunk gaps, errors, and whether the proxy itself is saturated. GENERATED by grafana/build.mjs from grafana/params.yaml.',
+    editable: true,
+    fiscalYearStartMonth: 0,
+    graphTooltip: 1,
+    id: null,
+    links: [],
+    panels,
+    refresh: '30s',
+    schemaVersion: 39,
+    tags: ['llm', 'latency', 'llm-latency-proxy'],
+    templating,
+    time: { from: 'now-6h', to: 'now' },
+    timepicker: {},
+    timezone: '',
+    title: 'LLM latency proxy: TTFT and inter-token latency',
+    uid: DASHBOARD_UID,
+    version: 1,
+    weekStart: '',
+  };
+  return `${JSON.stringify(dashboard, null, 2)}\n`;
+}
+
+// ---------------------------------------------------------------- helpers for tests
+
+/** Every query target of a dashboard (rows' nested panels included), with its panel. */
+export function dashboardTargets(dashboard) {
+  const out = [];
+  const visit = (panels) => {
+    for (const panel of panels ?? []) {
+      if (panel.type === 'row') visit(panel.panels);
+      else for (const target of panel.targets ?? []) out.push({ panel, target });
+    }
+  };
+  visit(dashboard.panels);
+  return out;
+}
+
+/**
+ * Replaces Grafana variables in a query: `vars` maps a name (without `$`) to its
+ * text, e.g. { provider: '.*', __rate_interval: '10s' }. Unknown variables are
+ * left in place so a test can detect them.
+ */
+export function expandDashboardExpr(expr, vars) {
+  const keys = Object.keys(vars).sort((a, b) => b.length - a.length);
+  let out = expr;
+  for (const k of keys) {
+    out = out.replaceAll(`\${${k}}`, vars[k]).replace(new RegExp(`\\$${k}(?![A-Za-z0-9_])`, 'g'), () => vars[k]);
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- main
+
+export function renderAll(p) {
+  return {
+    [OUTPUT_FILES.rules]: renderRulesFile(p),
+    [OUTPUT_FILES.prometheusRule]: renderPrometheusRule(p),
+    [OUTPUT_FILES.dashboard]: renderDashboard(p),
+  };
+}
+
+/** Files (relative to grafana/) whose committed content differs from a fresh render. */
+export function staleFiles(p = loadParams(), dir = GRAFANA_DIR) {
+  const stale = [];
+  for (const [rel, content] of Object.entries(renderAll(p))) {
+    let current = null;
+    try {
+      current = readFileSync(join(dir, rel), 'utf8');
+    } catch {
+      current = null;
+    }
+    if (current !== content) stale.push(rel);
+  }
+  return stale;
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  const params = loadParams();
+  if (process.argv.includes('--check')) {
+    const stale = staleFiles(params);
+    if (stale.length > 0) {
+      console.error(`stale (run node grafana/build.mjs): ${stale.map((f) => `grafana/${f}`).join(', ')}`);
+      process.exit(1);
+    }
+    console.log('grafana/: rendered files are current');
+  } else {
+    for (const [rel, content] of Object.entries(renderAll(params))) {
+      const file = join(GRAFANA_DIR, rel);
+      mkdirSync(dirname(file), { recursive: true });
+      writeFileSync(file, content);
+      console.log(`wrote ${relative(process.cwd(), file)}`);
+    }
+  }
+}

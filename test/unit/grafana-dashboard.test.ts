@@ -1,0 +1,164 @@
+// The committed Grafana dashboard: current with grafana/params.yaml + build.mjs,
+// and linted (ids, descriptions, units, datasource, layout, variables, valid
+// PromQL, only metrics the proxy exports or the rules record).
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import YAML from 'yaml';
+import * as build from '../../grafana/build.mjs';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const GRAFANA = join(ROOT, 'grafana');
+const DASHBOARD_FILE = join(GRAFANA, build.OUTPUT_FILES.dashboard);
+const params = build.loadParams();
+const dashboard = JSON.parse(readFileSync(DASHBOARD_FILE, 'utf8'));
+const allPanels: build.DashboardPanel[] = dashboard.panels.flatMap((p: build.DashboardPanel) => [p, ...(p.panels ?? [])]);
+const panels = allPanels.filter((p) => p.type !== 'row');
+const targets = build.dashboardTargets(dashboard);
+const VARS = {
+  datasource: 'prometheus',
+  job: '.*',
+  instance: '.*',
+  provider: '.*',
+  model: '.*',
+  server_address: '.*',
+  __rate_interval: '1m',
+  __interval: '15s',
+  __range: '6h',
+};
+
+describe('grafana/ generated files', () => {
+  it('are current: a fresh render from params.yaml equals the committed files', () => {
+    expect(build.staleFiles(params)).toEqual([]);
+    const r = spawnSync(process.execPath, [join(GRAFANA, 'build.mjs'), '--check'], { cwd: ROOT, encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+  });
+
+  it('the currency check notices a changed parameter', () => {
+    const changed = structuredClone(params);
+    changed.alerts.itlRegression.factor = 1.7;
+    expect(build.staleFiles(changed).sort()).toEqual(
+      [build.OUTPUT_FILES.dashboard, build.OUTPUT_FILES.prometheusRule, build.OUTPUT_FILES.rules].sort(),
+    );
+  });
+
+  it('params.yaml is validated', () => {
+    const bad = structuredClone(params);
+    bad.alerts.stalls.gapSeconds = 0.9; // not a bucket boundary
+    expect(() => build.validateParams(bad)).toThrow(/bucket boundary/);
+  });
+});
+
+describe('grafana/dashboards/llm-latency-proxy.json', () => {
+  it('has a stable uid, a title and Grafana 10+ schema', () => {
+    expect(dashboard.uid).toBe('llm-latency-proxy');
+    expect(dashboard.title).toBeTruthy();
+    expect(dashboard.schemaVersion).toBeGreaterThanOrEqual(36);
+    expect(dashboard.id).toBeNull();
+  });
+
+  it('has the datasource variable and multi-select "All" filters for provider, model, server_address, job, instance', () => {
+    const list = dashboard.templating.list as Array<Record<string, any>>;
+    const ds = list.find((v) => v.name === 'datasource');
+    expect(ds).toMatchObject({ type: 'datasource', query: 'prometheus' });
+    for (const name of ['provider', 'model', 'server_address', 'job', 'instance']) {
+      const v = list.find((x) => x.name === name);
+      expect(v, name).toBeDefined();
+      expect(v).toMatchObject({ type: 'query', multi: true, includeAll: true, allValue: '.*' });
+      expect(v!.datasource.uid).toBe('${datasource}');
+      expect(v!.definition).toMatch(/^label_values\(.+, \w+\)$/);
+    }
+  });
+
+  it('panel ids are unique and every panel has a title, a description, a unit and the variable datasource', () => {
+    const ids = allPanels.map((p) => p.id);
+    expect(new Set(ids).size).toBe(ids.length);
+    for (const p of panels) {
+      expect(p.title, `panel ${p.id}`).toBeTruthy();
+      expect((p.description ?? '').length, `panel ${p.id} "${p.title}" description`).toBeGreaterThan(40);
+      const unit = (p as any).fieldConfig?.defaults?.unit;
+      expect(unit, `panel ${p.id} "${p.title}" unit`).toBeTruthy();
+      expect((p as any).datasource).toEqual({ type: 'prometheus', uid: '${datasource}' });
+      expect(p.targets?.length, `panel ${p.id} targets`).toBeGreaterThan(0);
+      const refIds = p.targets!.map((t) => t.refId);
+      expect(new Set(refIds).size, `panel ${p.id} refIds`).toBe(refIds.length);
+      for (const t of p.targets!) expect(t.expr, `panel ${p.id} ${t.refId}`).toBeTruthy();
+    }
+  });
+
+  it('panels fit the 24-column grid and do not overlap', () => {
+    const cells = new Map<string, number>();
+    for (const p of allPanels) {
+      const { x, y, w, h } = p.gridPos;
+      expect(x + w, `panel ${p.id}`).toBeLessThanOrEqual(24);
+      for (let i = x; i < x + w; i++) {
+        for (let j = y; j < y + h; j++) {
+          const key = `${i},${j}`;
+          expect(cells.get(key), `panels ${cells.get(key)} and ${p.id} overlap at ${key}`).toBeUndefined();
+          cells.set(key, p.id);
+        }
+      }
+    }
+  });
+
+  it('has the panels the issue asks for', () => {
+    const byMetric = (re: RegExp) => panels.filter((p) => p.targets!.some((t) => re.test(t.expr)));
+    expect(byMetric(/llm_proxy_streams_total/).length).toBeGreaterThan(0); // request rate, errors
+    expect(byMetric(/outcome="cancelled"/).length).toBeGreaterThan(0);
+    expect(byMetric(/time_to_first_chunk_seconds_bucket/).length).toBeGreaterThan(0);
+    const heatmap = panels.find((p) => p.type === 'heatmap');
+    expect(heatmap?.targets?.[0]?.expr).toMatch(/time_per_output_chunk_seconds_bucket/);
+    expect(heatmap?.targets?.[0]?.format).toBe('heatmap');
+    // TPOT as seconds and as tokens/s (1/TPOT), p50/p95/p99
+    const tpot = byMetric(/^histogram_quantile\([\d.]+, sum by \(le[^)]*\) \(rate\(gen_ai_server_time_per_output_token_seconds_bucket/);
+    expect(tpot.flatMap((p) => p.targets!).length).toBe(params.quantiles.length);
+    const speed = byMetric(/^1 \/ histogram_quantile\([\d.]+, .*gen_ai_server_time_per_output_token_seconds_bucket/);
+    expect(speed.flatMap((p) => p.targets!).length).toBe(params.quantiles.length);
+    // time shift: today vs a day and a week earlier
+    const shifted = targets.filter(({ target }) => target.expr.includes('tpot') && / offset /.test(target.expr)).map(({ target }) => target.expr);
+    expect(shifted.some((e) => e.endsWith(`offset ${params.comparison.day}`))).toBe(true);
+    expect(shifted.some((e) => e.endsWith(`offset ${params.comparison.week}`))).toBe(true);
+    expect(byMetric(/llm_proxy_streams_active/).length).toBeGreaterThan(0);
+    expect(byMetric(/nodejs_eventloop_delay_p99_seconds/).length).toBeGreaterThan(0);
+    expect(byMetric(/gen_ai_client_token_usage/).length).toBeGreaterThan(0);
+  });
+
+  it('queries use only metrics the proxy exports (docs/interfaces.md) or the rules record', () => {
+    const recorded = new Set(build.recordingRules(params).map((r) => r.record));
+    const exported = new Set(Object.values(build.METRICS));
+    const exprs = [
+      ...targets.map(({ target }) => target.expr),
+      ...dashboard.templating.list.filter((v: any) => v.type === 'query').map((v: any) => v.definition),
+    ];
+    for (const e of exprs) {
+      for (const m of e.matchAll(/([a-zA-Z_:][a-zA-Z0-9_:]*)\{/g)) {
+        const name = m[1]!.replace(/_(bucket|sum|count)$/, '');
+        expect(exported.has(name) || recorded.has(m[1]!), `unknown metric ${m[1]} in ${e}`).toBe(true);
+      }
+    }
+  });
+
+  it('every query is valid PromQL once the variables are substituted (promtool check rules)', () => {
+    const which = spawnSync('sh', ['-c', 'command -v promtool'], { encoding: 'utf8' });
+    if (which.status !== 0) {
+      throw new Error('promtool not found on PATH: install the Debian/Ubuntu package `prometheus` (apt-get install prometheus)');
+    }
+    const rules = targets.map(({ panel, target }, i) => {
+      const expr = build.expandDashboardExpr(target.expr, VARS);
+      expect(expr, `panel ${panel.id} ${target.refId}: unknown variable`).not.toContain('$');
+      return { record: `dashboard:panel${panel.id}_${target.refId}:q${i}`, expr };
+    });
+    const dir = mkdtempSync(join(tmpdir(), 'grafana-dash-'));
+    try {
+      const file = join(dir, 'queries.yaml');
+      writeFileSync(file, YAML.stringify({ groups: [{ name: 'dashboard', rules }] }));
+      const r = spawnSync(which.stdout.trim(), ['check', 'rules', file], { encoding: 'utf8' });
+      expect(r.status, `${r.stdout}${r.stderr}`).toBe(0);
+      expect(r.stdout).toContain(`SUCCESS: ${rules.length} rules found`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

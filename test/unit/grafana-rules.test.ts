@@ -1,0 +1,225 @@
+// The Prometheus rules in grafana/alerts: valid (promtool check rules), unit
+// tested (promtool test rules), every alert complete and covered by firing and
+// non-firing cases, thresholds only from grafana/params.yaml, and the promtool
+// tests shown to fail when a threshold they guard is changed.
+import { spawn, spawnSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import YAML from 'yaml';
+import * as build from '../../grafana/build.mjs';
+
+const ROOT = resolve(import.meta.dirname, '../..');
+const GRAFANA = join(ROOT, 'grafana');
+const RULES = join(GRAFANA, build.OUTPUT_FILES.rules);
+const PROMETHEUS_RULE = join(GRAFANA, build.OUTPUT_FILES.prometheusRule);
+const TESTS_DIR = join(GRAFANA, 'alerts/tests');
+const TEST_FILES = readdirSync(TESTS_DIR)
+  .filter((f) => f.endsWith('.test.yaml'))
+  .sort();
+
+function promtool(): string {
+  const r = spawnSync('sh', ['-c', 'command -v promtool'], { encoding: 'utf8' });
+  if (r.status !== 0) {
+    throw new Error('promtool not found on PATH: install the Debian/Ubuntu package `prometheus` (apt-get install prometheus)');
+  }
+  return r.stdout.trim();
+}
+
+function run(args: string[], cwd = ROOT): Promise<{ code: number; out: string }> {
+  return new Promise((res, rej) => {
+    const child = spawn(promtool(), args, { cwd });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (out += d.toString()));
+    child.on('error', rej);
+    child.on('close', (code) => res({ code: code ?? -1, out }));
+  });
+}
+
+/** grafana/ laid out in a temp dir with rules rendered from `params` and the committed promtool tests. */
+function sandbox(params: build.Params): string {
+  const dir = mkdtempSync(join(tmpdir(), 'grafana-rules-'));
+  mkdirSync(join(dir, 'alerts/tests'), { recursive: true });
+  writeFileSync(join(dir, build.OUTPUT_FILES.rules), build.renderRulesFile(params));
+  for (const f of TEST_FILES) copyFileSync(join(TESTS_DIR, f), join(dir, 'alerts/tests', f));
+  return dir;
+}
+
+const params = build.loadParams();
+const alerts = build.alertRules(params);
+
+interface AlertCase {
+  alertname: string;
+  eval_time: string;
+  exp_alerts?: Array<{ exp_labels?: Record<string, string>; exp_annotations?: Record<string, string> }>;
+}
+const cases: AlertCase[] = TEST_FILES.flatMap((f) => {
+  const doc = YAML.parse(readFileSync(join(TESTS_DIR, f), 'utf8')) as { tests: Array<{ alert_rule_test?: AlertCase[] }> };
+  return doc.tests.flatMap((t) => t.alert_rule_test ?? []);
+});
+
+describe('grafana/alerts rules', () => {
+  it('the plain rule file passes promtool check rules', async () => {
+    const r = await run(['check', 'rules', RULES]);
+    expect(r.out).toContain('SUCCESS');
+    expect(r.code, r.out).toBe(0);
+  });
+
+  it('the PrometheusRule carries the same groups and they pass promtool check rules', async () => {
+    const cr = YAML.parse(readFileSync(PROMETHEUS_RULE, 'utf8'));
+    expect(cr.apiVersion).toBe('monitoring.coreos.com/v1');
+    expect(cr.kind).toBe('PrometheusRule');
+    expect(cr.spec.groups).toEqual(YAML.parse(readFileSync(RULES, 'utf8')).groups);
+    const dir = mkdtempSync(join(tmpdir(), 'grafana-cr-'));
+    try {
+      writeFileSync(join(dir, 'groups.yaml'), YAML.stringify({ groups: cr.spec.groups }));
+      const r = await run(['check', 'rules', join(dir, 'groups.yaml')]);
+      expect(r.code, r.out).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('promtool test rules passes on the committed rules', { timeout: 240_000 }, async () => {
+    const r = await run(['test', 'rules', ...TEST_FILES.map((f) => join(TESTS_DIR, f))]);
+    expect(r.code, r.out).toBe(0);
+    expect(r.out).not.toContain('FAILED');
+  });
+
+  it('every alert has severity, for, summary, a description with figures, and a runbook anchor that exists', () => {
+    const runbook = readFileSync(join(GRAFANA, 'alerts/runbook.md'), 'utf8');
+    const anchors = new Set([...runbook.matchAll(/^#+\s+(.+)$/gm)].map((m) => m[1]!.trim().toLowerCase().replace(/[^a-z0-9 -]/g, '').replace(/ /g, '-')));
+    expect(alerts.length).toBe(8);
+    for (const a of alerts) {
+      expect(['critical', 'warning', 'info']).toContain(a.labels.severity);
+      expect(a.for).toMatch(/^\d+[smhd]$/);
+      expect(a.annotations.summary, a.alert).toBeTruthy();
+      expect(a.annotations.description, a.alert).toContain('$value');
+      const url = new URL(a.annotations.runbook_url!);
+      expect(url.pathname.endsWith('/grafana/alerts/runbook.md'), a.alert).toBe(true);
+      expect(anchors.has(url.hash.slice(1)), `${a.alert}: no heading for ${url.hash} in runbook.md`).toBe(true);
+    }
+  });
+
+  it('every alert has a firing case with exact labels and annotations, and non-firing cases', () => {
+    for (const a of alerts) {
+      const mine = cases.filter((c) => c.alertname === a.alert);
+      const firing = mine.filter((c) => (c.exp_alerts ?? []).length > 0);
+      const silent = mine.filter((c) => (c.exp_alerts ?? []).length === 0);
+      expect(firing.length, `${a.alert}: no firing case`).toBeGreaterThan(0);
+      expect(silent.length, `${a.alert}: no must-not-fire case`).toBeGreaterThan(0);
+      for (const c of firing) {
+        for (const e of c.exp_alerts!) {
+          expect(e.exp_labels?.severity, a.alert).toBe(a.labels.severity);
+          expect(Object.keys(e.exp_annotations ?? {}).sort(), a.alert).toEqual(['description', 'runbook_url', 'summary']);
+          expect(e.exp_annotations!.description, a.alert).not.toMatch(/\{\{|n\/a/);
+        }
+      }
+    }
+  });
+
+  it('the regression case uses the motivating figures and the real bucket boundaries', () => {
+    const t = readFileSync(join(TESTS_DIR, 'regression.test.yaml'), 'utf8');
+    // 1.4 ms lands in (0.00125, 0.0015], 2.3 ms in (0.002, 0.0025] (docs/interfaces.md)
+    for (const le of ['0.00125', '0.0015', '0.00175', '0.002', '0.0025']) {
+      expect(build.GAP_BUCKETS).toContain(Number(le));
+      expect(t).toContain(`le="${le}"`);
+    }
+  });
+
+  it('alert thresholds are parameters: every number in an alert expression comes from params.yaml', () => {
+    const allowed = new Set<number>([0, 1]);
+    const collect = (v: unknown): void => {
+      if (typeof v === 'number') allowed.add(v);
+      else if (v && typeof v === 'object') Object.values(v).forEach(collect);
+    };
+    collect(params.alerts);
+    for (const a of alerts) {
+      const stripped = a.expr.replace(/[a-z_:]+[0-9a-z_:]*/gi, ' ').replace(/\[[^\]]*\]/g, ' ');
+      const literals = [...stripped.matchAll(/(?<![\w.])(\d+(?:\.\d+)?(?:e-?\d+)?)(?![\w.])/g)].map((m) => Number(m[1]));
+      for (const n of literals) expect(allowed.has(n), `${a.alert}: literal ${n} not from params.yaml in ${a.expr}`).toBe(true);
+    }
+    const changed = structuredClone(params);
+    changed.alerts.itlRegression.factor = 1.75;
+    expect(build.alertRules(changed).find((a) => a.alert === 'LLMProxyITLRegression')!.expr).toContain('1.75 *');
+  });
+
+  it('the promtool tests fail when a guarded threshold changes', { timeout: 240_000 }, async () => {
+    const mutate = (f: (p: build.Params) => void): build.Params => {
+      const p = structuredClone(params);
+      f(p);
+      return p;
+    };
+    const mutations: Array<{ name: string; params: build.Params; file: string; expect: RegExp }> = [
+      {
+        // the 1.4 -> 1.5 ms model (gpt-4.1, 1.17x) must then fire
+        name: 'regression factor 1.1',
+        params: mutate((p) => (p.alerts.itlRegression.factor = 1.1)),
+        file: 'regression.test.yaml',
+        expect: /LLMProxyITLRegression[\s\S]*gpt-4\.1"/,
+      },
+      {
+        // every blip then outlasts for: (o4-mini is the blip model of each group, proxy-2 the blipping proxy)
+        name: 'for: 1m everywhere',
+        params: mutate((p) => Object.values(p.alerts).forEach((a) => (a.for = '1m'))),
+        file: 'alerts.test.yaml',
+        expect: new RegExp(
+          [
+            'LLMProxyITLAboveObjective", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyHighErrorRatio", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyHighCancellationRatio", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyStreamStalls", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxySaturated", instance="proxy-2:9464"',
+            'LLMProxyModelNoData", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+          ]
+            .map((s) => `(?=[\\s\\S]*${s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')})`)
+            .join(''),
+        ),
+      },
+      {
+        // the low-traffic models then page
+        name: 'minRequestRate 0.01',
+        params: mutate((p) =>
+          Object.values(p.alerts).forEach((a) => {
+            if ('minRequestRate' in a) a.minRequestRate = 0.01;
+          }),
+        ),
+        file: 'alerts.test.yaml',
+        expect: /gpt-4\.1-nano/,
+      },
+      {
+        // gpt-4o-mini's own 20 ms objective must be what makes it fire
+        name: 'no per-model objectives',
+        params: mutate((p) => (p.alerts.itlObjective.perModel = {})),
+        file: 'alerts.test.yaml',
+        expect: /LLMProxyITLAboveObjective/,
+      },
+    ];
+    const dirs: string[] = [];
+    try {
+      const results = await Promise.all(
+        mutations.map(async (m) => {
+          const dir = sandbox(m.params);
+          dirs.push(dir);
+          return { m, r: await run(['test', 'rules', join(dir, 'alerts/tests', m.file)]) };
+        }),
+      );
+      for (const { m, r } of results) {
+        expect(r.code, `${m.name}: promtool test rules should fail\n${r.out}`).not.toBe(0);
+        expect(r.out, m.name).toMatch(m.expect);
+      }
+    } finally {
+      for (const d of dirs) rmSync(d, { recursive: true, force: true });
+    }
+  });
+
+  it('metric names and gap buckets match docs/interfaces.md', () => {
+    const doc = readFileSync(join(ROOT, 'docs/interfaces.md'), 'utf8');
+    for (const name of Object.values(build.METRICS)) expect(doc, name).toContain(`\`${name}\``);
+    const line = /per-gap ITL and TPOT: ([\d., ]+)/.exec(doc);
+    expect(line).not.toBeNull();
+    expect(line![1]!.split(',').map((s) => Number(s.trim()))).toEqual([...build.GAP_BUCKETS]);
+  });
+});
