@@ -46,6 +46,8 @@ export class SseParser {
   private bomSeen = 0;
 
   private dataParts: Buffer[] = [];
+  /** Index of the first entry of dataParts that is still a view into the chunk being pushed. */
+  private viewsFrom = -1;
   private dataBytes = 0;
   private hasData = false;
   private eventType = '';
@@ -63,6 +65,16 @@ export class SseParser {
   push(chunk: Uint8Array): void {
     // An empty read must not consume pending state (a CR waiting for its LF).
     if (chunk.byteLength === 0) return;
+    this.scan(chunk);
+    if (this.viewsFrom >= 0) {
+      // The caller may reuse its buffer after push() returns: own the open event's bytes.
+      const parts = this.dataParts;
+      for (let k = this.viewsFrom; k < parts.length; k++) if (parts[k] !== NEWLINE) parts[k] = Buffer.from(parts[k]!);
+      this.viewsFrom = -1;
+    }
+  }
+
+  private scan(chunk: Uint8Array): void {
     let buf = chunk instanceof Buffer ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     let start = 0;
     if (this.atStart) {
@@ -87,14 +99,14 @@ export class SseParser {
     }
     const len = buf.length;
     let i = start;
+    // Native memchr for both line-end bytes; most streams have no CR at all, so
+    // its position is searched once per chunk and only re-searched once passed.
+    let nextLF = -2;
+    let nextCR = -2;
     while (i < len) {
-      // Find the next CR or LF from i.
-      let j = i;
-      while (j < len) {
-        const b = buf[j];
-        if (b === LF || b === CR) break;
-        j++;
-      }
+      if (nextLF !== -1 && nextLF < i) nextLF = buf.indexOf(LF, i);
+      if (nextCR !== -1 && nextCR < i) nextCR = buf.indexOf(CR, i);
+      const j = nextLF === -1 ? (nextCR === -1 ? len : nextCR) : nextCR === -1 ? nextLF : Math.min(nextLF, nextCR);
       if (j === len) {
         this.stash(buf.subarray(i, len));
         return;
@@ -166,7 +178,7 @@ export class SseParser {
     const nameLen = c - s;
     let vs = c < e ? c + 1 : e;
     if (vs < e && lineBuf[vs] === SPACE) vs++;
-    if (nameLen === 4 && lineBuf[s] === 0x64 /* d */ && lineBuf.toString('latin1', s, c) === 'data') {
+    if (nameLen === 4 && lineBuf[s] === 0x64 && lineBuf[s + 1] === 0x61 && lineBuf[s + 2] === 0x74 && lineBuf[s + 3] === 0x61) {
       const part = lineBuf.subarray(vs, e);
       const add = part.length + (this.hasData ? 1 : 0);
       if (this.dataBytes + add > this.maxEventBytes) {
@@ -174,8 +186,10 @@ export class SseParser {
         return;
       }
       if (this.hasData) this.dataParts.push(NEWLINE);
-      // Copy only when the bytes live in the caller's chunk.
-      this.dataParts.push(lineBuf === buf ? Buffer.from(part) : part);
+      // A view into the caller's chunk; copied at the end of push() only if the
+      // event is still open then (most events start and end in one chunk).
+      this.dataParts.push(part);
+      if (lineBuf === buf && this.viewsFrom < 0) this.viewsFrom = this.dataParts.length - 1;
       this.dataBytes += add;
       this.hasData = true;
     } else if (nameLen === 5 && lineBuf.toString('latin1', s, c) === 'event') {
@@ -193,6 +207,7 @@ export class SseParser {
       this.oversizeEvents++;
     }
     this.dataParts = [];
+    this.viewsFrom = -1;
     this.dataBytes = 0;
   }
 
@@ -211,6 +226,7 @@ export class SseParser {
   }
 
   private resetEvent(): void {
+    this.viewsFrom = -1;
     this.dataParts = [];
     this.dataBytes = 0;
     this.hasData = false;

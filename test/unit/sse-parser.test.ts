@@ -131,6 +131,22 @@ describe('SseParser details', () => {
     expect(events).toEqual([]);
   });
 
+  it('owns the bytes of an open event: a caller reusing its buffer does not corrupt it', () => {
+    const events: SseEvent[] = [];
+    const p = new SseParser((e) => events.push(e));
+    const scratch = Buffer.alloc(64);
+    const feed = (s: string) => {
+      const n = scratch.write(s);
+      p.push(scratch.subarray(0, n));
+      scratch.fill(0x58); // the caller reuses its buffer
+    };
+    feed('data: first half ');
+    feed('°\ndata: line2\n');
+    feed('\ndata: x');
+    feed('yz\n\n');
+    expect(events.map((e) => e.data)).toEqual(['first half °\nline2', 'xyz']);
+  });
+
   it('reassembles a multi-byte character split across reads', () => {
     const bytes = Buffer.from('data: 22°C\n\n', 'utf8');
     const deg = bytes.indexOf(0xc2);
