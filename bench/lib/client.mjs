@@ -1,0 +1,329 @@
+// Load client. Runs as its own process (not the emitter's, not the path's),
+// controlled over IPC by bench/run.mjs. Timestamps every event on arrival with
+// performance.now(), parses the SSE stream incrementally and checks that every
+// event arrived once, in order, with identical bytes.
+import http from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { SseSplitter, expectedEvent, parseSid, buildRequestBody } from './sse.mjs';
+
+const origin = performance.timeOrigin;
+const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 2048 });
+const BODY = buildRequestBody();
+
+/** raw data of the last stream run, analysed on request */
+let last = null;
+/** held streams (memory scenario) */
+let held = [];
+
+function openStream(url, headers, n, onEvent) {
+  // Returns a record filled while the stream runs; resolves when it ends.
+  const rec = {
+    sid: -1,
+    n,
+    start: 0,
+    arr: new Float64Array(n + 3).fill(NaN),
+    got: 0, // events received (index of next expected event)
+    mismatched: 0,
+    merged: 0,
+    extra: 0,
+    coalesced: 0,
+    status: 0,
+    error: null,
+    ended: false,
+    req: null,
+  };
+  const done = new Promise((resolve) => {
+    const u = new URL(url);
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path: '/v1/chat/completions',
+        method: 'POST',
+        agent,
+        headers: {
+          'content-type': 'application/json',
+          accept: 'text/event-stream',
+          authorization: 'Bearer sk-bench',
+          'content-length': Buffer.byteLength(BODY),
+          ...headers,
+        },
+      },
+      (res) => {
+        rec.status = res.statusCode;
+        const sp = new SseSplitter();
+        const evs = [];
+        res.on('data', (chunk) => {
+          const t = performance.now();
+          evs.length = 0;
+          sp.push(chunk, evs);
+          for (let j = 0; j < evs.length; j++) {
+            const e = evs[j];
+            if (rec.sid < 0) rec.sid = parseSid(e);
+            const i = rec.got;
+            const exp = expectedEvent(rec.sid, i, n);
+            if (exp === null) {
+              rec.extra++;
+              continue;
+            }
+            if (e !== exp) {
+              // Two events glued without their separator, or altered bytes.
+              if (e.indexOf('\ndata:') >= 0 || e.indexOf('}data:') >= 0) rec.merged++;
+              else rec.mismatched++;
+            }
+            if (j > 0) rec.coalesced++;
+            rec.arr[i] = t;
+            rec.got++;
+            if (onEvent) onEvent(rec, i);
+          }
+        });
+        res.on('end', () => {
+          rec.ended = true;
+          if (sp.rest.length) rec.mismatched++;
+          resolve(rec);
+        });
+        res.on('error', (err) => {
+          rec.error = rec.error || String(err.message || err);
+          resolve(rec);
+        });
+        res.on('close', () => resolve(rec));
+      },
+    );
+    rec.req = req;
+    req.on('error', (err) => {
+      rec.error = rec.error || String(err.message || err);
+      resolve(rec);
+    });
+    rec.start = performance.now();
+    req.end(BODY);
+  });
+  rec.done = done;
+  return rec;
+}
+
+function withDeadline(promises, ms) {
+  let t;
+  return Promise.race([
+    Promise.all(promises).then(() => false),
+    new Promise((r) => {
+      t = setTimeout(() => r(true), ms);
+    }),
+  ]).finally(() => clearTimeout(t));
+}
+
+async function streamRun(m) {
+  const cpu0 = process.cpuUsage();
+  const w0 = performance.now();
+  const recs = [];
+  const rounds = m.rounds || 1;
+  const seq = m.sequential || false;
+  let timedOut = false;
+  for (let r = 0; r < rounds && !timedOut; r++) {
+    if (seq) {
+      for (let i = 0; i < m.c && !timedOut; i++) {
+        const rec = openStream(m.url, m.headers, m.n);
+        recs.push(rec);
+        timedOut = await withDeadline([rec.done], m.deadlineMs);
+      }
+    } else {
+      const batch = [];
+      for (let i = 0; i < m.c; i++) batch.push(openStream(m.url, m.headers, m.n));
+      recs.push(...batch);
+      timedOut = await withDeadline(
+        batch.map((b) => b.done),
+        m.deadlineMs,
+      );
+    }
+  }
+  if (timedOut)
+    for (const r of recs)
+      if (!r.ended) {
+        r.cutByDeadline = true;
+        r.req.destroy();
+      }
+  const cpu = process.cpuUsage(cpu0);
+  last = { recs, m, wallMs: performance.now() - w0, cpuMs: (cpu.user + cpu.system) / 1000, timedOut };
+  return { ok: true, timedOut };
+}
+
+function q(sorted, p) {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * (sorted.length - 1) + 0.5))];
+}
+function summarize(values) {
+  const a = Float64Array.from(values).sort();
+  let sum = 0;
+  for (const v of a) sum += v;
+  return {
+    n: a.length,
+    p50: q(a, 0.5),
+    p90: q(a, 0.9),
+    p99: q(a, 0.99),
+    max: a.length ? a[a.length - 1] : NaN,
+    min: a.length ? a[0] : NaN,
+    mean: a.length ? sum / a.length : NaN,
+    sum,
+  };
+}
+
+function analyze(m) {
+  // m.t0BySid: sid -> epoch ms of due(1); m.delta: ms
+  const { recs } = last;
+  const n = last.m.n;
+  const lat = [];
+  const gaps = [];
+  const ttft = [];
+  let tpotSum = 0;
+  let tpotCount = 0;
+  let lost = 0;
+  let undelivered = 0;
+  let merged = 0;
+  let mismatched = 0;
+  let extra = 0;
+  let coalesced = 0;
+  let events = 0;
+  let errors = 0;
+  let incomplete = 0;
+  let maxGap = 0;
+  const statuses = {};
+  const errorSamples = [];
+  for (const r of recs) {
+    statuses[r.status] = (statuses[r.status] || 0) + 1;
+    if (r.error) {
+      errors++;
+      if (errorSamples.length < 3) errorSamples.push(r.error);
+    }
+    const expected = n + 3;
+    if (r.got < expected) {
+      // a stream cut by the run's deadline is "undelivered" (too slow), one
+      // that ended or failed without its events is "lost"
+      if (r.cutByDeadline) undelivered += expected - r.got;
+      else lost += expected - r.got;
+      incomplete++;
+    }
+    merged += r.merged;
+    mismatched += r.mismatched;
+    extra += r.extra;
+    coalesced += r.coalesced;
+    events += r.got;
+    const t0 = m.t0BySid ? m.t0BySid[r.sid] : undefined;
+    if (!Number.isNaN(r.arr[1])) ttft.push(r.arr[1] - r.start);
+    for (let k = 1; k <= n; k++) {
+      const a = r.arr[k];
+      if (Number.isNaN(a)) continue;
+      if (t0 !== undefined) lat.push(origin + a - (t0 + (k - 1) * m.delta));
+      if (k >= 2 && !Number.isNaN(r.arr[k - 1])) {
+        const g = a - r.arr[k - 1];
+        gaps.push(g);
+        if (g > maxGap) maxGap = g;
+      }
+    }
+    if (n >= 2 && !Number.isNaN(r.arr[1]) && !Number.isNaN(r.arr[n])) {
+      tpotSum += (r.arr[n] - r.arr[1]) / (n - 1);
+      tpotCount++;
+    }
+  }
+  return {
+    streams: recs.length,
+    events,
+    lost,
+    undelivered,
+    merged,
+    mismatched,
+    extra,
+    coalesced,
+    errors,
+    errorSamples,
+    incomplete,
+    statuses,
+    timedOut: last.timedOut,
+    wallMs: last.wallMs,
+    cpuMs: last.cpuMs,
+    latency: summarize(lat),
+    gap: summarize(gaps),
+    maxGap,
+    ttft: summarize(ttft),
+    tpot: { sum: tpotSum, count: tpotCount },
+  };
+}
+
+async function holdOpen(m) {
+  // Open m.c more streams in hold mode; resolve when each has its role chunk.
+  const pending = [];
+  for (let i = 0; i < m.c; i++) {
+    let ok;
+    const p = new Promise((r) => (ok = r));
+    const rec = openStream(m.url, m.headers, 0, (rec, i) => {
+      if (i === 0) ok();
+    });
+    rec.done.then(() => ok());
+    held.push(rec);
+    pending.push(p);
+  }
+  const timedOut = await withDeadline(pending, m.deadlineMs);
+  const open = held.filter((r) => r.got >= 1 && !r.ended).length;
+  return { open, timedOut, errors: held.filter((r) => r.error).slice(0, 3).map((r) => r.error) };
+}
+
+async function holdWait(m) {
+  const timedOut = await withDeadline(
+    held.map((r) => r.done),
+    m.deadlineMs,
+  );
+  let lost = 0;
+  let mismatched = 0;
+  for (const r of held) {
+    if (r.got < 3) lost += 3 - r.got;
+    mismatched += r.mismatched + r.merged;
+    if (!r.ended) r.req.destroy();
+  }
+  const res = { streams: held.length, lost, mismatched, timedOut };
+  held = [];
+  return res;
+}
+
+async function cancelRun(m) {
+  // Open m.c streams; each aborts after a random number of content events
+  // in [m.minEvents, m.maxEvents]. Returns sid -> abort time (epoch ms).
+  const aborts = {};
+  const recs = [];
+  for (let i = 0; i < m.c; i++) {
+    const after = m.minEvents + Math.floor(Math.random() * (m.maxEvents - m.minEvents + 1));
+    const rec = openStream(m.url, m.headers, m.n, (rec, idx) => {
+      if (idx === after) {
+        aborts[rec.sid] = origin + performance.now();
+        rec.req.destroy();
+      }
+    });
+    recs.push(rec);
+  }
+  const timedOut = await withDeadline(
+    recs.map((r) => r.done),
+    m.deadlineMs,
+  );
+  for (const r of recs) if (!r.ended) r.req.destroy();
+  return {
+    aborts,
+    timedOut,
+    errors: recs.filter((r) => r.error && r.error !== 'socket hang up' && r.error !== 'aborted').length,
+  };
+}
+
+process.on('message', async (m) => {
+  let res;
+  try {
+    if (m.cmd === 'run') res = await streamRun(m);
+    else if (m.cmd === 'analyze') res = analyze(m);
+    else if (m.cmd === 'hold') res = await holdOpen(m);
+    else if (m.cmd === 'holdWait') res = await holdWait(m);
+    else if (m.cmd === 'cancel') res = await cancelRun(m);
+    else if (m.cmd === 'clock') res = { now: origin + performance.now() };
+    else if (m.cmd === 'exit') process.exit(0);
+    else res = { error: 'unknown cmd ' + m.cmd };
+  } catch (err) {
+    res = { error: String(err && err.stack ? err.stack : err) };
+  }
+  process.send({ id: m.id, ...res });
+});
+process.on('disconnect', () => process.exit(0));
+process.send({ ready: true });

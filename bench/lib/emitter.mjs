@@ -1,0 +1,221 @@
+// Ground-truth SSE emitter. Runs as its own process, controlled over IPC by
+// bench/run.mjs. Serves POST /v1/chat/completions with OpenAI-style chunks on a
+// fixed schedule (due(k) = t0 + (k-1)*delta) and records its own lateness.
+//
+// Modes (set per run with {cmd:'config'}):
+//   batched   - the run's `expected` streams start together: every tick writes
+//               event k to ALL streams (the batched-decode pattern).
+//   staggered - each stream has its own t0 = request arrival + ttft.
+//   hold      - headers + role chunk, then nothing until {cmd:'release'}.
+//   cancel    - staggered with a long stream; records when each response's
+//               socket closes before the stream finished.
+import http from 'node:http';
+import { performance } from 'node:perf_hooks';
+import { roleEvent, contentEvent, usageEvent, DONE_EVENT } from './sse.mjs';
+
+const origin = performance.timeOrigin;
+const epoch = (t) => origin + t;
+
+let sidCounter = 0;
+let cfg = { mode: 'staggered', delta: 20, n: 3, ttft: 10, expected: 0, lead: 25, spin: true };
+let run = newRun();
+let active = [];
+let timer = null;
+let immediate = null;
+
+function newRun() {
+  return {
+    streams: [],
+    lateness: [], // ms, one per content event written
+    t0: null, // batched: shared perf-time t0
+    closes: new Map(), // sid -> epoch ms of premature close
+    cpu0: process.cpuUsage(),
+    arrivals: new Map(), // sid -> epoch ms of request arrival
+    t0BySid: new Map(), // sid -> epoch ms of due(1)
+  };
+}
+
+function startStream(req, res) {
+  const now = performance.now();
+  const sid = ++sidCounter;
+  res.writeHead(200, {
+    'content-type': 'text/event-stream',
+    'cache-control': 'no-cache',
+    'x-bench-sid': String(sid),
+  });
+  res.flushHeaders();
+  res.write(roleEvent(sid));
+  const s = { sid, res, k: 1, n: cfg.n, delta: cfg.delta, t0: Infinity, done: false, arrival: now };
+  run.arrivals.set(sid, epoch(now));
+  res.on('close', () => {
+    if (!s.done) {
+      s.done = true;
+      run.closes.set(sid, origin + performance.now());
+    }
+  });
+  run.streams.push(s);
+  if (cfg.mode === 'staggered' || cfg.mode === 'cancel') {
+    s.t0 = now + cfg.ttft;
+    run.t0BySid.set(sid, epoch(s.t0));
+    active.push(s);
+    kick();
+  } else if (cfg.mode === 'batched') {
+    active.push(s);
+    if (run.t0 !== null) {
+      // late stream (the batch already started without it): joins the ticks
+      s.t0 = run.t0;
+      run.t0BySid.set(sid, epoch(s.t0));
+      kick();
+    } else if (run.streams.length === cfg.expected) startBatch();
+    else if (run.streams.length === 1) {
+      // do not wait forever for streams a path failed to open
+      run.startTimer = setTimeout(() => {
+        if (run.t0 === null) {
+          run.startedIncomplete = run.streams.length;
+          startBatch();
+        }
+      }, cfg.startTimeoutMs ?? 8000);
+    }
+  }
+  // hold: nothing more until release
+}
+
+function startBatch() {
+  if (run.startTimer) clearTimeout(run.startTimer);
+  const t0 = performance.now() + cfg.lead;
+  run.t0 = t0;
+  for (const s of run.streams) {
+    if (s.t0 === Infinity) {
+      s.t0 = t0;
+      run.t0BySid.set(s.sid, epoch(t0));
+    }
+  }
+  kick();
+}
+
+function finish(s) {
+  if (s.done) return;
+  s.res.write(usageEvent(s.sid, s.n));
+  s.res.write(DONE_EVENT);
+  s.done = true;
+  s.res.end();
+}
+
+function loop() {
+  timer = null;
+  immediate = null;
+  let next = Infinity;
+  let removed = false;
+  const lat = run.lateness;
+  // Emit every due event. For the batched mode all streams share one due
+  // time per tick, so one pass writes event k to every stream.
+  for (let i = 0; i < active.length; i++) {
+    const s = active[i];
+    if (s.done) {
+      removed = true;
+      continue;
+    }
+    let due = s.t0 + (s.k - 1) * s.delta;
+    while (s.k <= s.n) {
+      const now = performance.now();
+      if (due > now) break;
+      lat.push(now - due);
+      s.res.write(contentEvent(s.sid, s.k));
+      s.k++;
+      due = s.t0 + (s.k - 1) * s.delta;
+    }
+    if (s.k > s.n) {
+      finish(s);
+      removed = true;
+    } else if (due < next) next = due;
+  }
+  if (removed) active = active.filter((s) => !s.done);
+  schedule(next);
+}
+
+function schedule(next) {
+  if (next === Infinity) return;
+  const wait = next - performance.now();
+  if (wait > 2) timer = setTimeout(loop, Math.floor(wait - 1.2));
+  else if (cfg.spin) immediate = setImmediate(loop);
+  else timer = setTimeout(loop, Math.max(0, Math.ceil(wait)));
+}
+
+function kick() {
+  if (timer) clearTimeout(timer);
+  if (immediate) clearImmediate(immediate);
+  timer = null;
+  immediate = null;
+  loop();
+}
+
+const server = http.createServer((req, res) => {
+  if (req.method === 'POST' && req.url.startsWith('/v1/chat/completions')) {
+    // Drain the body, then start streaming.
+    req.on('data', () => {});
+    req.on('end', () => startStream(req, res));
+    return;
+  }
+  if (req.url === '/health') {
+    res.end('ok');
+    return;
+  }
+  res.writeHead(404).end();
+});
+server.keepAliveTimeout = 60_000;
+server.headersTimeout = 65_000;
+server.requestTimeout = 0;
+server.maxConnections = 100_000;
+
+function quantiles(arr) {
+  if (arr.length === 0) return { n: 0 };
+  const a = Float64Array.from(arr).sort();
+  const q = (p) => a[Math.min(a.length - 1, Math.floor(p * (a.length - 1) + 0.5))];
+  let sum = 0;
+  for (const v of a) sum += v;
+  return { n: a.length, p50: q(0.5), p99: q(0.99), max: a[a.length - 1], mean: sum / a.length };
+}
+
+process.on('message', (m) => {
+  if (m.cmd === 'config') {
+    if (run.startTimer) clearTimeout(run.startTimer);
+    cfg = { ...cfg, ...m.cfg };
+    run = newRun();
+    process.send({ id: m.id, ok: true });
+  } else if (m.cmd === 'report') {
+    const cpu = process.cpuUsage(run.cpu0);
+    const rep = {
+      id: m.id,
+      streams: run.streams.length,
+      unfinished: run.streams.filter((s) => !s.done).length,
+      startedIncomplete: run.startedIncomplete ?? null,
+      t0Epoch: run.t0 === null ? null : epoch(run.t0),
+      t0BySid: Object.fromEntries(run.t0BySid),
+      arrivals: m.withArrivals ? Object.fromEntries(run.arrivals) : undefined,
+      lateness: quantiles(run.lateness),
+      closes: Object.fromEntries(run.closes),
+      cpuMs: (cpu.user + cpu.system) / 1000,
+    };
+    process.send(rep);
+  } else if (m.cmd === 'release') {
+    for (const s of run.streams) if (!s.done) finish(s);
+    active = [];
+    process.send({ id: m.id, ok: true });
+  } else if (m.cmd === 'endAll') {
+    for (const s of run.streams) {
+      if (!s.done) {
+        s.done = true;
+        s.res.destroy();
+      }
+    }
+    active = [];
+    process.send({ id: m.id, ok: true });
+  } else if (m.cmd === 'exit') {
+    process.exit(0);
+  }
+});
+process.on('disconnect', () => process.exit(0));
+
+server.listen(0, '127.0.0.1', () => {
+  process.send({ ready: true, port: server.address().port });
+});

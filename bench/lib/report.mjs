@@ -1,0 +1,457 @@
+// Turns the raw run records into figures, a stdout/Markdown table, a JSON file
+// and an SVG chart.
+import fs from 'node:fs';
+import path from 'node:path';
+import { agg, fmt, fmtAgg, ratio } from './stats.mjs';
+
+const ORDER = ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
+const bad = (r) => r.lost + r.merged + r.mismatched + r.extra;
+
+function table(head, rows) {
+  const all = [head, ...rows].map((r) => r.map((c) => String(c ?? '–')));
+  const w = head.map((_, i) => Math.max(3, ...all.map((r) => r[i].length)));
+  const line = (r) => `| ${r.map((c, i) => c.padEnd(w[i])).join(' | ')} |`;
+  return [line(all[0]), `|${w.map((x) => '-'.repeat(x + 2)).join('|')}|`, ...all.slice(1).map(line)].join('\n');
+}
+
+function byKey(runs, phase) {
+  const m = new Map();
+  for (const r of runs) {
+    if (r.phase !== phase) continue;
+    if (!m.has(r.key)) m.set(r.key, []);
+    m.get(r.key).push(r);
+  }
+  return m;
+}
+
+/** paired difference path - direct in the same rep, aggregated over reps */
+function added(recs, name, get) {
+  const vals = [];
+  for (const r of recs) {
+    if (r.path !== name || r.failed) continue;
+    const d = recs.find((x) => x.path === 'direct' && x.rep === r.rep && !x.failed);
+    if (!d) continue;
+    const a = get(r);
+    const b = get(d);
+    if (Number.isFinite(a) && Number.isFinite(b)) vals.push(a - b);
+  }
+  return agg(vals);
+}
+const over = (recs, name, get) => agg(recs.filter((r) => r.path === name && !r.failed).map(get));
+
+export function computeFigures(meta, runs) {
+  const paths = ORDER.filter((p) => meta.paths[p]);
+  const F = { ttft: {}, gap: {}, sustained: {}, eventsPerCoreSecond: {}, memory: {}, cancellation: {}, accuracy: {}, integrity: {} };
+
+  for (const [key, recs] of byKey(runs, 'ttft')) {
+    F.ttft[key] = {};
+    for (const p of paths) {
+      F.ttft[key][p] = {
+        ttftP50: over(recs, p, (r) => r.ttft.p50),
+        ttftP99: over(recs, p, (r) => r.ttft.p99),
+        addedP50: added(recs, p, (r) => r.ttft.p50),
+        addedP99: added(recs, p, (r) => r.ttft.p99),
+        failed: recs.filter((r) => r.path === p && r.failed).map((r) => r.failed),
+      };
+    }
+  }
+  for (const [key, recs] of byKey(runs, 'gap')) {
+    F.gap[key] = {};
+    const d = recs.find((r) => r.path === 'direct' && !r.failed);
+    for (const p of paths) {
+      const mine = recs.filter((r) => r.path === p && !r.failed);
+      F.gap[key][p] = {
+        addedP50: added(recs, p, (r) => r.latency.p50),
+        addedP99: added(recs, p, (r) => r.latency.p99),
+        addedGapP99: added(recs, p, (r) => r.gap.p99),
+        latencyP50: over(recs, p, (r) => r.latency.p50),
+        latencyP99: over(recs, p, (r) => r.latency.p99),
+        gapP50: over(recs, p, (r) => r.gap.p50),
+        gapP99: over(recs, p, (r) => r.gap.p99),
+        maxGap: over(recs, p, (r) => r.maxGap),
+        lost: mine.reduce((s, r) => s + r.lost, 0),
+        undelivered: mine.reduce((s, r) => s + (r.undelivered || 0), 0),
+        merged: mine.reduce((s, r) => s + r.merged, 0),
+        mismatched: mine.reduce((s, r) => s + r.mismatched + r.extra, 0),
+        coalescedShare: over(recs, p, (r) => r.coalesced / Math.max(1, r.events)),
+        eventsPerCoreSecond: over(recs, p, (r) => (r.pathCpuMs > 0 ? r.events / (r.pathCpuMs / 1000) : NaN)),
+        pathCpuShare: over(recs, p, (r) => r.pathCpuMs / r.wallMs),
+        wallS: over(recs, p, (r) => r.wallMs / 1000),
+        emitterLatenessP99: over(recs, p, (r) => r.emitter.lateness.p99),
+        foreignCores: over(recs, p, (r) => r.foreignCores),
+        failed: recs.filter((r) => r.path === p && r.failed).map((r) => r.failed),
+      };
+    }
+    if (!d) F.gap[key].note = 'direct path failed';
+  }
+  // sustained
+  const verdicts = runs.filter((r) => r.phase === 'sustain-verdict');
+  if (verdicts.length) {
+    const levels = [...new Set(verdicts.map((v) => v.level))].sort((a, b) => a - b);
+    const reps = [...new Set(verdicts.map((v) => v.rep))];
+    for (const p of paths) {
+      const per = [];
+      let capped = false;
+      let harness = null;
+      for (const rep of reps) {
+        let best = 0;
+        for (const L of levels) {
+          const v = verdicts.find((x) => x.rep === rep && x.level === L && x.path === p);
+          if (!v || !v.pass) break;
+          best = L;
+        }
+        if (best === levels[levels.length - 1]) capped = true;
+        const dfail = verdicts.find((x) => x.rep === rep && x.path === 'direct' && !x.pass);
+        if (dfail) harness = Math.min(harness ?? Infinity, dfail.level);
+        per.push(best);
+      }
+      F.sustained[p] = { streams: agg(per), perRep: per, reachedTopLevel: capped, levels, directFailedAt: harness };
+    }
+  }
+  // events per core-second at the heaviest delta-1.4 load
+  const heavy = Object.keys(F.gap)
+    .filter((k) => k.startsWith('gap d=1.4'))
+    .sort((a, b) => Number(b.split('c=')[1]) - Number(a.split('c=')[1]))[0];
+  if (heavy) {
+    for (const p of paths) F.eventsPerCoreSecond[p] = { scenario: heavy, value: F.gap[heavy][p]?.eventsPerCoreSecond, cpuShare: F.gap[heavy][p]?.pathCpuShare };
+  }
+  for (const [key, recs] of byKey(runs, 'mem')) {
+    for (const p of paths) {
+      const mine = recs.filter((r) => r.path === p);
+      if (!mine.length) continue;
+      F.memory[p] = {
+        key,
+        rssPerStreamKiB: over(recs, p, (r) => r.rssPerStreamKiB),
+        heapPerStreamKiB: over(recs, p, (r) => r.heapPerStreamKiB),
+        rssAtN2MiB: over(recs, p, (r) => r.rss2KiB / 1024),
+        failed: mine.filter((r) => r.failed).map((r) => r.failed),
+      };
+    }
+  }
+  for (const [key, recs] of byKey(runs, 'cancel')) {
+    for (const p of paths) {
+      const mine = recs.filter((r) => r.path === p);
+      if (!mine.length) continue;
+      F.cancellation[p] = {
+        key,
+        p50: over(recs, p, (r) => r.p50),
+        p99: over(recs, p, (r) => r.p99),
+        max: over(recs, p, (r) => r.max),
+        notClosed: mine.reduce((s, r) => s + (r.notClosed || 0), 0),
+        failed: mine.filter((r) => r.failed).map((r) => r.failed),
+      };
+    }
+  }
+  // accuracy: proxy histograms vs client truth, per scenario
+  for (const r of runs) {
+    if (r.path !== 'proxy' || !r.metrics || r.failed || (r.phase !== 'ttft' && r.phase !== 'gap')) continue;
+    const e = (F.accuracy[r.key] ||= { ttft: [], itl: [], tpot: [], counts: [] });
+    if (r.metrics.error) {
+      e.error = r.metrics.error;
+      continue;
+    }
+    const m = r.metrics;
+    const truth = {
+      ttft: { mean: r.ttft.mean, count: r.ttft.n },
+      itl: { mean: r.gap.mean, count: r.gap.n },
+      tpot: { mean: r.tpot.count ? r.tpot.sum / r.tpot.count : NaN, count: r.tpot.count },
+    };
+    for (const k of ['ttft', 'itl', 'tpot']) {
+      const pm = m[k].count > 0 ? (m[k].sumS * 1000) / m[k].count : NaN;
+      e[k].push({ proxyMeanMs: pm, clientMeanMs: truth[k].mean, errMs: pm - truth[k].mean, proxyCount: m[k].count, clientCount: truth[k].count });
+    }
+  }
+  for (const [key, e] of Object.entries(F.accuracy)) {
+    for (const k of ['ttft', 'itl', 'tpot']) {
+      const xs = e[k];
+      e[k] = {
+        samples: xs,
+        errMs: agg(xs.map((x) => x.errMs)),
+        absErrMs: agg(xs.map((x) => Math.abs(x.errMs))),
+        clientMeanMs: agg(xs.map((x) => x.clientMeanMs)),
+        proxyMeanMs: agg(xs.map((x) => x.proxyMeanMs)),
+        countsMatch: xs.every((x) => x.proxyCount === x.clientCount),
+        tolMs: agg(xs.map((x) => Math.max(0.1, 0.01 * Math.abs(x.clientMeanMs)))),
+      };
+    }
+    delete e.counts;
+  }
+  // integrity over every stream run
+  for (const p of paths) {
+    const mine = runs.filter((r) => r.path === p && (r.phase === 'ttft' || r.phase === 'gap' || r.phase === 'sustain') && !r.failed);
+    F.integrity[p] = {
+      runs: mine.length,
+      events: mine.reduce((s, r) => s + r.events, 0),
+      lost: mine.reduce((s, r) => s + r.lost, 0),
+      undelivered: mine.reduce((s, r) => s + (r.undelivered || 0), 0),
+      merged: mine.reduce((s, r) => s + r.merged, 0),
+      mismatched: mine.reduce((s, r) => s + r.mismatched + r.extra, 0),
+      failedRuns: runs.filter((r) => r.path === p && r.failed).length,
+    };
+  }
+  return F;
+}
+
+function targets(F) {
+  const T = [];
+  const g = (k, p) => F.gap[k]?.[p];
+  const add = (name, value, limit, met, note = '') => T.push({ target: name, value, limit, met, note });
+  for (const c of [100, 20]) {
+    const k = `gap d=1.4 c=${c}`;
+    const px = g(k, 'proxy');
+    const ng = g(k, 'nginx');
+    if (!px || !ng) continue;
+    const lim50 = c === 100 ? 2 : 1.5;
+    const lim99 = c === 100 ? 3 : 1.5;
+    for (const [f, lim] of [['addedP50', lim50], ['addedP99', lim99]]) {
+      const a = px[f]?.median;
+      const b = ng[f]?.median;
+      const r = ratio(px[f], ng[f]);
+      // a reference at or below zero is below the noise of this run: no verdict
+      // nginx's added value is floored at 0.1 ms (below that it is noise)
+      const met = !Number.isFinite(a) || !Number.isFinite(b) ? null : a <= lim * Math.max(b, 0.1);
+      add(`added gap ${f === 'addedP50' ? 'p50' : 'p99'} @${c} streams, Δ=1.4 ms (x nginx)`, b > 0.1 ? r : null, `<= ${lim}x`, met, `proxy ${fmt(a)} ms vs nginx ${fmt(b)} ms${b <= 0.1 ? ' (nginx ≤ 0.1 ms: compared with a 0.1 ms floor)' : ''}`);
+    }
+  }
+  const t1 = F.ttft['ttft c=1']?.proxy?.addedP99;
+  if (t1) add('added TTFT p99 @1 stream', t1.median, '<= 1 ms', t1.median <= 1, 'ms');
+  const sp = F.sustained.proxy?.streams;
+  if (sp) {
+    for (const peer of ['http-proxy', 'portkey']) {
+      const s = F.sustained[peer]?.streams;
+      if (s) {
+        const r = s.median > 0 ? sp.median / s.median : sp.median > 0 ? Infinity : null;
+        add(`streams sustained vs ${peer}`, r, '>= 3x', r === null ? null : r >= 3, `${sp.median} vs ${s.median}${F.sustained.proxy.reachedTopLevel ? ' (proxy reached the top level tried)' : ''}${r === null ? ' (both 0: no verdict)' : ''}`);
+      }
+    }
+    const n = F.sustained.nginx?.streams;
+    if (n) {
+      const r = n.median > 0 ? sp.median / n.median : sp.median > 0 ? Infinity : null;
+      add('streams sustained vs nginx', r, '>= 0.5x', r === null ? null : r >= 0.5, `${sp.median} vs ${n.median}${F.sustained.nginx.reachedTopLevel ? ' (nginx reached the top level tried)' : ''}`);
+    }
+  }
+  const eon = F.eventsPerCoreSecond.proxy?.value;
+  const eoff = F.eventsPerCoreSecond['proxy-nometrics']?.value;
+  if (eon && eoff) {
+    const r = eon.median / eoff.median;
+    add('events/s per core, metrics on vs off', r, '>= 0.9', r >= 0.9, `${fmt(eon.median, 0)} vs ${fmt(eoff.median, 0)} ev/core-s`);
+  }
+  const mem = F.memory.proxy?.rssPerStreamKiB;
+  if (mem) add('RSS per open stream', mem.median, '<= 32 KiB', mem.median <= 32, 'KiB');
+  const can = F.cancellation.proxy;
+  if (can?.p99) add('cancellation p99', can.p99.median, '<= 20 ms', can.p99.median <= 20 && can.notClosed === 0, `ms; not closed: ${can.notClosed}`);
+  for (const [key, e] of Object.entries(F.accuracy)) {
+    for (const k of ['ttft', 'itl', 'tpot']) {
+      const x = e[k];
+      if (!x?.absErrMs) continue;
+      if (k === 'ttft' && !key.startsWith('ttft')) continue;
+      add(`measurement error ${k} (${key})`, x.absErrMs.max, `<= ${fmt(x.tolMs.median, 3)} ms`, x.absErrMs.max <= x.tolMs.min && x.countsMatch, `worst rep, ms; proxy mean ${fmt(x.proxyMeanMs.median, 3)} vs client ${fmt(x.clientMeanMs.median, 3)}; counts ${x.countsMatch ? 'match' : 'DIFFER'}`);
+    }
+  }
+  return T;
+}
+
+function svgChart(F, meta) {
+  const colors = { proxy: '#d62728', 'proxy-nometrics': '#ff7f0e', nginx: '#2ca02c', 'http-proxy': '#1f77b4', portkey: '#9467bd' };
+  const deltas = [...new Set(Object.keys(F.gap).map((k) => Number(/d=([\d.]+)/.exec(k)[1])))].sort((a, b) => a - b);
+  const W = 460;
+  const H = 320;
+  const m = { l: 60, r: 20, t: 40, b: 50 };
+  const panels = [];
+  let yMax = 1;
+  for (const k of Object.keys(F.gap)) for (const p of Object.keys(colors)) yMax = Math.max(yMax, F.gap[k][p]?.addedP99?.median ?? 0);
+  const yLo = 0.01;
+  const yHi = 10 ** Math.ceil(Math.log10(yMax));
+  const ly = (v) => m.t + (H - m.t - m.b) * (1 - (Math.log10(Math.max(yLo, v)) - Math.log10(yLo)) / (Math.log10(yHi) - Math.log10(yLo)));
+  deltas.forEach((d, i) => {
+    const keys = Object.keys(F.gap).filter((k) => Number(/d=([\d.]+)/.exec(k)[1]) === d);
+    const cs = keys.map((k) => Number(k.split('c=')[1])).sort((a, b) => a - b);
+    const cMax = Math.max(10, ...cs);
+    const lx = (c) => m.l + (W - m.l - m.r) * (Math.log10(Math.max(1, c)) / Math.log10(cMax));
+    const ox = i * W;
+    let s = `<g transform="translate(${ox},0)">`;
+    s += `<text x="${W / 2}" y="22" text-anchor="middle" font-weight="bold">Δ = ${d} ms (batched ticks)</text>`;
+    s += `<line x1="${m.l}" y1="${H - m.b}" x2="${W - m.r}" y2="${H - m.b}" stroke="#000"/><line x1="${m.l}" y1="${m.t}" x2="${m.l}" y2="${H - m.b}" stroke="#000"/>`;
+    for (let e = Math.log10(yLo); e <= Math.log10(yHi); e++) {
+      const y = ly(10 ** e);
+      s += `<line x1="${m.l}" y1="${y}" x2="${W - m.r}" y2="${y}" stroke="#ddd"/><text x="${m.l - 6}" y="${y + 4}" text-anchor="end" font-size="11">${10 ** e >= 1 ? 10 ** e : (10 ** e).toFixed(-e)}</text>`;
+    }
+    for (const c of cs) s += `<text x="${lx(c)}" y="${H - m.b + 16}" text-anchor="middle" font-size="11">${c}</text>`;
+    s += `<text x="${W / 2}" y="${H - 12}" text-anchor="middle" font-size="12">concurrent streams (log)</text>`;
+    s += `<text transform="translate(16,${H / 2}) rotate(-90)" text-anchor="middle" font-size="12">added latency per event, p99 (ms, log)</text>`;
+    for (const [p, col] of Object.entries(colors)) {
+      const pts = cs.map((c) => [c, F.gap[`gap d=${d} c=${c}`]?.[p]?.addedP99?.median]).filter(([, v]) => v !== undefined && v !== null);
+      if (!pts.length) continue;
+      s += `<polyline fill="none" stroke="${col}" stroke-width="2" points="${pts.map(([c, v]) => `${lx(c).toFixed(1)},${ly(v).toFixed(1)}`).join(' ')}"/>`;
+      for (const [c, v] of pts) s += `<circle cx="${lx(c).toFixed(1)}" cy="${ly(v).toFixed(1)}" r="3" fill="${col}"><title>${p} c=${c}: ${v.toFixed(3)} ms</title></circle>`;
+      const p50 = cs.map((c) => [c, F.gap[`gap d=${d} c=${c}`]?.[p]?.addedP50?.median]).filter(([, v]) => v !== undefined && v !== null);
+      s += `<polyline fill="none" stroke="${col}" stroke-width="1" stroke-dasharray="4 3" points="${p50.map(([c, v]) => `${lx(c).toFixed(1)},${ly(v).toFixed(1)}`).join(' ')}"/>`;
+    }
+    s += '</g>';
+    panels.push(s);
+  });
+  const legendY = H + 6;
+  let legend = '';
+  Object.entries(colors).forEach(([p, col], i) => {
+    legend += `<rect x="${20 + i * 150}" y="${legendY}" width="14" height="4" fill="${col}"/><text x="${40 + i * 150}" y="${legendY + 6}" font-size="12">${p}</text>`;
+  });
+  const totalW = Math.max(1, deltas.length) * W;
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${totalW}" height="${H + 50}" font-family="sans-serif" viewBox="0 0 ${totalW} ${H + 50}">
+<rect width="100%" height="100%" fill="#fff"/>
+${panels.join('\n')}
+${legend}
+<text x="20" y="${H + 40}" font-size="11" fill="#555">Solid: p99, dashed: p50 of (arrival via path − scheduled) minus the same for direct, median of ${meta.reps} rep(s); values ≤ 0.01 ms drawn at 0.01. ${meta.mode} run ${meta.date.slice(0, 16)}.</text>
+</svg>
+`;
+}
+
+export function writeReports({ meta, runs, out }) {
+  const F = computeFigures(meta, runs);
+  const T = targets(F);
+  const paths = ORDER.filter((p) => meta.paths[p]);
+  const failures = [];
+  for (const [p, s] of Object.entries(meta.paths)) if (!s.ok) failures.push(`path ${p} did not run: ${s.error}`);
+  for (const r of runs) {
+    if (r.failed && r.phase !== 'mem' && r.phase !== 'cancel') failures.push(`${r.phase} ${r.key} rep${r.rep} ${r.path} failed: ${r.failed}`);
+    if (r.lost !== undefined && (r.phase === 'ttft' || r.phase === 'gap' || r.phase === 'sustain') && (r.merged > 0 || r.mismatched + r.extra > 0 || r.lost > 0))
+      failures.push(`${r.phase} ${r.key} rep${r.rep} ${r.path}: lost ${r.lost}, merged ${r.merged}, altered ${r.mismatched + r.extra}`);
+  }
+
+  const parts = [];
+  parts.push(`# llm-latency-proxy streaming benchmark — ${meta.mode} run, ${meta.date}`);
+  parts.push(
+    `Node ${meta.node}, ${meta.cpus} × ${meta.cpuModel}, ${meta.memGiB} GiB, Linux ${meta.kernel}; loopback; emitter, client and path in separate processes competing for ${meta.cpus} cores (a worst case). ` +
+      `Each figure: median [min–max] over ${meta.reps} repetition(s), paths alternated within each repetition. "Added" = path − direct in the same repetition. Times in ms. Run took ${meta.durationS.toFixed(0)} s.`,
+  );
+  parts.push('## Paths\n\n' + table(['path', 'status'], Object.entries(meta.paths).map(([p, s]) => [p, s.ok ? 'ran' : `FAILED: ${s.error.slice(0, 300)}`])));
+
+  const px = (obj, p, f) => ratio(obj?.[p]?.[f], obj?.proxy?.[f]);
+  // 1 TTFT
+  let rows = [];
+  for (const [key, byP] of Object.entries(F.ttft)) {
+    for (const p of paths) {
+      const x = byP[p];
+      if (!x) continue;
+      rows.push([key, p, fmtAgg(x.ttftP50), fmtAgg(x.addedP50), fmtAgg(x.addedP99), p === 'proxy' || p === 'direct' ? '' : fmt(px(byP, p, 'addedP99'), 1), x.failed.length ? 'FAILED' : '']);
+    }
+  }
+  if (rows.length) parts.push('## 1. Added TTFT (emitter TTFT 10 ms)\n\n' + table(['scenario', 'path', 'TTFT p50', 'added p50', 'added p99', 'p99 ×proxy', ''], rows));
+
+  // 2 gaps
+  rows = [];
+  for (const [key, byP] of Object.entries(F.gap)) {
+    for (const p of paths) {
+      const x = byP[p];
+      if (!x) continue;
+      rows.push([
+        key,
+        p,
+        p === 'direct' ? `lat ${fmtAgg(x.latencyP50)}` : fmtAgg(x.addedP50),
+        p === 'direct' ? `lat ${fmtAgg(x.latencyP99)}` : fmtAgg(x.addedP99),
+        p === 'direct' ? `gap ${fmtAgg(x.gapP99)}` : fmtAgg(x.addedGapP99),
+        fmt(x.maxGap?.median, 1),
+        p === 'proxy' || p === 'direct' ? '' : `${fmt(px(byP, p, 'addedP50'), 1)} / ${fmt(px(byP, p, 'addedP99'), 1)}`,
+        `${x.lost}/${x.merged}/${x.mismatched}${x.undelivered ? ` (+${x.undelivered} undelivered by deadline)` : ''}`,
+        fmt(x.emitterLatenessP99?.median, 2),
+        fmt(x.foreignCores?.max, 2),
+        x.failed.length ? `FAILED ${x.failed[0].slice(0, 60)}` : '',
+      ]);
+    }
+  }
+  if (rows.length)
+    parts.push(
+      '## 2. Added inter-chunk latency (batched: every stream gets event k at t0 + k·Δ)\n\n' +
+        'added p50/p99: per-event (arrival − scheduled) quantile minus direct\'s; gap p99: quantile of arrival(k) − arrival(k−1) minus direct\'s; for direct the absolute values are shown. lost/merged/altered must be 0/0/0. emitter late p99: the emitter\'s own lateness. foreign load: CPU (in cores, worst rep) used during the run by processes outside the bench — other jobs on the machine; a run with foreign load > ~0.3 is contaminated.\n\n' +
+        table(['scenario', 'path', 'added p50', 'added p99', 'added gap p99', 'max gap', '×proxy p50/p99', 'lost/merged/altered', 'emitter late p99', 'foreign load max', ''], rows),
+    );
+
+  // 3 sustained
+  rows = [];
+  for (const p of paths) {
+    const s = F.sustained[p];
+    if (!s) continue;
+    rows.push([p, `${fmtAgg(s.streams, 0)}${s.reachedTopLevel ? ' (top level tried)' : ''}`, s.perRep.join(', '), p === 'proxy' ? '' : fmt(ratio(F.sustained.proxy?.streams, s.streams), 2), s.directFailedAt ? `direct itself failed at ${s.directFailedAt}` : '']);
+  }
+  if (rows.length)
+    parts.push(
+      `## 3. Streams sustained at Δ = 20 ms (added p99 ≤ 5 ms, no gap > 200 ms, nothing lost; levels ${F.sustained.direct?.levels?.join(', ') ?? ''})\n\n` +
+        table(['path', 'streams', 'per rep', 'proxy ÷ path', 'note'], rows),
+    );
+
+  // 4 events per core
+  rows = [];
+  for (const p of paths) {
+    const e = F.eventsPerCoreSecond[p];
+    if (!e?.value || p === 'direct') continue;
+    rows.push([p, e.scenario, fmtAgg(e.value, 0), fmtAgg(e.cpuShare, 2), p === 'proxy' ? '' : fmt(ratio(F.eventsPerCoreSecond.proxy?.value, e.value), 2)]);
+  }
+  if (rows.length) parts.push('## 4. Events per second per core (events delivered ÷ CPU seconds of the path process, heaviest load)\n\n' + table(['path', 'scenario', 'events / core-s', 'CPU share of wall', 'proxy ÷ path'], rows));
+
+  // 5 memory
+  rows = [];
+  for (const p of paths) {
+    const x = F.memory[p];
+    if (!x) continue;
+    rows.push([p, x.key, fmtAgg(x.rssPerStreamKiB, 1), fmtAgg(x.heapPerStreamKiB, 1), fmtAgg(x.rssAtN2MiB, 1), x.failed.length ? `FAILED ${x.failed[0].slice(0, 80)}` : '']);
+  }
+  if (rows.length)
+    parts.push(
+      '## 5. Memory per open (idle) stream\n\nRSS: VmRSS of the path\'s processes (/proc); heap: V8 heapUsed after a forced GC (node --expose-gc, via an IPC probe preloaded with --import), Node paths only. Slope between the two stream counts.\n\n' +
+        table(['path', 'streams', 'RSS KiB/stream', 'heap KiB/stream', 'RSS MiB at top', ''], rows),
+    );
+
+  // 6 cancellation
+  rows = [];
+  for (const p of paths) {
+    const x = F.cancellation[p];
+    if (!x) continue;
+    rows.push([p, x.key, fmtAgg(x.p50), fmtAgg(x.p99), fmtAgg(x.max), x.notClosed, x.failed.length ? `FAILED ${x.failed[0].slice(0, 80)}` : '']);
+  }
+  if (rows.length) parts.push('## 6. Cancellation: client abort → upstream socket closed (shared clock: performance.timeOrigin + now)\n\n' + table(['path', 'scenario', 'p50', 'p99', 'max', 'not closed', ''], rows));
+
+  // 7 accuracy
+  rows = [];
+  for (const [key, e] of Object.entries(F.accuracy)) {
+    if (e.error) {
+      rows.push([key, 'scrape failed', e.error, '', '', '', '']);
+      continue;
+    }
+    for (const k of ['ttft', 'itl', 'tpot']) {
+      const x = e[k];
+      if (k === 'ttft' && !key.startsWith('ttft')) continue; // batched runs: TTFT includes the wait for the whole batch
+      rows.push([key, k, fmtAgg(x.proxyMeanMs, 3), fmtAgg(x.clientMeanMs, 3), fmtAgg(x.errMs, 3), fmt(x.tolMs?.median, 3), x.countsMatch ? 'yes' : 'NO']);
+    }
+  }
+  if (rows.length)
+    parts.push(
+      '## 7. Measurement accuracy: proxy /metrics (diff of sum/count around the run) vs client-observed truth\n\n' +
+        table(['scenario', 'histogram', 'proxy mean', 'client mean', 'error', 'tolerance', 'counts match'], rows),
+    );
+
+  // integrity + targets
+  parts.push(
+    '## Integrity (all stream runs)\n\n' +
+      table(
+        ['path', 'runs', 'events', 'lost', 'merged', 'altered', 'undelivered by deadline', 'failed runs'],
+        paths.map((p) => {
+          const x = F.integrity[p];
+          return [p, x.runs, x.events, x.lost, x.merged, x.mismatched, x.undelivered, x.failedRuns];
+        }),
+      ),
+  );
+  if (T.length)
+    parts.push('## Targets (issue #5)\n\n' + table(['target', 'value', 'limit', 'met', 'detail'], T.map((t) => [t.target, fmt(t.value, 2), t.limit, t.met === null ? 'n/a' : t.met ? 'yes' : 'NO', t.note])));
+  if (failures.length) parts.push('## Failures\n\n' + failures.map((f) => `- ${f}`).join('\n'));
+
+  const md = parts.join('\n\n') + '\n';
+  fs.mkdirSync(out, { recursive: true });
+  // raw per-run summaries (no per-event data) + figures
+  const slimRuns = runs.map((r) => {
+    const { errorSamples, ...rest } = r;
+    return { ...rest, errorSamples };
+  });
+  fs.writeFileSync(path.join(out, 'latest.json'), JSON.stringify({ meta, figures: F, targets: T, failures, runs: slimRuns }, null, 1));
+  fs.writeFileSync(path.join(out, 'latest.md'), md);
+  fs.writeFileSync(path.join(out, 'added-gap.svg'), svgChart(F, meta));
+  return { table: md, failures, figures: F, targets: T };
+}
