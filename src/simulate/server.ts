@@ -2,13 +2,18 @@ import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
+import { anthropicFormat } from './formats/anthropic.js';
+import { bedrockFormat } from './formats/bedrock.js';
+import { geminiFormat } from './formats/gemini.js';
+import { ollamaFormat } from './formats/ollama.js';
 import { openaiChatFormat } from './formats/openai-chat.js';
+import { openaiResponsesFormat } from './formats/openai-responses.js';
 import type { WireFormat } from './formats/types.js';
 import { rng, tokenTimes, type Plan } from './schedule.js';
 
 export interface SimulatorOptions extends Plan {
   seed?: number;
-  /** Wire formats to serve; the OpenAI Chat format by default. */
+  /** Wire formats to serve; all of DEFAULT_FORMATS by default. */
   formats?: readonly WireFormat[];
 }
 
@@ -22,7 +27,15 @@ export interface Simulator {
 const MAX_BODY = 8 * 1024 * 1024;
 const PLAN_KEYS = ['ttft', 'itl', 'tokens', 'jitter'] as const;
 
-export const DEFAULT_FORMATS: readonly WireFormat[] = [openaiChatFormat];
+/** Every wire format the simulator speaks, at the provider's own paths. */
+export const DEFAULT_FORMATS: readonly WireFormat[] = [
+  openaiChatFormat,
+  openaiResponsesFormat,
+  anthropicFormat,
+  geminiFormat,
+  ollamaFormat,
+  bedrockFormat,
+];
 
 /**
  * A ground-truth LLM upstream: it emits content events at t0 + ttft + k·itl
