@@ -629,7 +629,7 @@ export function renderDashboard(p) {
   row('Token usage');
   panel({
     title: 'Token usage rate, input and output (tokens/s)',
-    description: `Tokens per second by model and gen_ai_token_type (input = prompt tokens, output = completion tokens) from ${METRICS.tokens}_sum; counts come from the provider's usage block when present, otherwise from counted content events.`,
+    description: `Tokens per second by model and gen_ai_token_type (input = prompt tokens, output = completion tokens) from ${METRICS.tokens}_sum; counts come from the provider's usage block when present, otherwise from counted content events. Other types some providers report (e.g. cached input, reasoning) are subsets of input/output: do not add them up.`,
     unit: 'suffix: tok/s',
     targets: [
       target(
@@ -651,7 +651,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Tokens in the selected time range, input and output (tokens)',
-    description: `Total tokens over the dashboard's time range (increase of ${METRICS.tokens}_sum over $__range) by token type.`,
+    description: `Total tokens over the dashboard's time range (increase of ${METRICS.tokens}_sum over $__range) by token type; types other than input/output are subsets of those two.`,
     unit: 'short',
     type: 'stat',
     w: 24,
@@ -681,7 +681,7 @@ export function renderDashboard(p) {
     type: 'query',
     datasource: DS,
     definition: query,
-    query: { query, refId: `${name}-query` },
+    query: { query, refId: 'PrometheusVariableQueryEditor-VariableQuery' },
     includeAll: true,
     multi: true,
     allValue: '.*',

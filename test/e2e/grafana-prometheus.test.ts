@@ -349,6 +349,7 @@ describe('grafana/ on a real Prometheus', () => {
     }).catch(async (e) => {
       throw new Error(`${String(e)}\n${await diagnostics()}`);
     });
+    const pendingAfterS = (Date.now() - slowedAt) / 1000;
     expect(pending.map((a) => a.labels)).toEqual([
       {
         alertname: 'LLMProxyITLRegression',
@@ -387,6 +388,10 @@ describe('grafana/ on a real Prometheus', () => {
     // and could have cleared the alert by itself.
     expect(clearedAfterS, 'the alert must clear because the ITL was restored, not because the baseline caught up').toBeLessThan(
       DAY_OFFSET_S,
+    );
+    console.log(
+      `ITL x1.6: alert active after ${pendingAfterS.toFixed(1)} s, cleared ${clearedAfterS.toFixed(1)} s after the slowdown; ` +
+        `firing description: ${firing.annotations.description}; traffic ${JSON.stringify(stats)}`,
     );
     const baseline = await query(`llm_proxy:tpot_seconds:p95_5m_baseline{gen_ai_request_model="${MODEL}"}`);
     expect(Number(baseline[0]!.value[1])).toBeLessThanOrEqual(0.0015);
