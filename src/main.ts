@@ -49,7 +49,12 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const telemetry = cfg.metrics.enabled
     ? createTelemetry({ prometheus: cfg.prometheus, ...(cfg.otlp.enabled ? { otlp: cfg.otlp } : {}) })
     : undefined;
-  const instruments = telemetry ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets) : undefined;
+  const instruments = telemetry
+    ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets, {
+        fast: telemetry.fast,
+        perTokenItl: cfg.metrics.perTokenItl,
+      })
+    : undefined;
   const forwarder = new Forwarder({ config: cfg, log, instruments });
   let draining = false;
 

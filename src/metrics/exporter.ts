@@ -11,12 +11,15 @@ import {
 } from '@opentelemetry/sdk-metrics';
 import { hostname } from 'node:os';
 import { VERSION } from '../version.js';
+import { FastHistogramProducer } from './fast-histogram.js';
 import { withUnitSuffixes } from './prometheus-names.js';
 
 export const SCOPE_NAME = 'llm-latency-proxy';
 
 export interface Telemetry {
   readonly provider: MeterProvider;
+  /** Per-event histograms, registered with every reader (see fast-histogram.ts). */
+  readonly fast: FastHistogramProducer;
   /** Renders the Prometheus text exposition (undefined when the Prometheus exporter is off). */
   scrape: (() => Promise<string>) | undefined;
   /** Pushes what is pending (OTLP) and stops. */
@@ -39,9 +42,10 @@ export interface TelemetryOptions {
  */
 export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
   const readers: MetricReader[] = [...(opts.readers ?? [])];
+  const fast = new FastHistogramProducer({ name: SCOPE_NAME, version: VERSION });
   let prometheus: PrometheusExporter | undefined;
   if (opts.prometheus ?? true) {
-    prometheus = new PrometheusExporter({ preventServerStart: true });
+    prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers: [fast] });
     readers.push(prometheus);
   }
   if (opts.otlp) {
@@ -57,7 +61,7 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
           }
         : {}),
     });
-    readers.push(new PeriodicExportingMetricReader({ exporter, exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
+    readers.push(new PeriodicExportingMetricReader({ exporter, metricProducers: [fast], exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
   }
   const serializer = new PrometheusSerializer(undefined, false, undefined, false, false);
   const resource = resourceFromAttributes({
@@ -70,6 +74,7 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
   const prom = prometheus;
   return {
     provider,
+    fast,
     scrape: prom
       ? async () => {
           const { resourceMetrics, errors } = await prom.collect();

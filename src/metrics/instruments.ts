@@ -1,6 +1,12 @@
 import type { Attributes, Counter, Histogram, Meter, UpDownCounter } from '@opentelemetry/api';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import { FastHistogram, type FastHistogramProducer } from './fast-histogram.js';
 import { DEFAULT_BUCKETS, METRIC, type BucketName } from './semconv.js';
+
+/** What the request path needs of a histogram. */
+export interface Recorder {
+  record(value: number, attributes?: Attributes): void;
+}
 
 const LOOP_RESOLUTION_MS = 10;
 
@@ -9,6 +15,11 @@ export type Buckets = Readonly<Record<BucketName, readonly number[]>>;
 export interface InstrumentOptions {
   /** Record `llm_proxy.time_per_output_token` (config `metrics.perTokenItl`). */
   perTokenItl?: boolean;
+  /**
+   * Records the per-event histograms (chunk gap, per-token ITL) without the
+   * SDK's per-call attribute hashing; must be registered with every reader.
+   */
+  fast?: FastHistogramProducer;
 }
 
 /**
@@ -17,13 +28,13 @@ export interface InstrumentOptions {
  */
 export class Instruments {
   readonly ttft: Histogram;
-  readonly chunkGap: Histogram;
+  readonly chunkGap: Recorder;
   readonly tpot: Histogram;
   readonly duration: Histogram;
   readonly tokenUsage: Histogram;
   readonly timeToFirstByte: Histogram;
   /** Undefined unless per-token ITL was asked for. */
-  readonly perTokenItl: Histogram | undefined;
+  readonly perTokenItl: Recorder | undefined;
   readonly serverTtft: Histogram;
   readonly serverTpot: Histogram;
   readonly serverDuration: Histogram;
@@ -34,13 +45,16 @@ export class Instruments {
   constructor(meter: Meter, buckets: Buckets = DEFAULT_BUCKETS, opts: InstrumentOptions = {}) {
     const hist = (name: string, unit: string, description: string, b: readonly number[]) =>
       meter.createHistogram(name, { unit, description, advice: { explicitBucketBoundaries: [...b] } });
+    const fast = opts.fast;
+    const perEvent = (name: string, unit: string, description: string, b: readonly number[]): Recorder =>
+      fast ? fast.add(new FastHistogram(name, unit, description, b)) : hist(name, unit, description, b);
     this.ttft = hist(
       METRIC.ttft,
       's',
       'Time to first token: arrival at the proxy of the first content-bearing event minus arrival of the request.',
       buckets.ttft,
     );
-    this.chunkGap = hist(
+    this.chunkGap = perEvent(
       METRIC.chunkGap,
       's',
       'Per-gap inter-token latency: arrival of content-bearing event k minus arrival of event k-1; one sample per gap.',
@@ -71,7 +85,7 @@ export class Instruments {
       buckets.ttft,
     );
     this.perTokenItl = opts.perTokenItl
-      ? hist(
+      ? perEvent(
           METRIC.perTokenItl,
           's',
           'Per-token inter-token latency: the gap before a content event divided by the output tokens it carried, recorded once per token; only for streams that report cumulative usage per event.',

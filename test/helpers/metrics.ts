@@ -5,21 +5,23 @@ import {
   MetricReader,
   type HistogramMetricData,
 } from '@opentelemetry/sdk-metrics';
-import { Instruments } from '../../src/metrics/instruments.js';
+import { FastHistogramProducer } from '../../src/metrics/fast-histogram.js';
+import { Instruments, type InstrumentOptions } from '../../src/metrics/instruments.js';
 
 class TestReader extends MetricReader {
-  constructor() {
-    super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE });
+  constructor(fast: FastHistogramProducer) {
+    super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE, metricProducers: [fast] });
   }
   protected override async onForceFlush(): Promise<void> {}
   protected override async onShutdown(): Promise<void> {}
 }
 
 /** Instruments wired to an in-memory reader, and helpers to read what was recorded. */
-export function testInstruments() {
-  const reader = new TestReader();
+export function testInstruments(opts: InstrumentOptions = {}) {
+  const fast = new FastHistogramProducer({ name: 'test' });
+  const reader = new TestReader(fast);
   const provider = new MeterProvider({ readers: [reader] });
-  const instruments = new Instruments(provider.getMeter('test'));
+  const instruments = new Instruments(provider.getMeter('test'), undefined, { fast, ...opts });
   async function histogram(name: string, filter: Record<string, string> = {}) {
     const { resourceMetrics } = await reader.collect();
     let count = 0;
