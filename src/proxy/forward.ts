@@ -258,8 +258,9 @@ class InFlight {
           route: this.match.resolved.route.prefix,
           method: this.req.method,
           path: safePath(this.match.upstreamPath),
-          provider: this.labels?.provider,
-          model: this.labels?.requestModel,
+          // Only for requests that were measured as an LLM API call.
+          provider: summary ? this.labels?.provider : undefined,
+          model: summary ? this.labels?.requestModel : undefined,
           status: summary?.status ?? this.upstreamRes?.statusCode ?? this.res.statusCode,
           outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error'),
           errorType: summary?.errorType ?? errorType,

@@ -7,7 +7,8 @@ import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
 
 // The official client, pointed at the proxy, in front of the simulator.
-const PLAN = { ttft: 0.1, itl: 0.004, tokens: 40, jitter: 0.2 };
+// TTFT 0.3 s: a 10 % band (30 ms) holds while simulator, proxy and client share one event loop on a loaded machine.
+const PLAN = { ttft: 0.3, itl: 0.004, tokens: 40, jitter: 0.2 };
 
 let sim: Simulator;
 let proxy: RunningProxy;
