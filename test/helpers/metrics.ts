@@ -49,5 +49,9 @@ export function testInstruments(opts: InstrumentOptions = {}) {
           for (const dp of m.dataPoints) if (Object.entries(filter).every(([k, v]) => dp.attributes[k] === v)) total += dp.value as number;
     return total;
   }
-  return { instruments, histogram, sumValue, shutdown: () => { instruments.shutdown(); return provider.shutdown(); } };
+  async function names() {
+    const { resourceMetrics } = await reader.collect();
+    return resourceMetrics.scopeMetrics.flatMap((sm) => sm.metrics.map((m) => m.descriptor.name));
+  }
+  return { instruments, histogram, sumValue, names, shutdown: () => { instruments.shutdown(); return provider.shutdown(); } };
 }

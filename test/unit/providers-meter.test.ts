@@ -1,13 +1,5 @@
-import {
-  AggregationTemporality,
-  DataPointType,
-  MeterProvider,
-  MetricReader,
-  type HistogramMetricData,
-} from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RequestMeter } from '../../src/measure/request-meter.js';
-import { Instruments } from '../../src/metrics/instruments.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { AnthropicAdapter } from '../../src/providers/anthropic.js';
 import { BedrockAdapter } from '../../src/providers/bedrock.js';
@@ -19,41 +11,12 @@ import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import type { ResponseAdapter } from '../../src/providers/types.js';
 import { encodeEventStreamFrame } from '../../src/sse/eventstream.js';
 import { fixture } from '../helpers/fixtures.js';
+import { testInstruments } from '../helpers/metrics.js';
 
-class TestReader extends MetricReader {
-  constructor() {
-    super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE });
-  }
-  protected override async onForceFlush(): Promise<void> {}
-  protected override async onShutdown(): Promise<void> {}
-}
-
+// The production wiring: per-event histograms through the fast producer, the rest through the SDK.
 function setup(perTokenItl = false) {
-  const reader = new TestReader();
-  const provider = new MeterProvider({ readers: [reader] });
-  const instruments = new Instruments(provider.getMeter('test'), undefined, { perTokenItl });
-  async function hist(name: string, filter: Record<string, string> = {}) {
-    const { resourceMetrics } = await reader.collect();
-    let count = 0;
-    let sum = 0;
-    const attributes: Record<string, unknown>[] = [];
-    for (const sm of resourceMetrics.scopeMetrics)
-      for (const m of sm.metrics) {
-        if (m.descriptor.name !== name || m.dataPointType !== DataPointType.HISTOGRAM) continue;
-        for (const dp of (m as HistogramMetricData).dataPoints) {
-          if (!Object.entries(filter).every(([k, v]) => dp.attributes[k] === v)) continue;
-          count += dp.value.count;
-          sum += dp.value.sum ?? 0;
-          attributes.push(dp.attributes);
-        }
-      }
-    return { count, sum, attributes };
-  }
-  async function names() {
-    const { resourceMetrics } = await reader.collect();
-    return resourceMetrics.scopeMetrics.flatMap((sm) => sm.metrics.map((m) => m.descriptor.name));
-  }
-  return { instruments, hist, names, shutdown: () => (instruments.shutdown(), provider.shutdown()) };
+  const m = testInstruments({ perTokenItl });
+  return { instruments: m.instruments, hist: m.histogram, names: m.names, shutdown: m.shutdown };
 }
 
 let t: ReturnType<typeof setup>;
