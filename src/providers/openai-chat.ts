@@ -1,5 +1,5 @@
 import type { SseEvent } from '../sse/parser.js';
-import { EventKind, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -24,16 +24,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   serverTimings: ServerTimings | undefined;
 
   onEvent(ev: SseEvent): EventKind {
-    const data = ev.data;
-    if (data.length === 0 || data === '[DONE]') return EventKind.None;
-    let obj: unknown;
-    try {
-      obj = JSON.parse(data);
-    } catch {
-      return EventKind.None;
-    }
-    if (obj === null || typeof obj !== 'object') return EventKind.None;
-    const chunk = obj as Record<string, unknown>;
+    const chunk = parseObject(ev.data); // `[DONE]`, keep-alives, non-JSON: undefined
+    if (!chunk) return EventKind.None;
     if (chunk.error !== undefined && chunk.error !== null) {
       this.errorType = errorTypeOf(chunk.error);
       return EventKind.Error;
@@ -52,14 +44,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   }
 
   onBody(body: string): void {
-    let obj: unknown;
-    try {
-      obj = JSON.parse(body);
-    } catch {
-      return;
-    }
-    if (obj === null || typeof obj !== 'object') return;
-    const r = obj as Record<string, unknown>;
+    const r = parseObject(body);
+    if (!r) return;
     if (r.error !== undefined && r.error !== null) this.errorType = errorTypeOf(r.error);
     if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
     if (r.usage && typeof r.usage === 'object') this.readUsage(r.usage as Record<string, unknown>);

@@ -25,10 +25,10 @@ export function recordResponses(server: Server): string[] {
   return hashes;
 }
 
-/** A fetch that hashes each response body as the client reads it. */
-export function hashingFetch(hashes: Promise<string>[]): typeof fetch {
+/** A fetch (over `base`, the global one by default) that hashes each response body as the client reads it. */
+export function hashingFetch(hashes: Promise<string>[], base: typeof fetch = fetch): typeof fetch {
   return async (input, init) => {
-    const res = await fetch(input, init);
+    const res = await base(input, init);
     if (!res.body) return res;
     const [a, b] = res.body.tee();
     hashes.push(

@@ -4,7 +4,6 @@ import { GoogleGenAI } from '@google/genai';
 // The Bedrock client defaults to HTTP/2 (h2c on http://), which an HTTP/1.1 proxy does not speak:
 // users put it in front of the proxy with the HTTP/1.1 handler, as here (see docs/providers.md).
 import { NodeHttpHandler } from '@smithy/node-http-handler';
-import { createHash } from 'node:crypto';
 import { Ollama } from 'ollama';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -86,28 +85,6 @@ async function checkMetrics(e: Expect): Promise<Sample[]> {
 }
 
 const multiEvents = (reasoning = false, tool = false) => planGroups(planBlocks(N, reasoning, tool), true).length;
-
-/** hashingFetch over an explicit fetch (for when the global one is the wrapper). */
-function hashingFetchVia(base: typeof fetch, hashes: Promise<string>[]): typeof fetch {
-  return async (input, init) => {
-    const res = await base(input, init);
-    if (!res.body) return res;
-    const [a, b] = res.body.tee();
-    hashes.push(
-      (async () => {
-        const h = createHash('sha256');
-        const reader = b.getReader();
-        for (;;) {
-          const { done, value } = await reader.read();
-          if (done) break;
-          h.update(value);
-        }
-        return h.digest('hex');
-      })(),
-    );
-    return new Response(a, { status: res.status, statusText: res.statusText, headers: res.headers });
-  };
-}
 
 async function sameBytes(before: number, count: number) {
   const got = await Promise.all(received.slice(before));
@@ -209,7 +186,7 @@ describe('@google/genai: generateContentStream', () => {
   it('text and thoughts, cumulative usage, model from the path', async () => {
     // @google/genai takes no fetch option: wrap the global one for this test.
     const realFetch = globalThis.fetch;
-    globalThis.fetch = hashingFetchVia(realFetch, received);
+    globalThis.fetch = hashingFetch(received, realFetch);
     const before = received.length;
     try {
       const ai = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: proxy.proxyUrl } });
