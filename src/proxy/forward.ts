@@ -8,7 +8,7 @@ import { RequestMeter, type MeterSummary, type RequestLabels } from '../measure/
 import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
-import { detectApi, providerNameForHost } from '../providers/detect.js';
+import { detectApi } from '../providers/detect.js';
 import { endToEndHeaders, rawHeader, REQUEST_DROP } from './headers.js';
 import { RequestBodyTap } from './request-info.js';
 import { Router, type RouteMatch } from './routes.js';
@@ -104,7 +104,7 @@ class InFlight {
     if (api) {
       const pathModel = api.modelFromPath?.(match.upstreamPath);
       this.labels = {
-        provider: route.providerName ?? providerNameForHost(upstream.hostname) ?? api.defaultProviderName,
+        provider: match.resolved.providerName ?? api.defaultProviderName,
         operation: api.operation,
         requestModel: this.fwd.limitModel(pathModel),
         serverAddress: upstream.hostname,
@@ -126,7 +126,7 @@ class InFlight {
     const t = deps.config.timeouts;
     const upstreamReq = (upstream.protocol === 'https:' ? https : http).request({
       protocol: upstream.protocol,
-      hostname: upstream.hostname.replace(/^\[|\]$/g, ''),
+      hostname: match.resolved.connectHost,
       port: upstream.port || undefined,
       method: req.method,
       path: match.upstreamPath,

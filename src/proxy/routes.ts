@@ -1,10 +1,15 @@
 import type { RouteConfig } from '../config.js';
+import { providerNameForHost } from '../providers/detect.js';
 
 export interface ResolvedRoute {
   readonly route: RouteConfig;
   readonly upstream: URL;
   /** Upstream base path without a trailing slash ("" for "/"). */
   readonly basePath: string;
+  /** Host to connect to (IPv6 without brackets). */
+  readonly connectHost: string;
+  /** `gen_ai.provider.name` from the route or the upstream host, when either says; else the API's default. */
+  readonly providerName: string | undefined;
 }
 
 export interface RouteMatch {
@@ -25,7 +30,13 @@ export class Router {
     this.routes = routes
       .map((route) => {
         const upstream = new URL(route.upstream);
-        return { route, upstream, basePath: upstream.pathname.replace(/\/+$/, '') };
+        return {
+          route,
+          upstream,
+          basePath: upstream.pathname.replace(/\/+$/, ''),
+          connectHost: upstream.hostname.replace(/^\[|\]$/g, ''),
+          providerName: route.providerName ?? providerNameForHost(upstream.hostname),
+        };
       })
       .sort((a, b) => b.route.prefix.length - a.route.prefix.length);
   }
