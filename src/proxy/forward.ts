@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import http, { type IncomingMessage, type ServerResponse } from 'node:http';
-import https from 'node:https';
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
@@ -10,8 +10,10 @@ import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
 import { endToEndHeaders, rawHeader, REQUEST_DROP } from './headers.js';
+import type { BodyFraming, ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
 import { Router, type RouteMatch } from './routes.js';
+import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
 
 export interface ForwarderDeps {
   config: Config;
@@ -20,29 +22,26 @@ export interface ForwarderDeps {
   instruments: Instruments | undefined;
 }
 
-class UpstreamTimeout extends Error {
-  constructor(readonly phase: 'connect' | 'response' | 'idle') {
-    super(`upstream ${phase} timeout`);
-  }
-}
-
 /**
- * The data path: one upstream request per client request, raw bytes both ways
- * (node:http never decompresses), backpressure from the client to the upstream
- * read, and a meter that sees each chunk only after it was written.
+ * The data path: one upstream request per client request, bytes never
+ * decompressed or re-framed, backpressure from the client to the upstream
+ * read, and a meter that sees each read only after it was written.
+ *
+ * A chunked upstream body is written to the client socket as the upstream
+ * framed it (the client is on HTTP/1.1 and Node's server chunks the response
+ * too, so the framing is valid as is); Node's ServerResponse writes the head
+ * and the last chunk. Anything else goes through ServerResponse.write.
  */
 export class Forwarder {
   private readonly router: Router;
-  private readonly agents = {
-    http: new http.Agent({ keepAlive: true, scheduling: 'lifo' }),
-    https: new https.Agent({ keepAlive: true, scheduling: 'lifo' }),
-  };
+  readonly upstream: UpstreamClient;
   private readonly models: CardinalityLimiter;
   /** Streams in flight, for graceful shutdown. */
   readonly inFlight = new Set<InFlight>();
 
   constructor(private readonly deps: ForwarderDeps) {
     this.router = new Router(deps.config.routes);
+    this.upstream = new UpstreamClient({ connectTimeoutMs: deps.config.timeouts.connect * 1000 });
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
   }
 
@@ -61,25 +60,27 @@ export class Forwarder {
     return model === undefined ? undefined : this.models.limit(model);
   }
 
-  agentFor(url: URL): http.Agent {
-    return url.protocol === 'https:' ? this.agents.https : this.agents.http;
-  }
-
   close(): void {
-    this.agents.http.destroy();
-    this.agents.https.destroy();
+    this.upstream.close();
   }
 }
 
 /** One proxied request, from arrival to the last byte. */
-class InFlight {
-  private upstreamReq: http.ClientRequest | undefined;
-  private upstreamRes: IncomingMessage | undefined;
+class InFlight implements ExchangeHandler {
+  private exchange: Exchange | undefined;
+  private upstreamStatus: number | undefined;
   private meter: RequestMeter | undefined;
   private labels: RequestLabels | undefined;
   private done = false;
   private readonly requestId: string;
   private timer: NodeJS.Timeout | undefined;
+  /** The client socket when the body is forwarded verbatim, else undefined (ServerResponse.write). */
+  private raw: Socket | undefined;
+  private paused = false;
+  private readonly resume = (): void => {
+    this.paused = false;
+    this.exchange?.resume();
+  };
 
   constructor(
     private readonly fwd: Forwarder,
@@ -114,6 +115,15 @@ class InFlight {
     }
 
     const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP);
+    // The request body keeps its length, or is chunked again (Node's server decoded it).
+    let body: RequestBody = 'none';
+    if (req.headers['transfer-encoding'] !== undefined) {
+      body = 'chunked';
+      removeRaw(headers, 'content-length');
+      headers.push('transfer-encoding', 'chunked');
+    } else if (req.headers['content-length'] !== undefined) {
+      body = 'length';
+    }
     headers.push('host', upstream.host);
     const xff = req.headers['x-forwarded-for'];
     const peer = req.socket.remoteAddress ?? '';
@@ -123,38 +133,23 @@ class InFlight {
     if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
     if (req.headers['x-request-id'] === undefined) headers.push('x-request-id', this.requestId);
 
-    const t = deps.config.timeouts;
-    const upstreamReq = (upstream.protocol === 'https:' ? https : http).request({
-      protocol: upstream.protocol,
-      hostname: match.resolved.connectHost,
-      port: upstream.port || undefined,
-      method: req.method,
-      path: match.upstreamPath,
-      headers: headers as unknown as http.OutgoingHttpHeaders,
-      agent: this.fwd.agentFor(upstream),
-      setHost: false,
-    });
-    this.upstreamReq = upstreamReq;
-
-    upstreamReq.on('socket', (socket) => {
-      if ((socket as { connecting?: boolean }).connecting) {
-        const ct = setTimeout(() => upstreamReq.destroy(new UpstreamTimeout('connect')), t.connect * 1000);
-        socket.once('connect', () => clearTimeout(ct));
-        upstreamReq.once('close', () => clearTimeout(ct));
-      }
-    });
-    this.timer = setTimeout(() => upstreamReq.destroy(new UpstreamTimeout('response')), t.response * 1000);
-    upstreamReq.on('response', (upRes) => this.onResponse(upRes));
-    upstreamReq.on('error', (err) => this.onUpstreamError(err));
+    this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
+    const exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
+    this.exchange = exchange;
 
     // Client body -> upstream, with backpressure; a bounded copy for the model name.
-    if (tap) {
-      req.on('data', (c: Buffer) => tap.push(c));
-      req.once('end', () => {
-        if (this.labels) this.labels.requestModel = this.fwd.limitModel(tap.model());
-      });
-    }
-    req.pipe(upstreamReq);
+    const resumeReq = () => req.resume();
+    req.on('data', (c: Buffer) => {
+      if (!exchange.write(c)) {
+        req.pause();
+        exchange.whenDrained(resumeReq);
+      }
+      tap?.push(c);
+    });
+    req.once('end', () => {
+      exchange.end();
+      if (tap && this.labels) this.labels.requestModel = this.fwd.limitModel(tap.model());
+    });
     req.on('error', () => this.cancel());
 
     // The client went away before we finished: cancel the upstream at once.
@@ -163,45 +158,53 @@ class InFlight {
     });
   }
 
-  private onResponse(upRes: IncomingMessage): void {
+  onHead(head: ResponseHead, framing: BodyFraming): void {
     clearTimeout(this.timer);
-    this.upstreamRes = upRes;
     const { res, meter } = this;
-    if (this.done) {
-      upRes.destroy();
+    if (this.done) return;
+    this.upstreamStatus = head.status;
+    const headers = endToEndHeaders(head.rawHeaders);
+    // The transfer coding wins over a Content-Length (RFC 9112 §6.3): never pass both on.
+    if (framing.kind === 'chunked') removeRaw(headers, 'content-length');
+    try {
+      res.writeHead(head.status, head.statusText || undefined, headers as unknown as OutgoingHttpHeaders);
+      // Headers go out now, not with the first body chunk: the client's clock starts here too.
+      res.flushHeaders();
+    } catch (e) {
+      this.exchange?.destroy(new Error(`response head not forwardable: ${(e as Error).message}`));
       return;
     }
-    const headers = endToEndHeaders(upRes.rawHeaders);
-    res.writeHead(upRes.statusCode ?? 502, upRes.statusMessage, headers as unknown as http.OutgoingHttpHeaders);
-    // Headers go out now, not with the first body chunk: the client's clock starts here too.
-    res.flushHeaders();
-    meter?.responseStart(
-      upRes.statusCode ?? 502,
-      rawHeader(upRes.rawHeaders, 'content-type'),
-      rawHeader(upRes.rawHeaders, 'content-encoding'),
-    );
-
-    const idleMs = this.deps.config.timeouts.idle * 1000;
-    upRes.setTimeout(idleMs, () => upRes.destroy(new UpstreamTimeout('idle')));
-    const resume = () => upRes.resume();
-    upRes.on('data', (chunk: Buffer) => {
-      const arrival = performance.now();
-      if (!res.write(chunk)) {
-        upRes.pause();
-        res.once('drain', resume);
-      }
-      meter?.chunk(chunk, arrival);
-    });
-    upRes.once('end', () => {
-      if (this.done) return;
-      res.end();
-      this.complete(undefined);
-    });
-    upRes.once('error', (err) => this.onUpstreamError(err));
-    upRes.once('aborted', () => this.onUpstreamError(new Error('upstream connection reset')));
+    const socket = res.socket;
+    if (framing.kind === 'chunked' && res.chunkedEncoding && socket && !socket.destroyed) this.raw = socket;
+    meter?.responseStart(head.status, rawHeader(head.rawHeaders, 'content-type'), rawHeader(head.rawHeaders, 'content-encoding'));
+    this.exchange?.setIdleTimeout(this.deps.config.timeouts.idle * 1000);
   }
 
-  private onUpstreamError(err: Error): void {
+  onData(wire: Buffer, data: readonly Buffer[], arrival: number): void {
+    if (this.done) return;
+    const raw = this.raw;
+    if (raw !== undefined) {
+      if (wire.length > 0 && !raw.write(wire) && !this.paused) this.waitFor(raw);
+    } else {
+      for (let i = 0; i < data.length; i++) if (!this.res.write(data[i]) && !this.paused) this.waitFor(this.res);
+    }
+    const meter = this.meter;
+    if (meter !== undefined) for (let i = 0; i < data.length; i++) meter.chunk(data[i]!, arrival);
+  }
+
+  private waitFor(sink: { once(ev: 'drain', cb: () => void): unknown }): void {
+    this.paused = true;
+    this.exchange?.pause();
+    sink.once('drain', this.resume);
+  }
+
+  onEnd(): void {
+    if (this.done) return;
+    this.res.end();
+    this.complete(undefined);
+  }
+
+  onError(err: Error): void {
     if (this.done) return;
     clearTimeout(this.timer);
     const timeout = err instanceof UpstreamTimeout;
@@ -209,11 +212,9 @@ class InFlight {
       // Nothing reached the client yet: answer for the upstream.
       const status = timeout ? 504 : 502;
       const type = timeout ? ERROR_TYPE.timeout : ERROR_TYPE.unreachable;
-      this.deps.log.warn(
-        { reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: err.message, code: (err as NodeJS.ErrnoException).code },
-        'upstream request failed',
-      );
-      sendError(this.res, status, type, timeout ? err.message : `upstream unreachable: ${(err as NodeJS.ErrnoException).code ?? err.message}`);
+      const code = (err as NodeJS.ErrnoException).code;
+      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: err.message, code }, 'upstream request failed');
+      sendError(this.res, status, type, timeout ? err.message : `upstream unreachable: ${code ?? err.message}`);
       this.complete(type);
       this.req.resume();
       return;
@@ -222,14 +223,12 @@ class InFlight {
     this.deps.log.warn({ reqId: this.requestId, err: err.message }, 'upstream stream failed mid-body');
     this.complete(timeout ? ERROR_TYPE.timeout : ERROR_TYPE.upstreamReset);
     this.res.destroy();
-    this.upstreamReq?.destroy();
   }
 
   cancel(errorType: string = ERROR_TYPE.clientCancelled): void {
     if (this.done) return;
     this.complete(errorType);
-    this.upstreamReq?.destroy();
-    this.upstreamRes?.destroy();
+    this.exchange?.destroy();
   }
 
   /** Cut at a shutdown deadline: record it, then close both sides. */
@@ -261,7 +260,7 @@ class InFlight {
           // Only for requests that were measured as an LLM API call.
           provider: summary ? this.labels?.provider : undefined,
           model: summary ? this.labels?.requestModel : undefined,
-          status: summary?.status ?? this.upstreamRes?.statusCode ?? this.res.statusCode,
+          status: summary?.status ?? this.upstreamStatus ?? this.res.statusCode,
           outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error'),
           errorType: summary?.errorType ?? errorType,
           ttftMs: round(summary?.ttftMs),
@@ -287,8 +286,12 @@ function safePath(target: string | undefined): string {
   return (q === -1 ? t : t.slice(0, q)).slice(0, 512);
 }
 
-function replaceRaw(raw: string[], lowerName: string, value: string): void {
+function removeRaw(raw: string[], lowerName: string): void {
   for (let i = raw.length - 2; i >= 0; i -= 2) if (raw[i]!.toLowerCase() === lowerName) raw.splice(i, 2);
+}
+
+function replaceRaw(raw: string[], lowerName: string, value: string): void {
+  removeRaw(raw, lowerName);
   raw.push(lowerName, value);
 }
 

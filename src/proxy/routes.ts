@@ -1,5 +1,6 @@
 import type { RouteConfig } from '../config.js';
 import { providerNameForHost } from '../providers/detect.js';
+import type { Origin } from './upstream.js';
 
 export interface ResolvedRoute {
   readonly route: RouteConfig;
@@ -10,6 +11,8 @@ export interface ResolvedRoute {
   readonly connectHost: string;
   /** `gen_ai.provider.name` from the route or the upstream host, when either says; else the API's default. */
   readonly providerName: string | undefined;
+  /** Where the upstream client connects. */
+  readonly origin: Origin;
 }
 
 export interface RouteMatch {
@@ -30,12 +33,15 @@ export class Router {
     this.routes = routes
       .map((route) => {
         const upstream = new URL(route.upstream);
+        const connectHost = upstream.hostname.replace(/^\[|\]$/g, '');
+        const port = upstream.port === '' ? (upstream.protocol === 'https:' ? 443 : 80) : Number(upstream.port);
         return {
           route,
           upstream,
           basePath: upstream.pathname.replace(/\/+$/, ''),
-          connectHost: upstream.hostname.replace(/^\[|\]$/g, ''),
+          connectHost,
           providerName: route.providerName ?? providerNameForHost(upstream.hostname),
+          origin: { protocol: upstream.protocol, host: connectHost, port, servername: connectHost },
         };
       })
       .sort((a, b) => b.route.prefix.length - a.route.prefix.length);

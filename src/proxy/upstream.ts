@@ -1,0 +1,409 @@
+import net from 'node:net';
+import { performance } from 'node:perf_hooks';
+import tls from 'node:tls';
+import { ChunkedDecoder } from './chunked.js';
+import {
+  headEnd,
+  keepAliveHintMs,
+  MAX_HEAD_BYTES,
+  parseResponseHead,
+  requestHead,
+  responseFraming,
+  reusable,
+  HttpParseError,
+  type BodyFraming,
+  type ResponseHead,
+} from './http1.js';
+
+/**
+ * A small HTTP/1.1 client for the upstream side of the proxy, with its own
+ * keep-alive pool. Why not node:http: per streamed event, Node's client costs
+ * an llhttp callback, an IncomingMessage push and a 'data' emit; here a read
+ * is one `onread` callback into a shared buffer, and a chunked body comes out
+ * as the upstream's own framing, ready to be written to the client verbatim
+ * (see bench/README.md for the measurements). TLS upstreams use the same code
+ * over tls.connect.
+ */
+
+export class UpstreamTimeout extends Error {
+  constructor(readonly phase: 'connect' | 'response' | 'idle') {
+    super(`upstream ${phase} timeout`);
+  }
+}
+
+export class UpstreamClosed extends Error {
+  readonly code = 'ECONNRESET';
+  constructor(message = 'upstream closed the connection') {
+    super(message);
+  }
+}
+
+export interface Origin {
+  readonly protocol: string;
+  /** Host to connect to (IPv6 without brackets). */
+  readonly host: string;
+  readonly port: number;
+  /** Host name for TLS SNI and certificate checks. */
+  readonly servername: string;
+}
+
+export type RequestBody = 'none' | 'length' | 'chunked';
+
+/** What the caller hears about one exchange. Called at most once each, except onData. */
+export interface ExchangeHandler {
+  onHead(head: ResponseHead, framing: BodyFraming): void;
+  /**
+   * Body bytes that arrived at `arrival` (ms, performance.now()). `wire`: the
+   * bytes as they may be forwarded verbatim (for a chunked body, its chunk
+   * framing, less a size line still incomplete and less the last chunk);
+   * `data`: the payload in them.
+   */
+  onData(wire: Buffer, data: readonly Buffer[], arrival: number): void;
+  onEnd(): void;
+  onError(err: Error): void;
+}
+
+export interface UpstreamOptions {
+  connectTimeoutMs: number;
+  /** Idle connections kept per origin. */
+  maxIdlePerOrigin?: number;
+  /** Longest time an idle connection is kept (shortened by the server's Keep-Alive hint). */
+  keepAliveMs?: number;
+}
+
+// One read buffer for every plain-TCP upstream socket: reads are handled
+// synchronously, and whatever is kept beyond the callback is copied out.
+const READ_BUFFER = Buffer.allocUnsafe(64 * 1024);
+const CRLF = Buffer.from('\r\n');
+const LAST_CHUNK = Buffer.from('0\r\n\r\n');
+
+function originKey(o: Origin): string {
+  return `${o.protocol}//${o.host}:${o.port}/${o.servername}`;
+}
+
+export class UpstreamClient {
+  private readonly idle = new Map<string, Connection[]>();
+  private readonly tlsSessions = new Map<string, Buffer>();
+  private readonly maxIdle: number;
+  readonly keepAliveMs: number;
+  private closed = false;
+
+  constructor(private readonly opts: UpstreamOptions) {
+    this.maxIdle = opts.maxIdlePerOrigin ?? 256;
+    this.keepAliveMs = opts.keepAliveMs ?? 4000;
+  }
+
+  /** Starts a request: the head is written at once, the body with write()/end(). */
+  request(origin: Origin, method: string, target: string, rawHeaders: string[], body: RequestBody, handler: ExchangeHandler): Exchange {
+    const conn = this.acquire(origin);
+    const ex = new Exchange(conn, method, body, handler);
+    conn.begin(ex, requestHead(method, target, rawHeaders));
+    return ex;
+  }
+
+  private acquire(origin: Origin): Connection {
+    const key = originKey(origin);
+    const list = this.idle.get(key);
+    while (list !== undefined && list.length > 0) {
+      const c = list.pop()!; // LIFO: the warmest connection
+      if (c.usable()) return c;
+      c.socket.destroy();
+    }
+    return this.connect(origin, key);
+  }
+
+  private connect(origin: Origin, key: string): Connection {
+    let conn!: Connection;
+    let socket: net.Socket;
+    if (origin.protocol === 'https:') {
+      const session = this.tlsSessions.get(key);
+      const s = tls.connect({
+        host: origin.host,
+        port: origin.port,
+        servername: net.isIP(origin.servername) ? undefined : origin.servername,
+        session,
+      });
+      s.on('session', (sess: Buffer) => this.tlsSessions.set(key, sess));
+      s.on('data', (b: Buffer) => conn.onRead(b, performance.now()));
+      socket = s;
+    } else {
+      socket = net.connect({
+        host: origin.host,
+        port: origin.port,
+        onread: {
+          buffer: READ_BUFFER,
+          callback: (n: number, buf: Uint8Array) => {
+            const arrival = performance.now();
+            const copy = Buffer.allocUnsafe(n);
+            copy.set(buf.subarray(0, n));
+            conn.onRead(copy, arrival);
+            return true;
+          },
+        },
+      });
+    }
+    socket.setNoDelay(true);
+    socket.setKeepAlive(true, 1000);
+    conn = new Connection(this, key, socket);
+    const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect')), this.opts.connectTimeoutMs);
+    socket.once(origin.protocol === 'https:' ? 'secureConnect' : 'connect', () => clearTimeout(timer));
+    socket.once('close', () => clearTimeout(timer));
+    return conn;
+  }
+
+  /** A connection finished an exchange cleanly: keep it, or close it. */
+  release(conn: Connection, hintMs: number | undefined): void {
+    const keepMs = Math.min(this.keepAliveMs, hintMs === undefined ? Infinity : hintMs - 1000);
+    let list = this.idle.get(conn.key);
+    if (this.closed || keepMs <= 0 || !conn.usable() || (list !== undefined && list.length >= this.maxIdle)) {
+      conn.socket.destroy();
+      return;
+    }
+    if (list === undefined) this.idle.set(conn.key, (list = []));
+    conn.socket.setTimeout(keepMs);
+    list.push(conn);
+  }
+
+  forget(conn: Connection): void {
+    const list = this.idle.get(conn.key);
+    const i = list?.indexOf(conn) ?? -1;
+    if (i >= 0) list!.splice(i, 1);
+  }
+
+  /** Closes every idle connection; exchanges in flight are closed by their owners. */
+  close(): void {
+    this.closed = true;
+    for (const list of this.idle.values()) for (const c of list) c.socket.destroy();
+    this.idle.clear();
+  }
+}
+
+/** One upstream socket; carries one exchange at a time. */
+class Connection {
+  exchange: Exchange | undefined;
+
+  constructor(
+    private readonly client: UpstreamClient,
+    readonly key: string,
+    readonly socket: net.Socket,
+  ) {
+    socket.on('error', (err) => this.exchange?.fail(err));
+    socket.on('end', () => this.exchange?.eof());
+    socket.on('close', () => {
+      this.client.forget(this);
+      this.exchange?.fail(new UpstreamClosed());
+    });
+    socket.on('timeout', () => {
+      if (this.exchange) this.exchange.fail(new UpstreamTimeout('idle'));
+      else socket.destroy(); // idle in the pool for too long
+    });
+    socket.on('drain', () => this.exchange?.drained());
+  }
+
+  usable(): boolean {
+    const s = this.socket;
+    return !s.destroyed && s.writable && !s.readableEnded;
+  }
+
+  begin(ex: Exchange, head: string): void {
+    this.exchange = ex;
+    const s = this.socket;
+    s.setTimeout(0);
+    // Head and a body that arrives in the same tick leave in one segment.
+    s.cork();
+    s.write(head, 'latin1');
+    process.nextTick(() => s.uncork());
+  }
+
+  onRead(buf: Buffer, arrival: number): void {
+    const ex = this.exchange;
+    if (ex === undefined) {
+      this.socket.destroy(); // bytes nobody asked for: the connection is out of sync
+      return;
+    }
+    ex.read(buf, arrival);
+  }
+
+  /** The exchange ended; `keep` when the connection is in sync for another one. */
+  detach(keep: boolean, hintMs: number | undefined): void {
+    this.exchange = undefined;
+    if (keep) this.client.release(this, hintMs);
+    else this.socket.destroy();
+  }
+}
+
+/** One request/response on a connection. */
+export class Exchange {
+  private head: ResponseHead | undefined;
+  private framing: BodyFraming | undefined;
+  private headBuf: Buffer | undefined;
+  private chunked: ChunkedDecoder | undefined;
+  private remaining = 0;
+  private finished = false;
+  private requestDone = false;
+  private onDrain: (() => void) | undefined;
+  private readonly one: Buffer[] = [];
+
+  constructor(
+    private readonly conn: Connection,
+    private readonly method: string,
+    private readonly body: RequestBody,
+    private readonly handler: ExchangeHandler,
+  ) {
+    if (body === 'none') this.requestDone = true;
+  }
+
+  /** Request body bytes; false when the caller should wait for `whenDrained`. */
+  write(chunk: Buffer): boolean {
+    if (this.finished || chunk.length === 0) return true;
+    const s = this.conn.socket;
+    if (this.body === 'chunked') {
+      s.write(`${chunk.length.toString(16)}\r\n`, 'latin1');
+      s.write(chunk);
+      return s.write(CRLF);
+    }
+    return s.write(chunk);
+  }
+
+  end(): void {
+    if (this.finished || this.requestDone) return;
+    this.requestDone = true;
+    if (this.body === 'chunked') this.conn.socket.write(LAST_CHUNK);
+  }
+
+  whenDrained(cb: () => void): void {
+    this.onDrain = cb;
+  }
+
+  drained(): void {
+    const cb = this.onDrain;
+    this.onDrain = undefined;
+    cb?.();
+  }
+
+  /** Stops reading the response until resume() (backpressure from the client). */
+  pause(): void {
+    this.conn.socket.pause();
+  }
+
+  resume(): void {
+    if (!this.finished) this.conn.socket.resume();
+  }
+
+  /** Limits the silence between response reads, once the head is in. */
+  setIdleTimeout(ms: number): void {
+    if (!this.finished) this.conn.socket.setTimeout(ms);
+  }
+
+  /** Abandons the exchange and its connection; `err` is reported to the handler when given. */
+  destroy(err?: Error): void {
+    if (this.finished) return;
+    if (err) {
+      this.fail(err);
+      return;
+    }
+    this.finished = true;
+    this.conn.detach(false, undefined);
+  }
+
+  read(buf: Buffer, arrival: number): void {
+    if (this.finished) return;
+    try {
+      if (this.framing === undefined) {
+        const rest = this.readHead(buf);
+        if (rest === undefined || this.finished) return;
+        buf = rest;
+        if (this.framing!.kind === 'none') {
+          this.complete(buf.length === 0);
+          return;
+        }
+        if (buf.length === 0) return;
+      }
+      this.readBody(buf, arrival);
+    } catch (e) {
+      this.fail(e instanceof Error ? e : new Error(String(e)));
+    }
+  }
+
+  /** Accumulates the head; returns the bytes after it once it is complete. */
+  private readHead(buf: Buffer): Buffer | undefined {
+    let data = this.headBuf === undefined ? buf : Buffer.concat([this.headBuf, buf]);
+    for (;;) {
+      const end = headEnd(data);
+      if (end === -1) {
+        if (data.length > MAX_HEAD_BYTES) throw new HttpParseError('response head too large');
+        this.headBuf = data === buf ? Buffer.from(buf) : data;
+        return undefined;
+      }
+      this.headBuf = undefined;
+      const head = parseResponseHead(data.subarray(0, end));
+      data = data.subarray(end);
+      if (head.status >= 100 && head.status < 200) {
+        if (head.status === 101) throw new HttpParseError('unexpected protocol switch (101)');
+        continue; // 100 Continue, 103 Early Hints: not forwarded
+      }
+      const framing = responseFraming(head, this.method);
+      this.head = head;
+      this.framing = framing;
+      if (framing.kind === 'chunked') this.chunked = new ChunkedDecoder();
+      else if (framing.kind === 'length') this.remaining = framing.length;
+      this.handler.onHead(head, framing);
+      if (framing.kind === 'length' && framing.length === 0 && !this.finished) {
+        this.complete(data.length === 0);
+        return undefined;
+      }
+      return data;
+    }
+  }
+
+  private readBody(buf: Buffer, arrival: number): void {
+    const kind = this.framing!.kind;
+    if (kind === 'chunked') {
+      const dec = this.chunked!;
+      const wire = dec.push(buf);
+      this.handler.onData(wire, dec.data, arrival);
+      if (dec.done && !this.finished) this.complete(dec.messageEnd === buf.length);
+      return;
+    }
+    let slice = buf;
+    if (kind === 'length') {
+      if (buf.length > this.remaining) slice = buf.subarray(0, this.remaining);
+      this.remaining -= slice.length;
+    }
+    const one = this.one;
+    one[0] = slice;
+    this.handler.onData(slice, one, arrival);
+    if (kind === 'length' && this.remaining === 0 && !this.finished) this.complete(slice.length === buf.length);
+  }
+
+  /** The response is complete; `inSync` when no stray bytes followed it. */
+  private complete(inSync: boolean): void {
+    this.finished = true;
+    const keep = inSync && this.requestDone && reusable(this.head!, this.framing!);
+    this.conn.detach(keep, keep ? keepAliveHintMs(this.head!) : undefined);
+    this.handler.onEnd();
+  }
+
+  /** The upstream half-closed: the end of a close-delimited body, else a truncation. */
+  eof(): void {
+    if (this.finished) return;
+    if (this.framing?.kind === 'close') {
+      this.finished = true;
+      this.conn.detach(false, undefined);
+      this.handler.onEnd();
+      return;
+    }
+    this.fail(new UpstreamClosed(this.head === undefined ? 'upstream closed the connection before responding' : 'upstream closed the connection mid-body'));
+  }
+
+  fail(err: Error): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.conn.detach(false, undefined);
+    this.handler.onError(err);
+  }
+
+  get responseStarted(): boolean {
+    return this.head !== undefined;
+  }
+}
