@@ -494,7 +494,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Failed requests by error_type (req/s)',
-    description: `Requests per second that ended with an error_type label on ${METRICS.duration} (client_cancelled, upstream_reset, timeout, upstream_unreachable, an HTTP status, or the provider's in-band error type).`,
+    description: `Requests per second that ended with an error_type label on ${METRICS.duration} (client_cancelled, upstream_reset, timeout, upstream_unreachable, upstream_protocol_error, an HTTP status, or the provider's in-band error type).`,
     unit: 'reqps',
     w: 24,
     h: 7,

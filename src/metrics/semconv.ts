@@ -64,6 +64,8 @@ export const ERROR_TYPE = {
   upstreamReset: 'upstream_reset',
   timeout: 'timeout',
   unreachable: 'upstream_unreachable',
+  /** The upstream's answer was not valid HTTP/1.1 (status line, header, length or chunk framing). */
+  protocol: 'upstream_protocol_error',
   shutdownDeadline: 'shutdown_deadline',
 } as const;
 

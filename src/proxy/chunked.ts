@@ -53,6 +53,11 @@ export class ChunkedDecoder {
   readonly data: Buffer[] = [];
   /** Offset just past the end of the message in the latest buffer, or -1. */
   messageEnd = -1;
+  /**
+   * The framing broke: set by the push that found it, whose return value and
+   * `data` still hold what came before the fault. Nothing is decoded after it.
+   */
+  error: ChunkedError | undefined;
 
   get done(): boolean {
     return this.state === S.Done;
@@ -61,13 +66,48 @@ export class ChunkedDecoder {
   push(buf: Buffer): Buffer {
     this.data.length = 0;
     this.messageEnd = -1;
-    if (this.state === S.Done) return buf.subarray(0, 0);
-    const len = buf.length;
+    if (this.state === S.Done || this.error !== undefined) return buf.subarray(0, 0);
+    let len = buf.length;
     // A size line that began in an earlier buffer continues at offset 0.
     this.lineFromPending = this.inSizeLine();
     this.lineStart = 0;
     this.stopAt = -1;
     this.releasedPending = false;
+    try {
+      this.decode(buf, len);
+    } catch (e) {
+      if (!(e instanceof ChunkedError)) throw e;
+      this.error = e;
+      // Forward what came before the fault: the data decoded so far, and
+      // nothing of a size line (the faulty one, or one left unfinished).
+      len = this.inSizeLine() ? this.lineStart : this.faultAt;
+    }
+    // What may go out now, verbatim.
+    let end = len;
+    if (this.stopAt >= 0) end = this.stopAt;
+    else if (this.last) end = 0;
+    else if (this.error === undefined && this.inSizeLine()) end = this.lineStart;
+    const before = this.pending;
+    let out: Buffer;
+    if (before !== undefined && this.releasedPending) {
+      out = end > 0 ? Buffer.concat([before, buf.subarray(0, end)]) : before;
+      this.pending = undefined;
+    } else {
+      if (this.last) this.pending = undefined; // the held line was the last chunk
+      out = buf.subarray(0, end);
+    }
+    if (!this.last && this.error === undefined && end < len) {
+      // Copy: the caller's buffer may be reused once push() returns.
+      const tail = buf.subarray(end, len);
+      this.pending = this.pending === undefined ? Buffer.from(tail) : Buffer.concat([this.pending, tail]);
+    }
+    return out;
+  }
+
+  /** The offending byte of a fault, in the latest buffer. */
+  private faultAt = 0;
+
+  private decode(buf: Buffer, len: number): void {
     let i = 0;
     while (i < len) {
       switch (this.state) {
@@ -80,6 +120,7 @@ export class ChunkedDecoder {
           continue;
         }
         case S.DataCr: {
+          this.faultAt = i;
           const c = buf[i++]!;
           if (c === CR) this.state = S.DataLf;
           else if (c === LF) this.beginSize(i);
@@ -87,10 +128,12 @@ export class ChunkedDecoder {
           continue;
         }
         case S.DataLf:
+          this.faultAt = i;
           if (buf[i++] !== LF) throw new ChunkedError('missing LF after chunk data');
           this.beginSize(i);
           continue;
         case S.Size: {
+          this.faultAt = i;
           const c = buf[i++]!;
           if (++this.lineBytes > MAX_LINE_BYTES) throw new ChunkedError('chunk-size line too long');
           const h = hexValue(c);
@@ -113,6 +156,7 @@ export class ChunkedDecoder {
           continue;
         }
         case S.Ext: {
+          this.faultAt = i;
           const c = buf[i++]!;
           if (++this.lineBytes > MAX_LINE_BYTES) throw new ChunkedError('chunk-size line too long');
           if (c === CR) this.state = S.SizeLf;
@@ -120,10 +164,12 @@ export class ChunkedDecoder {
           continue;
         }
         case S.SizeLf:
+          this.faultAt = i;
           if (buf[i++] !== LF) throw new ChunkedError('missing LF after chunk size');
           this.endSizeLine();
           continue;
         case S.TrailerLineStart: {
+          this.faultAt = i;
           const c = buf[i++]!;
           if (++this.trailerBytes > MAX_TRAILER_BYTES) throw new ChunkedError('trailer section too large');
           if (c === CR) this.state = S.TrailerLf;
@@ -132,12 +178,14 @@ export class ChunkedDecoder {
           continue;
         }
         case S.TrailerLine: {
+          this.faultAt = i;
           const c = buf[i++]!;
           if (++this.trailerBytes > MAX_TRAILER_BYTES) throw new ChunkedError('trailer section too large');
           if (c === LF) this.state = S.TrailerLineStart;
           continue;
         }
         case S.TrailerLf:
+          this.faultAt = i;
           if (buf[i++] !== LF) throw new ChunkedError('missing LF after trailer section');
           this.finish(i);
           continue;
@@ -147,26 +195,6 @@ export class ChunkedDecoder {
       }
     }
 
-    // What may go out now, verbatim.
-    let end = len;
-    if (this.stopAt >= 0) end = this.stopAt;
-    else if (this.last) end = 0;
-    else if (this.inSizeLine()) end = this.lineStart;
-    const before = this.pending;
-    let out: Buffer;
-    if (before !== undefined && this.releasedPending) {
-      out = end > 0 ? Buffer.concat([before, buf.subarray(0, end)]) : before;
-      this.pending = undefined;
-    } else {
-      if (this.last) this.pending = undefined; // the held line was the last chunk
-      out = buf.subarray(0, end);
-    }
-    if (!this.last && end < len) {
-      // Copy: the caller's buffer may be reused once push() returns.
-      const tail = buf.subarray(end, len);
-      this.pending = this.pending === undefined ? Buffer.from(tail) : Buffer.concat([this.pending, tail]);
-    }
-    return out;
   }
 
   private lineFromPending = false;

@@ -10,7 +10,8 @@ import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
 import { endToEndHeaders, rawHeader, REQUEST_DROP } from './headers.js';
-import type { BodyFraming, ResponseHead } from './http1.js';
+import { ChunkedError } from './chunked.js';
+import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
 import { Router, type RouteMatch } from './routes.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
@@ -208,20 +209,22 @@ class InFlight implements ExchangeHandler {
     if (this.done) return;
     clearTimeout(this.timer);
     const timeout = err instanceof UpstreamTimeout;
+    const protocol = err instanceof HttpParseError || err instanceof ChunkedError;
     if (!this.res.headersSent) {
       // Nothing reached the client yet: answer for the upstream.
       const status = timeout ? 504 : 502;
-      const type = timeout ? ERROR_TYPE.timeout : ERROR_TYPE.unreachable;
+      const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : ERROR_TYPE.unreachable;
       const code = (err as NodeJS.ErrnoException).code;
       this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: err.message, code }, 'upstream request failed');
-      sendError(this.res, status, type, timeout ? err.message : `upstream unreachable: ${code ?? err.message}`);
+      const message = timeout ? err.message : protocol ? `invalid upstream response: ${err.message}` : `upstream unreachable: ${code ?? err.message}`;
+      sendError(this.res, status, type, message);
       this.complete(type);
       this.req.resume();
       return;
     }
     // Mid-body: the client must see a truncated response, not a clean end.
     this.deps.log.warn({ reqId: this.requestId, err: err.message }, 'upstream stream failed mid-body');
-    this.complete(timeout ? ERROR_TYPE.timeout : ERROR_TYPE.upstreamReset);
+    this.complete(timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : ERROR_TYPE.upstreamReset);
     this.res.destroy();
   }
 

@@ -330,6 +330,7 @@ export class Exchange {
     let data = this.headBuf === undefined ? buf : Buffer.concat([this.headBuf, buf]);
     for (;;) {
       const end = headEnd(data);
+      if (end > MAX_HEAD_BYTES) throw new HttpParseError('response head too large');
       if (end === -1) {
         if (data.length > MAX_HEAD_BYTES) throw new HttpParseError('response head too large');
         this.headBuf = data === buf ? Buffer.from(buf) : data;
@@ -361,8 +362,10 @@ export class Exchange {
     if (kind === 'chunked') {
       const dec = this.chunked!;
       const wire = dec.push(buf);
+      // Bytes before a framing fault are forwarded (and measured) first.
       this.handler.onData(wire, dec.data, arrival);
-      if (dec.done && !this.finished) this.complete(dec.messageEnd === buf.length);
+      if (dec.error !== undefined) this.fail(dec.error);
+      else if (dec.done && !this.finished) this.complete(dec.messageEnd === buf.length);
       return;
     }
     let slice = buf;

@@ -131,21 +131,38 @@ describe('ChunkedDecoder', () => {
   });
 
   it.each([
-    ['a non-hex size', 'zz\r\n'],
-    ['an empty size', '\r\n'],
-    ['data longer than its size', '2\r\nabc\r\n'],
-    ['a size beyond 2^48', '1000000000000\r\n'],
-    ['whitespace inside the size', '1 2\r\n'],
-    ['a CR without LF after the size', '2\rab'],
-  ])('rejects %s', (_name, wire) => {
+    ['a non-hex size', 'zz\r\n', '', ''],
+    ['an empty size', '\r\n', '', ''],
+    ['a bare CR after chunk data', '2\r\nab\rX', '2\r\nab\r', 'ab'],
+    ['data longer than its size', '2\r\nabc\r\n', '2\r\nab', 'ab'],
+    ['a size beyond 2^48', '1000000000000\r\n', '', ''],
+    ['whitespace inside the size', '1 2\r\n', '', ''],
+    ['a CR without LF after the size', '2\rab', '', ''],
+  ])('rejects %s, after returning the bytes before the fault', (_name, wire, moreOut, moreData) => {
     const d = new ChunkedDecoder();
-    expect(() => d.push(Buffer.from(wire))).toThrow(ChunkedError);
+    const out = d.push(Buffer.from(`3;e\r\nabc\r\n${wire}`));
+    expect(d.error).toBeInstanceOf(ChunkedError);
+    expect(out.toString()).toBe(`3;e\r\nabc\r\n${moreOut}`);
+    expect(Buffer.concat(d.data).toString()).toBe(`abc${moreData}`);
+    expect(d.push(Buffer.from('3\r\nabc\r\n')).length).toBe(0); // nothing after a fault
+  });
+
+  it('keeps a released split size line when a fault follows in the same read', () => {
+    const d = new ChunkedDecoder();
+    expect(d.push(Buffer.from('2')).length).toBe(0);
+    const out = d.push(Buffer.from('\r\nhi\r\nq'));
+    expect(d.error).toBeInstanceOf(ChunkedError);
+    expect(out.toString()).toBe('2\r\nhi\r\n');
   });
 
   it('rejects an endless size line and an endless trailer section', () => {
-    expect(() => new ChunkedDecoder().push(Buffer.from(`1;${'x'.repeat(5000)}`))).toThrow(ChunkedError);
+    const a = new ChunkedDecoder();
+    a.push(Buffer.from(`1;${'x'.repeat(5000)}`));
+    expect(a.error).toBeInstanceOf(ChunkedError);
     const d = new ChunkedDecoder();
     d.push(Buffer.from('0\r\n'));
-    expect(() => d.push(Buffer.from(`x: ${'y'.repeat(70_000)}`))).toThrow(ChunkedError);
+    expect(d.error).toBeUndefined();
+    d.push(Buffer.from(`x: ${'y'.repeat(70_000)}`));
+    expect(d.error).toBeInstanceOf(ChunkedError);
   });
 });

@@ -1,0 +1,312 @@
+// The proxy's own HTTP/1.1 upstream client, at the wire: an upstream that
+// writes exact bytes (net.Server), and clients that read exact bytes.
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import net, { type AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { RunningProxy } from '../../src/main.js';
+import { spawnCli, type Spawned } from '../helpers/process.js';
+import { hist, scrape } from '../helpers/prom.js';
+import { startTestProxy } from '../helpers/proxy.js';
+
+type Script = (sock: net.Socket, head: string, index: number) => void | Promise<void>;
+
+/** An upstream that answers each request with whatever bytes the test writes. */
+async function wireUpstream(script: Script) {
+  const state = { connections: 0, requests: [] as string[] };
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((sock) => {
+    state.connections++;
+    sockets.add(sock);
+    sock.on('close', () => sockets.delete(sock));
+    sock.on('error', () => {});
+    let buf = Buffer.alloc(0);
+    sock.on('data', (d: Buffer) => {
+      buf = Buffer.concat([buf, d]);
+      for (;;) {
+        const i = buf.indexOf('\r\n\r\n');
+        if (i < 0) return;
+        const head = buf.subarray(0, i).toString('latin1');
+        const len = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? 0);
+        if (buf.length < i + 4 + len) return;
+        buf = buf.subarray(i + 4 + len);
+        state.requests.push(head);
+        void script(sock, head, state.requests.length - 1);
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(
+    () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  );
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, state };
+}
+
+/** One request over a fresh connection that the proxy closes after the answer; every byte of the answer. */
+function rawExchange(url: string, request: string): Promise<{ head: string; body: Buffer }> {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const s = net.connect(Number(u.port), u.hostname);
+    const parts: Buffer[] = [];
+    s.on('data', (d: Buffer) => parts.push(d));
+    s.on('error', reject);
+    s.on('close', () => {
+      const all = Buffer.concat(parts);
+      const i = all.indexOf('\r\n\r\n');
+      resolve({ head: all.subarray(0, i).toString('latin1'), body: all.subarray(i + 4) });
+    });
+    s.write(request);
+  });
+}
+
+function get(url: string, p: string, method = 'GET') {
+  return new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
+    const req = http.request(url + p, { method, agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('latin1');
+      res.on('data', (d: string) => (body += d));
+      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+const sse = (k: number) => `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok ${k}"},"finish_reason":null}]}\n\n`;
+const SSE_HEAD = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n';
+
+let proxy: RunningProxy | undefined;
+let spawned: Spawned | undefined;
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  await proxy?.close();
+  proxy = undefined;
+  await spawned?.stop();
+  spawned = undefined;
+  for (const c of cleanups.splice(0)) await c();
+});
+
+describe('chunked bodies keep the upstream framing', () => {
+  it('delivers the upstream chunk framing verbatim (extensions, hex case, split size lines) and measures the decoded events', async () => {
+    const [e1, e2, e3] = [sse(1), sse(2), sse(3)];
+    const hex = (s: string) => Buffer.byteLength(s).toString(16);
+    const pieces = [
+      `${hex(e1).toUpperCase()};src=up\r\n${e1}\r\n`,
+      '00', // a size line split across writes
+      `${hex(e2)}\r\n${e2}\r\n${hex(e3)}\r\n${e3.slice(0, 20)}`,
+      `${e3.slice(20)}\r\n`,
+      '0\r\nx-trailer: t\r\n\r\n',
+    ];
+    const up = await wireUpstream(async (sock) => {
+      sock.write(SSE_HEAD);
+      for (const p of pieces) {
+        sock.write(p);
+        await sleep(15);
+      }
+    });
+    proxy = await startTestProxy(up.url);
+    const { head, body } = await rawExchange(
+      proxy.proxyUrl,
+      'POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}',
+    );
+    expect(head).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(head.toLowerCase()).toContain('transfer-encoding: chunked');
+    // Everything up to the last chunk is the upstream's bytes; the proxy's server ends the response.
+    expect(body.toString('latin1')).toBe(pieces.slice(0, 4).join('') + '0\r\n\r\n');
+
+    const samples = await scrape(proxy.metricsUrl);
+    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(1);
+    expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds').count).toBe(2);
+  });
+
+  it('cuts the client response when the chunk framing breaks mid-body, records upstream_protocol_error, and keeps serving', async () => {
+    const up = await wireUpstream((sock, _head, i) => {
+      if (i === 0) sock.write(`${SSE_HEAD}${Buffer.byteLength(sse(1)).toString(16)}\r\n${sse(1)}\r\nzz\r\n`);
+      else sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+    });
+    proxy = await startTestProxy(up.url);
+    const { body } = await rawExchange(
+      proxy.proxyUrl,
+      'POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 2\r\n\r\n{}',
+    );
+    expect(body.toString('latin1')).toContain(sse(1));
+    expect(body.toString('latin1').endsWith('0\r\n\r\n')).toBe(false); // truncated, not a clean end
+    const samples = await scrape(proxy.metricsUrl);
+    expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { error_type: 'upstream_protocol_error' }).count).toBe(1);
+    expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('ok');
+  });
+});
+
+describe('response framings', () => {
+  it.each([
+    ['a Content-Length body', 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello', 200, 'hello'],
+    ['a close-delimited body', 'HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nhello world', 200, 'hello world'],
+    ['1xx answers before the final one (not forwarded)', 'HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\nok', 201, 'ok'],
+    ['204 without a body', 'HTTP/1.1 204 No Content\r\n\r\n', 204, ''],
+    ['Transfer-Encoding with a conflicting Content-Length', 'HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 100\r\n\r\n5\r\nhello\r\n0\r\n\r\n', 200, 'hello'],
+    ['an HTTP/1.0 answer', 'HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nold', 200, 'old'],
+  ])('%s', async (_name, wire, status, body) => {
+    const up = await wireUpstream((sock) => {
+      sock.write(wire);
+      if (!/content-length|transfer-encoding|^HTTP\/1\.1 204/im.test(wire.split('\r\n\r\n').at(-2) ?? '')) sock.end();
+    });
+    proxy = await startTestProxy(up.url);
+    const res = await get(proxy.proxyUrl, '/v1/models');
+    expect(res.status).toBe(status);
+    expect(res.body).toBe(body);
+    if (wire.includes('transfer-encoding')) expect(res.headers['content-length']).toBeUndefined();
+  });
+
+  it('a HEAD answer has no body, and the connection stays in sync for the next request', async () => {
+    const up = await wireUpstream((sock, head) => {
+      if (head.startsWith('HEAD')) sock.write('HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n');
+      else sock.write('HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\nnext');
+    });
+    proxy = await startTestProxy(up.url);
+    const h = await get(proxy.proxyUrl, '/v1/models', 'HEAD');
+    expect(h.status).toBe(200);
+    expect(h.headers['content-length']).toBe('10');
+    expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('next');
+    expect(up.state.connections).toBe(1);
+  });
+
+  it.each([
+    ['a garbage status line', 'HTTX/1.1 200 OK\r\n\r\n'],
+    ['a folded header', 'HTTP/1.1 200 OK\r\nx-a: 1\r\n  folded\r\ncontent-length: 0\r\n\r\n'],
+    ['conflicting lengths', 'HTTP/1.1 200 OK\r\ncontent-length: 1\r\ncontent-length: 2\r\n\r\nab'],
+    ['a head larger than 64 KiB', `HTTP/1.1 200 OK\r\nx-big: ${'a'.repeat(70_000)}\r\n\r\n`],
+  ])('answers 502 upstream_protocol_error for %s', async (_name, wire) => {
+    const up = await wireUpstream((sock) => void sock.write(wire));
+    proxy = await startTestProxy(up.url);
+    const res = await get(proxy.proxyUrl, '/v1/models');
+    expect(res.status).toBe(502);
+    expect(JSON.parse(res.body).error.type).toBe('upstream_protocol_error');
+  });
+});
+
+describe('upstream connections', () => {
+  async function countingServer(handler: http.RequestListener, keepAliveTimeout = 5000) {
+    const server = http.createServer(handler);
+    server.keepAliveTimeout = keepAliveTimeout;
+    const state = { connections: 0 };
+    server.on('connection', () => state.connections++);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, state };
+  }
+
+  it('reuses a kept-alive connection, and opens a new one after Connection: close', async () => {
+    let n = 0;
+    const up = await countingServer((_req, res) => {
+      n++;
+      res.writeHead(200, n === 2 ? { connection: 'close' } : {});
+      res.end(`r${n}`);
+    });
+    proxy = await startTestProxy(up.url);
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r1');
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r2');
+    expect(up.state.connections).toBe(1);
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r3');
+    expect(up.state.connections).toBe(2);
+  });
+
+  it('does not reuse a connection the upstream closed while it was idle', async () => {
+    const up = await countingServer((_req, res) => res.end('ok'), 100);
+    proxy = await startTestProxy(up.url);
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('ok');
+    await sleep(400);
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('ok');
+    expect(up.state.connections).toBe(2);
+  });
+
+  it('forwards a chunked request body re-chunked, bytes unchanged', async () => {
+    const got: { te?: string; body: Buffer }[] = [];
+    const up = await countingServer((req, res) => {
+      const parts: Buffer[] = [];
+      req.on('data', (d: Buffer) => parts.push(d));
+      req.on('end', () => {
+        got.push({ te: req.headers['transfer-encoding'], body: Buffer.concat(parts) });
+        res.end('done');
+      });
+    });
+    proxy = await startTestProxy(up.url);
+    const pieces = [Buffer.from('{"model":'), Buffer.from([0xff, 0x00, 0x0d, 0x0a]), Buffer.from('"m"}')];
+    const body = await new Promise<string>((resolve, reject) => {
+      const req = http.request(`${proxy!.proxyUrl}/v1/x`, { method: 'POST', agent: false }, (res) => {
+        let b = '';
+        res.on('data', (d) => (b += d));
+        res.on('end', () => resolve(b));
+      });
+      req.on('error', reject);
+      (async () => {
+        for (const p of pieces) {
+          req.write(p);
+          await sleep(10);
+        }
+        req.end();
+      })();
+    });
+    expect(body).toBe('done');
+    expect(got[0]!.te).toBe('chunked');
+    expect(got[0]!.body.equals(Buffer.concat(pieces))).toBe(true);
+  });
+});
+
+describe('TLS upstream', () => {
+  it('streams from an https upstream whose CA the process trusts (NODE_EXTRA_CA_CERTS), reusing the connection', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llp-tls-'));
+    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    const key = path.join(dir, 'key.pem');
+    const cert = path.join(dir, 'cert.pem');
+    execFileSync('openssl', [
+      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+      '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost', '-keyout', key, '-out', cert,
+    ], { stdio: 'ignore' });
+    let connections = 0;
+    const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      let k = 0;
+      const t = setInterval(() => {
+        if (++k <= 3) res.write(sse(k));
+        else {
+          clearInterval(t);
+          res.end('data: [DONE]\n\n');
+        }
+      }, 10);
+    });
+    server.on('secureConnection', () => connections++);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+    const port = (server.address() as AddressInfo).port;
+
+    const proxyPort = await new Promise<number>((r) => {
+      const s = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = (s.address() as AddressInfo).port;
+        s.close(() => r(p));
+      });
+    });
+    spawned = spawnCli(
+      ['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', String(proxyPort), '--metrics-port', '0', '--log-level', 'info'],
+      { NODE_EXTRA_CA_CERTS: cert },
+    );
+    await spawned.waitFor((l) => typeof l.msg === 'string' && /listening/i.test(l.msg as string));
+    const expected = [sse(1), sse(2), sse(3), 'data: [DONE]\n\n'].join('');
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`http://127.0.0.1:${proxyPort}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
+      expect(res.status).toBe(200);
+      expect(await res.text()).toBe(expected);
+    }
+    expect(connections).toBe(1);
+  });
+});
