@@ -134,23 +134,24 @@ class InFlight implements ExchangeHandler {
     if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
     if (req.headers['x-request-id'] === undefined) headers.push('x-request-id', this.requestId);
 
-    this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
-    const exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
-    this.exchange = exchange;
-
     // Client body -> upstream, with backpressure; a bounded copy for the model name.
+    // Listening first puts the body's first read (on resume's tick) ahead of the
+    // uncork of the request head, so head and a small body leave in one write.
     const resumeReq = () => req.resume();
     req.on('data', (c: Buffer) => {
-      if (!exchange.write(c)) {
+      const ex = this.exchange!;
+      if (!ex.write(c)) {
         req.pause();
-        exchange.whenDrained(resumeReq);
+        ex.whenDrained(resumeReq);
       }
       tap?.push(c);
     });
     req.once('end', () => {
-      exchange.end();
+      this.exchange!.end();
       if (tap && this.labels) this.labels.requestModel = this.fwd.limitModel(tap.model());
     });
+    this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
+    this.exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
     req.on('error', () => this.cancel());
 
     // The client went away before we finished: cancel the upstream at once.
@@ -167,6 +168,8 @@ class InFlight implements ExchangeHandler {
     const headers = endToEndHeaders(head.rawHeaders);
     // The transfer coding wins over a Content-Length (RFC 9112 §6.3): never pass both on.
     if (framing.kind === 'chunked') removeRaw(headers, 'content-length');
+    // The head and whatever body came in the same read leave in one write.
+    this.corkClient();
     try {
       res.writeHead(head.status, head.statusText || undefined, headers as unknown as OutgoingHttpHeaders);
       // Headers go out now, not with the first body chunk: the client's clock starts here too.
@@ -181,16 +184,37 @@ class InFlight implements ExchangeHandler {
     this.exchange?.setIdleTimeout(this.deps.config.timeouts.idle * 1000);
   }
 
-  onData(wire: Buffer, data: readonly Buffer[], arrival: number): void {
+  onData(wire: Buffer, data: readonly Buffer[], arrival: number, last: boolean): void {
     if (this.done) return;
     const raw = this.raw;
+    // The last bytes and the terminating chunk that res.end() writes: one write.
+    if (last && raw !== undefined) this.corkClient();
     if (raw !== undefined) {
       if (wire.length > 0 && !raw.write(wire) && !this.paused) this.waitFor(raw);
     } else {
       for (let i = 0; i < data.length; i++) if (!this.res.write(data[i]) && !this.paused) this.waitFor(this.res);
     }
+    // Forward first, then measure: the bytes leave before the meter runs.
+    if (last) this.res.end();
+    else if (this.corked) this.uncork();
     const meter = this.meter;
     if (meter !== undefined) for (let i = 0; i < data.length; i++) meter.chunk(data[i]!, arrival);
+  }
+
+  private corked = false;
+  private readonly uncork = (): void => {
+    if (!this.corked) return;
+    this.corked = false;
+    this.res.socket?.uncork();
+  };
+
+  /** Batches this tick's writes to the client socket into one (uncorked on the next tick, as ServerResponse does). */
+  private corkClient(): void {
+    const socket = this.res.socket;
+    if (this.corked || !socket || socket.destroyed) return;
+    this.corked = true;
+    socket.cork();
+    process.nextTick(this.uncork);
   }
 
   private waitFor(sink: { once(ev: 'drain', cb: () => void): unknown }): void {
@@ -201,7 +225,7 @@ class InFlight implements ExchangeHandler {
 
   onEnd(): void {
     if (this.done) return;
-    this.res.end();
+    if (!this.res.writableEnded) this.res.end(); // a response that ended with its head
     this.complete(undefined);
   }
 

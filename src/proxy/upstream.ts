@@ -56,9 +56,9 @@ export interface ExchangeHandler {
    * Body bytes that arrived at `arrival` (ms, performance.now()). `wire`: the
    * bytes as they may be forwarded verbatim (for a chunked body, its chunk
    * framing, less a size line still incomplete and less the last chunk);
-   * `data`: the payload in them.
+   * `data`: the payload in them; `last`: the response is complete with these.
    */
-  onData(wire: Buffer, data: readonly Buffer[], arrival: number): void;
+  onData(wire: Buffer, data: readonly Buffer[], arrival: number, last: boolean): void;
   onEnd(): void;
   onError(err: Error): void;
 }
@@ -227,8 +227,14 @@ class Connection {
   /** The exchange ended; `keep` when the connection is in sync for another one. */
   detach(keep: boolean, hintMs: number | undefined): void {
     this.exchange = undefined;
-    if (keep) this.client.release(this, hintMs);
-    else this.socket.destroy();
+    if (!keep) {
+      this.socket.destroy();
+      return;
+    }
+    // The exchange may have paused reading (client backpressure on its last read):
+    // an idle connection must read, to notice the server closing it.
+    this.socket.resume();
+    this.client.release(this, hintMs);
   }
 }
 
@@ -283,7 +289,7 @@ export class Exchange {
 
   /** Stops reading the response until resume() (backpressure from the client). */
   pause(): void {
-    this.conn.socket.pause();
+    if (!this.finished) this.conn.socket.pause();
   }
 
   resume(): void {
@@ -363,7 +369,7 @@ export class Exchange {
       const dec = this.chunked!;
       const wire = dec.push(buf);
       // Bytes before a framing fault are forwarded (and measured) first.
-      this.handler.onData(wire, dec.data, arrival);
+      this.handler.onData(wire, dec.data, arrival, dec.done);
       if (dec.error !== undefined) this.fail(dec.error);
       else if (dec.done && !this.finished) this.complete(dec.messageEnd === buf.length);
       return;
@@ -375,7 +381,7 @@ export class Exchange {
     }
     const one = this.one;
     one[0] = slice;
-    this.handler.onData(slice, one, arrival);
+    this.handler.onData(slice, one, arrival, kind === 'length' && this.remaining === 0);
     if (kind === 'length' && this.remaining === 0 && !this.finished) this.complete(slice.length === buf.length);
   }
 

@@ -13,6 +13,7 @@ import type { RunningProxy } from '../../src/main.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { UpstreamClient, type Exchange } from '../../src/proxy/upstream.js';
 
 type Script = (sock: net.Socket, head: string, index: number) => void | Promise<void>;
 
@@ -218,6 +219,30 @@ describe('upstream connections', () => {
     expect(up.state.connections).toBe(1);
     expect((await get(proxy.proxyUrl, '/a')).body).toBe('r3');
     expect(up.state.connections).toBe(2);
+  });
+
+  it('a connection whose last read was paused (client backpressure) goes back to the pool reading', async () => {
+    const up = await wireUpstream((sock, _head, i) => void sock.write(`HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nr${i}`));
+    const client = new UpstreamClient({ connectTimeoutMs: 2000 });
+    cleanups.push(async () => client.close());
+    const origin = { protocol: 'http:', host: '127.0.0.1', port: Number(new URL(up.url).port), servername: '127.0.0.1' };
+    const exchange = (pauseOnLast: boolean) =>
+      new Promise<string>((resolve, reject) => {
+        let body = '';
+        const ex: Exchange = client.request(origin, 'GET', '/', ['host', 'x'], 'none', {
+          onHead: () => {},
+          onData: (_wire, data, _t, last) => {
+            body += Buffer.concat(data).toString();
+            if (last && pauseOnLast) ex.pause(); // as the forwarder does when the client's buffer is full
+          },
+          onEnd: () => resolve(body),
+          onError: reject,
+        });
+      });
+    expect(await exchange(true)).toBe('r0');
+    const second = await Promise.race([exchange(false), sleep(3000).then(() => 'timed out')]);
+    expect(second).toBe('r1');
+    expect(up.state.connections).toBe(1);
   });
 
   it('does not reuse a connection the upstream closed while it was idle', async () => {
