@@ -1,5 +1,6 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
+import { OpenAIChatAdapter, quickContent } from '../../src/providers/openai-chat.js';
 import { EventKind } from '../../src/providers/types.js';
 import { fixture, sseEvents } from '../helpers/fixtures.js';
 
@@ -78,5 +79,68 @@ describe('OpenAI Chat adapter on recorded-shape streams', () => {
     a.onBody(JSON.stringify({ model: 'gpt-x', choices: [], usage: { prompt_tokens: 5, completion_tokens: 9 } }));
     expect(a.usage).toMatchObject({ inputTokens: 5, outputTokens: 9 });
     expect(a.responseModel).toBe('gpt-x');
+  });
+});
+
+describe('quickContent: the no-parse path agrees with the full parse', () => {
+  const tricky = fc.oneof(
+    fc.string(),
+    fc.constantFrom('', 'tok 1', '"', '\\', '\\"', '"delta":{"content":"x', '"usage"', '"error"', '}', '\u2028', 'é😀'),
+  );
+  const entries = <T>(pairs: [string, T | undefined][]) => pairs.filter(([, v]) => v !== undefined) as [string, T][];
+  const shuffled = <T>(arb: fc.Arbitrary<[string, T][]>) =>
+    arb.chain((es) => fc.shuffledSubarray(es, { minLength: es.length, maxLength: es.length })).map((es) => Object.fromEntries(es));
+  const delta = fc
+    .record({
+      role: fc.option(fc.constant('assistant'), { nil: undefined }),
+      content: fc.option(fc.oneof(tricky, fc.constant(null)), { nil: undefined }),
+      reasoning_content: fc.option(tricky, { nil: undefined }),
+      reasoning: fc.option(tricky, { nil: undefined }),
+      tool_calls: fc.option(fc.array(fc.record({ index: fc.nat(3), function: fc.record({ arguments: tricky }) }), { maxLength: 2 }), { nil: undefined }),
+    })
+    .chain((d) => shuffled(fc.constant(entries(Object.entries(d)))));
+  const choice = fc
+    .record({ index: fc.nat(2), delta, finish_reason: fc.option(fc.constantFrom('stop', 'length', 'error'), { nil: null }) })
+    .chain((c) => shuffled(fc.constant(Object.entries(c) as [string, unknown][])));
+  const chunk = fc
+    .record({
+      id: fc.constant('chatcmpl-1'),
+      object: fc.constant('chat.completion.chunk'),
+      model: fc.option(fc.constantFrom('m1', 'm2', ''), { nil: undefined }),
+      choices: fc.array(choice, { maxLength: 3 }),
+      usage: fc.option(fc.record({ prompt_tokens: fc.nat(100), completion_tokens: fc.nat(100) }), { nil: undefined, freq: 4 }),
+      error: fc.option(fc.record({ type: fc.constantFrom('server_error', 'overloaded') }), { nil: undefined, freq: 10 }),
+      timings: fc.option(fc.record({ prompt_ms: fc.nat(100), predicted_per_token_ms: fc.nat(50), predicted_n: fc.nat(50) }), { nil: undefined, freq: 8 }),
+    })
+    .chain((c) => shuffled(fc.constant(entries(Object.entries(c)))));
+  const event = fc.oneof({ weight: 12, arbitrary: chunk.map((c) => JSON.stringify(c)) }, { weight: 1, arbitrary: fc.constantFrom('[DONE]', '{not json', '{"choices":[{"delta":{"content":"x"}}]', '') });
+
+  it('same kind for every event, same usage, model, error and timings', () => {
+    fc.assert(
+      fc.property(fc.array(event, { minLength: 1, maxLength: 12 }), (datas) => {
+        const fast = new OpenAIChatAdapter();
+        const full = new OpenAIChatAdapter();
+        for (const data of datas) {
+          // A leading space: JSON.parse accepts it, the no-parse path declines it.
+          const kFast = fast.onEvent({ type: '', data, id: '' });
+          const kFull = full.onEvent({ type: '', data: ` ${data}`, id: '' });
+          if (data.trimStart().startsWith('{')) expect(kFast).toBe(kFull);
+        }
+        expect(fast.usage).toEqual(full.usage);
+        expect(fast.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
+        expect(fast.responseModel).toBe(full.responseModel);
+        expect(fast.errorType).toBe(full.errorType);
+        expect(fast.serverTimings).toEqual(full.serverTimings);
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('takes the fast path for the plain deltas of OpenAI, vLLM, llama.cpp and DeepSeek reasoning streams', () => {
+    expect(quickContent('{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}')).toBe(true);
+    expect(quickContent('{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"Let"},"finish_reason":null}],"model":"deepseek-reasoner"}')).toBe(true);
+    expect(quickContent('{"choices":[{"delta":{"content":""}}]}')).toBe(false);
+    expect(quickContent('{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":3}}')).toBe(false);
+    expect(quickContent('{"choices":[{"delta":{"content":"x"}}]')).toBe(false); // truncated: let the parse decide
   });
 });
