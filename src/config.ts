@@ -76,7 +76,7 @@ const fileSchema = z
       .strict()
       .optional(),
     timeouts: z
-      .object({ connect: seconds.optional(), response: seconds.optional(), idle: seconds.optional() })
+      .object({ connect: seconds.optional(), response: seconds.optional(), idle: seconds.optional(), keepAlive: seconds.optional() })
       .strict()
       .optional(),
     limits: z
@@ -123,7 +123,8 @@ export interface Config {
     readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
   };
   /** Seconds. */
-  readonly timeouts: { readonly connect: number; readonly response: number; readonly idle: number };
+  /** Seconds. keepAlive: how long an idle client connection is kept open. */
+  readonly timeouts: { readonly connect: number; readonly response: number; readonly idle: number; readonly keepAlive: number };
   readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number };
   readonly logLevel: string;
   /** Seconds to let in-flight streams finish on SIGTERM. */
@@ -236,6 +237,9 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       connect: f.timeouts?.connect ?? 10,
       response: f.timeouts?.response ?? 300,
       idle: f.timeouts?.idle ?? 300,
+      // Longer than clients' and load balancers' idle timeouts (60 s on AWS ALB),
+      // so the proxy is not the side that closes a connection a client is reusing.
+      keepAlive: f.timeouts?.keepAlive ?? 65,
     }),
     limits: Object.freeze({
       maxEventBytes: f.limits?.maxEventBytes ?? 1024 * 1024,

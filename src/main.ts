@@ -58,8 +58,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const forwarder = new Forwarder({ config: cfg, log, instruments });
   let draining = false;
 
-  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host);
-  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host);
+  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive);
+  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, cfg.timeouts.keepAlive);
   log.info(
     {
       proxyUrl: proxy.url,

@@ -45,7 +45,12 @@ export function createMetricsApp(telemetry: Telemetry | undefined, health: Healt
 }
 
 /** Starts a Hono app on Node; resolves with the server and its URL once listening. */
-export function listen(app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> }, port: number, host: string): Promise<{ server: Server; url: string }> {
+export function listen(
+  app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
+  port: number,
+  host: string,
+  keepAliveSeconds?: number,
+): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     const server = serve(
       { fetch: app.fetch as never, port, hostname: host, autoCleanupIncoming: false, overrideGlobalObjects: false },
@@ -54,6 +59,9 @@ export function listen(app: { fetch: (req: Request, env: HttpBindings) => Respon
         resolve({ server: server as Server, url: `http://${h}:${info.port}` });
       },
     ) as Server;
+    // Node closes idle keep-alive connections after 5 s, so a client reusing one at
+    // that moment gets ECONNRESET; the proxy keeps them longer than clients do.
+    if (keepAliveSeconds !== undefined) server.keepAliveTimeout = keepAliveSeconds * 1000;
     server.once('error', reject);
   });
 }

@@ -287,6 +287,33 @@ describe('upstream connections', () => {
   });
 });
 
+describe('client connections', () => {
+  it('keeps idle client keep-alive connections for timeouts.keepAlive (65 s by default, not the 5 s of Node)', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    const idleFor = async (keepAlive: number | undefined, ms: number) => {
+      const p = await startTestProxy(up.url, keepAlive === undefined ? {} : { timeouts: { keepAlive } });
+      try {
+        const u = new URL(p.proxyUrl);
+        const s = net.connect(Number(u.port), u.hostname);
+        let closed = false;
+        s.on('close', () => (closed = true));
+        s.on('error', () => {});
+        const got = new Promise<void>((r) => s.once('data', () => r()));
+        s.write('GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n');
+        await got;
+        await sleep(ms);
+        s.destroy();
+        return closed;
+      } finally {
+        await p.close();
+      }
+    };
+    // Node closes an idle connection keepAliveTimeout + 1 s after its last response.
+    expect(await idleFor(0.3, 2500)).toBe(true);
+    expect(await idleFor(undefined, 2500)).toBe(false);
+  });
+});
+
 describe('TLS upstream', () => {
   it('streams from an https upstream whose CA the process trusts (NODE_EXTRA_CA_CERTS), reusing the connection', async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llp-tls-'));

@@ -58,6 +58,8 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ metrics: { port: 'abc' } }))).toMatch(/metrics\.port/);
     expect(errorOf(() => buildConfig({ metrics: { buckets: { itl: [0.002, 0.001] } } }))).toMatch(/metrics\.buckets\.itl: must be strictly increasing/);
     expect(errorOf(() => buildConfig({ timeouts: { connect: -1 } }))).toMatch(/timeouts\.connect/);
+    expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 0 } }))).toMatch(/timeouts\.keepAlive/);
+    expect(buildConfig({}).timeouts.keepAlive).toBe(65);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/a', upstream: 'http://x' }, { prefix: '/a/', upstream: 'http://y' }] }))).toMatch(/routes\[1\]\.prefix: duplicate/);
     expect(errorOf(() => buildConfig({}, { upstream: 'not a url' }))).toMatch(/^upstream:/);
     expect(errorOf(() => buildConfig({}, { logLevel: 'loud' }))).toMatch(/log level/);
