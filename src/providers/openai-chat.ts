@@ -83,8 +83,8 @@ const DELTA_KEYS = ['"delta":{"content":"', '"delta":{"reasoning_content":"', '"
 /**
  * A content delta recognised without JSON.parse: `"delta":{"<content key>":"`
  * followed by anything but `"` (a non-empty string), after `"choices":[`, in
- * an object that names none of the fields the adapter must read (`usage`,
- * `error`, `timings`). Sound because a `"` inside a JSON string is escaped:
+ * an object that names none of the fields the adapter must read (`usage`
+ * unless null, `error`, `timings`). Sound because a `"` inside a JSON string is escaped:
  * the text `"usage"` or `"delta":{` can only be a key, never part of a value.
  * False means "not sure": the full parse decides. Compact JSON only (what
  * OpenAI, vLLM, llama.cpp, SGLang write); other spacing takes the full parse.
@@ -105,7 +105,14 @@ export function quickContent(d: string): boolean {
   if (next === 0x22 /* " */ || Number.isNaN(next)) return false;
   const choices = d.indexOf('"choices":[');
   if (choices === -1 || choices > at) return false;
-  return d.indexOf('"usage"') === -1 && d.indexOf('"error"') === -1 && d.indexOf('"timings"') === -1;
+  return noUsage(d) && d.indexOf('"error"') === -1 && d.indexOf('"timings"') === -1;
+}
+
+/** No `usage` key, or only `"usage":null` (OpenAI sends it on every chunk with include_usage). */
+function noUsage(d: string): boolean {
+  const u = d.indexOf('"usage"');
+  if (u === -1) return true;
+  return d.startsWith(':null', u + 7) && d.indexOf('"usage"', u + 7) === -1;
 }
 
 function nonEmpty(v: unknown): boolean {

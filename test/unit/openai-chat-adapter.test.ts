@@ -108,7 +108,7 @@ describe('quickContent: the no-parse path agrees with the full parse', () => {
       object: fc.constant('chat.completion.chunk'),
       model: fc.option(fc.constantFrom('m1', 'm2', ''), { nil: undefined }),
       choices: fc.array(choice, { maxLength: 3 }),
-      usage: fc.option(fc.record({ prompt_tokens: fc.nat(100), completion_tokens: fc.nat(100) }), { nil: undefined, freq: 4 }),
+      usage: fc.option(fc.oneof(fc.record({ prompt_tokens: fc.nat(100), completion_tokens: fc.nat(100) }), fc.constant(null)), { nil: undefined, freq: 4 }),
       error: fc.option(fc.record({ type: fc.constantFrom('server_error', 'overloaded') }), { nil: undefined, freq: 10 }),
       timings: fc.option(fc.record({ prompt_ms: fc.nat(100), predicted_per_token_ms: fc.nat(50), predicted_n: fc.nat(50) }), { nil: undefined, freq: 8 }),
     })
@@ -141,6 +141,8 @@ describe('quickContent: the no-parse path agrees with the full parse', () => {
     expect(quickContent('{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"Let"},"finish_reason":null}],"model":"deepseek-reasoner"}')).toBe(true);
     expect(quickContent('{"choices":[{"delta":{"content":""}}]}')).toBe(false);
     expect(quickContent('{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":3}}')).toBe(false);
+    expect(quickContent('{"choices":[{"delta":{"content":"x"}}],"usage":null}')).toBe(true); // OpenAI with include_usage
+    expect(quickContent('{"choices":[{"delta":{"content":"x"}}],"usage":null,"usage":{"completion_tokens":3}}')).toBe(false);
     expect(quickContent('{"choices":[{"delta":{"content":"x"}}]')).toBe(false); // truncated: let the parse decide
   });
 });
