@@ -7,8 +7,6 @@ export interface ResolvedRoute {
   readonly upstream: URL;
   /** Upstream base path without a trailing slash ("" for "/"). */
   readonly basePath: string;
-  /** Host to connect to (IPv6 without brackets). */
-  readonly connectHost: string;
   /** `gen_ai.provider.name` from the route or the upstream host, when either says; else the API's default. */
   readonly providerName: string | undefined;
   /** Where the upstream client connects. */
@@ -39,9 +37,8 @@ export class Router {
           route,
           upstream,
           basePath: upstream.pathname.replace(/\/+$/, ''),
-          connectHost,
           providerName: route.providerName ?? providerNameForHost(upstream.hostname),
-          origin: { protocol: upstream.protocol, host: connectHost, port, servername: connectHost },
+          origin: { protocol: upstream.protocol, host: connectHost, port },
         };
       })
       .sort((a, b) => b.route.prefix.length - a.route.prefix.length);

@@ -40,11 +40,9 @@ export class UpstreamClosed extends Error {
 
 export interface Origin {
   readonly protocol: string;
-  /** Host to connect to (IPv6 without brackets). */
+  /** Host to connect to (IPv6 without brackets); also the TLS server name. */
   readonly host: string;
   readonly port: number;
-  /** Host name for TLS SNI and certificate checks. */
-  readonly servername: string;
 }
 
 export type RequestBody = 'none' | 'length' | 'chunked';
@@ -78,14 +76,14 @@ const CRLF = Buffer.from('\r\n');
 const LAST_CHUNK = Buffer.from('0\r\n\r\n');
 
 function originKey(o: Origin): string {
-  return `${o.protocol}//${o.host}:${o.port}/${o.servername}`;
+  return `${o.protocol}//${o.host}:${o.port}`;
 }
 
 export class UpstreamClient {
   private readonly idle = new Map<string, Connection[]>();
   private readonly tlsSessions = new Map<string, Buffer>();
   private readonly maxIdle: number;
-  readonly keepAliveMs: number;
+  private readonly keepAliveMs: number;
   private closed = false;
 
   constructor(private readonly opts: UpstreamOptions) {
@@ -120,7 +118,7 @@ export class UpstreamClient {
       const s = tls.connect({
         host: origin.host,
         port: origin.port,
-        servername: net.isIP(origin.servername) ? undefined : origin.servername,
+        servername: net.isIP(origin.host) ? undefined : origin.host,
         session,
       });
       s.on('session', (sess: Buffer) => this.tlsSessions.set(key, sess));
@@ -132,10 +130,10 @@ export class UpstreamClient {
         port: origin.port,
         onread: {
           buffer: READ_BUFFER,
-          callback: (n: number, buf: Uint8Array) => {
+          callback: (n: number) => {
             const arrival = performance.now();
             const copy = Buffer.allocUnsafe(n);
-            copy.set(buf.subarray(0, n));
+            READ_BUFFER.copy(copy, 0, 0, n);
             conn.onRead(copy, arrival);
             return true;
           },
@@ -410,9 +408,5 @@ export class Exchange {
     this.finished = true;
     this.conn.detach(false, undefined);
     this.handler.onError(err);
-  }
-
-  get responseStarted(): boolean {
-    return this.head !== undefined;
   }
 }

@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { gzipSync } from 'node:zlib';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
+import { rawRequest } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hist, scrape, total } from '../helpers/prom.js';
 
@@ -36,20 +37,6 @@ async function upstream(handler: Handler) {
     sockets,
     close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }),
   };
-}
-
-/** A raw HTTP/1.1 exchange, so nothing (no fetch, no decompression) stands between the test and the bytes. */
-function rawRequest(url: string, path: string, opts: { method?: string; headers?: Record<string, string>; body?: Buffer } = {}) {
-  return new Promise<{ status: number; rawHeaders: string[]; body: Buffer; res: IncomingMessage }>((resolve, reject) => {
-    const req = http.request(url + path, { method: opts.method ?? 'GET', headers: opts.headers, agent: false }, (res) => {
-      const parts: Buffer[] = [];
-      res.on('data', (d: Buffer) => parts.push(d));
-      res.on('end', () => resolve({ status: res.statusCode!, rawHeaders: res.rawHeaders, body: Buffer.concat(parts), res }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end(opts.body);
-  });
 }
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

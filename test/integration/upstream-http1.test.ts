@@ -10,6 +10,7 @@ import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
+import { rawRequest } from '../helpers/http.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
@@ -69,18 +70,9 @@ function rawExchange(url: string, request: string): Promise<{ head: string; body
   });
 }
 
-function get(url: string, p: string, method = 'GET') {
-  return new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
-    const req = http.request(url + p, { method, agent: false }, (res) => {
-      let body = '';
-      res.setEncoding('latin1');
-      res.on('data', (d: string) => (body += d));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body }));
-      res.on('error', reject);
-    });
-    req.on('error', reject);
-    req.end();
-  });
+async function get(url: string, p: string, method = 'GET') {
+  const r = await rawRequest(url, p, { method });
+  return { status: r.status, headers: r.res.headers, body: r.body.toString('latin1') };
 }
 
 const sse = (k: number) => `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok ${k}"},"finish_reason":null}]}\n\n`;
@@ -225,7 +217,7 @@ describe('upstream connections', () => {
     const up = await wireUpstream((sock, _head, i) => void sock.write(`HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nr${i}`));
     const client = new UpstreamClient({ connectTimeoutMs: 2000 });
     cleanups.push(async () => client.close());
-    const origin = { protocol: 'http:', host: '127.0.0.1', port: Number(new URL(up.url).port), servername: '127.0.0.1' };
+    const origin = { protocol: 'http:', host: '127.0.0.1', port: Number(new URL(up.url).port) };
     const exchange = (pauseOnLast: boolean) =>
       new Promise<string>((resolve, reject) => {
         let body = '';
@@ -342,20 +334,14 @@ describe('TLS upstream', () => {
     cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
     const port = (server.address() as AddressInfo).port;
 
-    const proxyPort = await new Promise<number>((r) => {
-      const s = net.createServer().listen(0, '127.0.0.1', () => {
-        const p = (s.address() as AddressInfo).port;
-        s.close(() => r(p));
-      });
-    });
     spawned = spawnCli(
-      ['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', String(proxyPort), '--metrics-port', '0', '--log-level', 'info'],
+      ['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info'],
       { NODE_EXTRA_CA_CERTS: cert },
     );
-    await spawned.waitFor((l) => typeof l.msg === 'string' && /listening/i.test(l.msg as string));
+    const { proxyUrl } = await spawned.waitFor((l) => l.msg === 'listening');
     const expected = [sse(1), sse(2), sse(3), 'data: [DONE]\n\n'].join('');
     for (let i = 0; i < 2; i++) {
-      const res = await fetch(`http://127.0.0.1:${proxyPort}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
+      const res = await fetch(`${proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
       expect(res.status).toBe(200);
       expect(await res.text()).toBe(expected);
     }
