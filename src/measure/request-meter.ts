@@ -18,7 +18,14 @@ export interface MeterOptions {
   maxEventBytes: number;
   /** Largest non-streamed JSON body kept for usage parsing. */
   maxBodyBytes: number;
+  /**
+   * Runs the once-per-request instrument calls of the stream's start (active
+   * streams, TTFB, TTFT); the proxy passes `afterIo`. Default: at once.
+   */
+  defer?: (fn: () => void) => void;
 }
+
+const now = (fn: () => void): void => fn();
 
 /** What a finished request looked like; used for the log line and tests. */
 export interface MeterSummary {
@@ -84,7 +91,15 @@ export class RequestMeter {
   private now = 0;
   private inbandError: string | undefined;
   private finished = false;
+  private readonly defer: (fn: () => void) => void;
   private readonly onSseEvent = (ev: SseEvent): void => this.event(ev);
+  /** SSE data offered as bytes: plain content deltas are counted without decoding them. */
+  private readonly onSseData = (buf: Buffer, start: number, end: number, type: string): boolean => {
+    if (this.inbandError !== undefined) return true;
+    if (type !== '' || !this.adapter.quickContent!(buf, start, end)) return false;
+    this.content();
+    return true;
+  };
 
   constructor(
     private readonly ins: Instruments,
@@ -94,6 +109,7 @@ export class RequestMeter {
     private readonly opts: MeterOptions,
   ) {
     this.clock = new StreamClock(start);
+    this.defer = opts.defer ?? now;
   }
 
   /** Response headers arrived. */
@@ -108,8 +124,8 @@ export class RequestMeter {
     this.streamed = kind !== undefined;
     const l = this.requestLabels;
     this.labels = this.requestOnlyLabels();
-    this.activeLabels = { [ATTR.provider]: l.provider, [ATTR.serverAddress]: l.serverAddress };
-    this.ins.streamsActive.add(1, this.activeLabels);
+    const active = (this.activeLabels = { [ATTR.provider]: l.provider, [ATTR.serverAddress]: l.serverAddress });
+    this.defer(() => this.ins.streamsActive.add(1, active));
     if (this.adapter.generic === true) return; // timed only: duration and first byte
 
     // Compressed bodies are forwarded as they are and only timed, not parsed.
@@ -118,7 +134,10 @@ export class RequestMeter {
     const max = this.opts.maxEventBytes;
     if (kind === 'sse') {
       this.framing = 'sse';
-      this.parser = new SseParser(this.onSseEvent, { maxEventBytes: max });
+      this.parser = new SseParser(this.onSseEvent, {
+        maxEventBytes: max,
+        onData: this.adapter.quickContent !== undefined ? this.onSseData : undefined,
+      });
     } else if (kind === 'ndjson') {
       this.framing = 'ndjson';
       this.parser = new NdjsonParser(this.onSseEvent, { maxEventBytes: max });
@@ -137,7 +156,8 @@ export class RequestMeter {
     this.now = arrival;
     if (!this.firstByteSeen) {
       this.firstByteSeen = true;
-      this.ins.timeToFirstByte.record((arrival - this.clock.start) / 1000, this.labels);
+      const ttfb = (arrival - this.clock.start) / 1000;
+      this.defer(() => this.ins.timeToFirstByte.record(ttfb, this.labels));
     }
     try {
       if (this.parser !== undefined) {
@@ -163,28 +183,35 @@ export class RequestMeter {
     if (this.inbandError !== undefined) return;
     const kind = this.adapter.onEvent(ev);
     if (kind === EventKind.Content) {
-      const gap = this.clock.content(this.now);
-      if (gap < 0) {
-        this.ins.ttft.record(this.clock.ttftMs! / 1000, this.labels);
-      } else {
-        this.ins.chunkGap.record(gap / 1000, this.labels);
-      }
-      const perToken = this.ins.perTokenItl;
-      if (perToken !== undefined) {
-        // Spread the gap over the tokens this event carried, when the stream says how many.
-        const cum = this.adapter.cumulativeOutputTokens;
-        const prev = this.prevCumulative;
-        if (gap >= 0 && cum !== undefined && prev !== undefined && cum > prev) {
-          const n = Math.min(cum - prev, MAX_TOKENS_PER_EVENT);
-          const each = gap / n / 1000;
-          for (let i = 0; i < n; i++) perToken.record(each, this.labels);
-        }
-        this.prevCumulative = cum;
-      }
+      this.content();
     } else if (kind === EventKind.Error) {
       this.inbandError = this.adapter.errorType ?? 'error';
     }
   }
+
+  /** A content event arrived (at `this.now`): TTFT or a gap, and per-token ITL. */
+  private content(): void {
+    const gap = this.clock.content(this.now);
+    if (gap < 0) {
+      const ttft = this.clock.ttftMs! / 1000;
+      this.defer(() => this.ins.ttft.record(ttft, this.labels));
+    } else {
+      this.ins.chunkGap.record(gap / 1000, this.labels);
+    }
+    const perToken = this.ins.perTokenItl;
+    if (perToken !== undefined) {
+      // Spread the gap over the tokens this event carried, when the stream says how many.
+      const cum = this.adapter.cumulativeOutputTokens;
+      const prev = this.prevCumulative;
+      if (gap >= 0 && cum !== undefined && prev !== undefined && cum > prev) {
+        const n = Math.min(cum - prev, MAX_TOKENS_PER_EVENT);
+        const each = gap / n / 1000;
+        for (let i = 0; i < n; i++) perToken.record(each, this.labels);
+      }
+      this.prevCumulative = cum;
+    }
+  }
+
 
   /**
    * The request ended at `end` (ms): `errorType` undefined for a complete

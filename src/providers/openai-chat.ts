@@ -1,4 +1,5 @@
 import type { SseEvent } from '../sse/parser.js';
+import { ContentPrefix } from './content-prefix.js';
 import { EventKind, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
@@ -22,12 +23,25 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   responseModel: string | undefined;
   errorType: string | undefined;
   serverTimings: ServerTimings | undefined;
+  private readonly prefix = new ContentPrefix();
+
+  /**
+   * Most events of a long stream are plain deltas that, once the model is
+   * known, carry nothing else the adapter reads: recognised from their bytes
+   * (see ContentPrefix). False: not sure, `onEvent` decides.
+   */
+  quickContent(buf: Buffer, start: number, end: number): boolean {
+    return this.responseModel !== undefined && this.prefix.match(buf, start, end);
+  }
 
   onEvent(ev: SseEvent): EventKind {
-    // Most events of a long stream are plain deltas; once the model is known
-    // they carry nothing else the adapter reads (see quickContent).
-    if (this.responseModel !== undefined && quickContent(ev.data)) return EventKind.Content;
-    const chunk = parseObject(ev.data); // `[DONE]`, keep-alives, non-JSON: undefined
+    const kind = this.classify(ev.data);
+    if (kind === EventKind.Content) this.prefix.learn(ev.data);
+    return kind;
+  }
+
+  private classify(data: string): EventKind {
+    const chunk = parseObject(data); // `[DONE]`, keep-alives, non-JSON: undefined
     if (!chunk) return EventKind.None;
     if (chunk.error !== undefined && chunk.error !== null) {
       this.errorType = errorTypeOf(chunk.error);
@@ -76,43 +90,6 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (pd && typeof pd.cached_tokens === 'number') this.usage.cachedInputTokens = pd.cached_tokens;
     else if (typeof u.prompt_cache_hit_tokens === 'number') this.usage.cachedInputTokens = u.prompt_cache_hit_tokens; // DeepSeek
   }
-}
-
-const DELTA_KEYS = ['"delta":{"content":"', '"delta":{"reasoning_content":"', '"delta":{"reasoning":"'];
-
-/**
- * A content delta recognised without JSON.parse: `"delta":{"<content key>":"`
- * followed by anything but `"` (a non-empty string), after `"choices":[`, in
- * an object that names none of the fields the adapter must read (`usage`
- * unless null, `error`, `timings`). Sound because a `"` inside a JSON string is escaped:
- * the text `"usage"` or `"delta":{` can only be a key, never part of a value.
- * False means "not sure": the full parse decides. Compact JSON only (what
- * OpenAI, vLLM, llama.cpp, SGLang write); other spacing takes the full parse.
- */
-export function quickContent(d: string): boolean {
-  if (d.charCodeAt(0) !== 0x7b /* { */ || d.charCodeAt(d.length - 1) !== 0x7d /* } */) return false;
-  let at = -1;
-  let len = 0;
-  for (const k of DELTA_KEYS) {
-    at = d.indexOf(k);
-    if (at !== -1) {
-      len = k.length;
-      break;
-    }
-  }
-  if (at === -1) return false;
-  const next = d.charCodeAt(at + len);
-  if (next === 0x22 /* " */ || Number.isNaN(next)) return false;
-  const choices = d.indexOf('"choices":[');
-  if (choices === -1 || choices > at) return false;
-  return noUsage(d) && d.indexOf('"error"') === -1 && d.indexOf('"timings"') === -1;
-}
-
-/** No `usage` key, or only `"usage":null` (OpenAI sends it on every chunk with include_usage). */
-function noUsage(d: string): boolean {
-  const u = d.indexOf('"usage"');
-  if (u === -1) return true;
-  return d.startsWith(':null', u + 7) && d.indexOf('"usage"', u + 7) === -1;
 }
 
 function nonEmpty(v: unknown): boolean {

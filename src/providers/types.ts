@@ -50,6 +50,13 @@ export interface ServerTimings {
 export interface ResponseAdapter {
   /** Classify one SSE event (or one NDJSON line as `{type:'', data}`, or one event-stream frame). */
   onEvent(ev: SseEvent): EventKind;
+  /**
+   * Optional fast path, offered an unnamed SSE event's data bytes
+   * `buf[start, end)` before they are decoded: true when the event is
+   * certainly content and carries nothing else the adapter reads (no
+   * `onEvent` call follows); false when not sure (`onEvent` decides).
+   */
+  quickContent?(buf: Buffer, start: number, end: number): boolean;
   /** A non-streamed body (JSON), at most the capture cap. */
   onBody?(body: string): void;
   readonly usage: Usage;

@@ -25,6 +25,12 @@ export interface SseEvent {
 export interface SseParserOptions {
   maxEventBytes?: number;
   onComment?: () => void;
+  /**
+   * Offered each event's data as bytes `buf[start, end)` (valid during the
+   * call only) before it is decoded; returning true consumes the event:
+   * no string and no SseEvent are made. `type` is the event's `event:` field.
+   */
+  onData?: (buf: Buffer, start: number, end: number, type: string) => boolean;
 }
 
 const LF = 0x0a;
@@ -35,6 +41,7 @@ const SPACE = 0x20;
 export class SseParser {
   private readonly maxEventBytes: number;
   private readonly onComment: (() => void) | undefined;
+  private readonly onData: SseParserOptions['onData'];
 
   /** Pieces of the line not yet terminated. */
   private pending: Buffer[] = [];
@@ -45,6 +52,14 @@ export class SseParser {
   /** BOM bytes seen so far at the very start (it may itself be split). */
   private bomSeen = 0;
 
+  /**
+   * An event's only data line so far, as a range of the chunk being pushed:
+   * most events have one line and start and end in one chunk, so they are
+   * handed on without a copy or a view (see `own()` for the others).
+   */
+  private oneBuf: Buffer | undefined = undefined;
+  private oneStart = 0;
+  private oneEnd = 0;
   private dataParts: Buffer[] = [];
   /** Index of the first entry of dataParts that is still a view into the chunk being pushed. */
   private viewsFrom = -1;
@@ -60,12 +75,14 @@ export class SseParser {
   constructor(private readonly onEvent: (ev: SseEvent) => void, opts: SseParserOptions = {}) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
     this.onComment = opts.onComment;
+    this.onData = opts.onData;
   }
 
   push(chunk: Uint8Array): void {
     // An empty read must not consume pending state (a CR waiting for its LF).
     if (chunk.byteLength === 0) return;
     this.scan(chunk);
+    if (this.oneBuf !== undefined) this.own();
     if (this.viewsFrom >= 0) {
       // The caller may reuse its buffer after push() returns: own the open event's bytes.
       const parts = this.dataParts;
@@ -179,17 +196,23 @@ export class SseParser {
     let vs = c < e ? c + 1 : e;
     if (vs < e && lineBuf[vs] === SPACE) vs++;
     if (nameLen === 4 && lineBuf[s] === 0x64 && lineBuf[s + 1] === 0x61 && lineBuf[s + 2] === 0x74 && lineBuf[s + 3] === 0x61) {
-      const part = lineBuf.subarray(vs, e);
-      const add = part.length + (this.hasData ? 1 : 0);
+      const add = e - vs + (this.hasData ? 1 : 0);
       if (this.dataBytes + add > this.maxEventBytes) {
         this.markOversize();
         return;
       }
-      if (this.hasData) this.dataParts.push(NEWLINE);
-      // A view into the caller's chunk; copied at the end of push() only if the
-      // event is still open then (most events start and end in one chunk).
-      this.dataParts.push(part);
-      if (lineBuf === buf && this.viewsFrom < 0) this.viewsFrom = this.dataParts.length - 1;
+      if (!this.hasData) {
+        this.oneBuf = lineBuf;
+        this.oneStart = vs;
+        this.oneEnd = e;
+      } else {
+        if (this.oneBuf !== undefined) this.own();
+        this.dataParts.push(NEWLINE);
+        // A view into the caller's chunk; copied at the end of push() only if the
+        // event is still open then.
+        this.dataParts.push(lineBuf.subarray(vs, e));
+        if (lineBuf === buf && this.viewsFrom < 0) this.viewsFrom = this.dataParts.length - 1;
+      }
       this.dataBytes += add;
       this.hasData = true;
     } else if (nameLen === 5 && lineBuf.toString('latin1', s, c) === 'event') {
@@ -206,9 +229,17 @@ export class SseParser {
       this.skipping = true;
       this.oversizeEvents++;
     }
-    this.dataParts = [];
+    this.oneBuf = undefined;
+    if (this.dataParts.length > 0) this.dataParts = [];
     this.viewsFrom = -1;
     this.dataBytes = 0;
+  }
+
+  /** The open event's single data line becomes its own copy (the chunk may be reused) or a part. */
+  private own(): void {
+    const one = this.oneBuf!;
+    this.oneBuf = undefined;
+    this.dataParts.push(Buffer.from(one.subarray(this.oneStart, this.oneEnd)));
   }
 
   private dispatch(): void {
@@ -217,17 +248,27 @@ export class SseParser {
       return;
     }
     if (this.hasData) {
-      const parts = this.dataParts;
-      // Buffer#toString replaces invalid UTF-8 with U+FFFD like the spec's decoder, and keeps a BOM.
-      const data = parts.length === 1 ? parts[0]!.toString('utf8') : Buffer.concat(parts, this.dataBytes).toString('utf8');
-      this.onEvent({ type: this.eventType, data, id: this.lastId });
+      let buf = this.oneBuf;
+      let from = this.oneStart;
+      let to = this.oneEnd;
+      if (buf === undefined) {
+        const parts = this.dataParts;
+        buf = parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.dataBytes);
+        from = 0;
+        to = buf.length;
+      }
+      if (this.onData?.(buf, from, to, this.eventType) !== true) {
+        // Buffer#toString replaces invalid UTF-8 with U+FFFD like the spec's decoder, and keeps a BOM.
+        this.onEvent({ type: this.eventType, data: buf.toString('utf8', from, to), id: this.lastId });
+      }
     }
     this.resetEvent();
   }
 
   private resetEvent(): void {
+    this.oneBuf = undefined;
     this.viewsFrom = -1;
-    this.dataParts = [];
+    if (this.dataParts.length > 0) this.dataParts = [];
     this.dataBytes = 0;
     this.hasData = false;
     this.eventType = '';

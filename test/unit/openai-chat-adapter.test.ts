@@ -1,7 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { OpenAIChatAdapter, quickContent } from '../../src/providers/openai-chat.js';
+import { ContentPrefix } from '../../src/providers/content-prefix.js';
+import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import { EventKind } from '../../src/providers/types.js';
+import { SseParser } from '../../src/sse/parser.js';
 import { fixture, sseEvents } from '../helpers/fixtures.js';
 
 /** Facts about each fixture, from test/fixtures/sse/README.md (counted by hand from the files). */
@@ -23,7 +25,36 @@ function classify(file: string, chunks?: Buffer[]) {
   return { events, kinds, adapter: a };
 }
 
+/** As the request meter does: bytes offered to quickContent first, the decoded event to onEvent otherwise. */
+function classifyBytes(chunks: Buffer[]) {
+  const a = new OpenAIChatAdapter();
+  const kinds: EventKind[] = [];
+  let quick = 0;
+  const p = new SseParser((e) => kinds.push(a.onEvent(e)), {
+    onData: (buf, start, end, type) => {
+      if (type !== '' || !a.quickContent(buf, start, end)) return false;
+      kinds.push(EventKind.Content);
+      quick++;
+      return true;
+    },
+  });
+  for (const c of chunks) p.push(c);
+  p.end();
+  return { kinds, quick, adapter: a };
+}
+
 describe('OpenAI Chat adapter on recorded-shape streams', () => {
+  it('the byte path classifies every fixture like the full parse, and takes most plain deltas of OpenAI streams', () => {
+    for (const c of CASES) {
+      const full = classify(c.file);
+      const fast = classifyBytes([fixture(c.file)]);
+      expect(fast.kinds, c.file).toEqual(full.kinds);
+      expect(fast.adapter.usage, c.file).toEqual(full.adapter.usage);
+      expect(fast.adapter.responseModel, c.file).toBe(full.adapter.responseModel);
+      if (c.file.startsWith('openai-chat.') || c.file.startsWith('openai-chat-usage')) expect(fast.quick, c.file).toBeGreaterThanOrEqual(c.content - 2);
+    }
+  });
+
   for (const c of CASES) {
     it(`${c.file}: content events, first token, usage`, () => {
       const { events, kinds, adapter } = classify(c.file);
@@ -82,7 +113,7 @@ describe('OpenAI Chat adapter on recorded-shape streams', () => {
   });
 });
 
-describe('quickContent: the no-parse path agrees with the full parse', () => {
+describe('the byte path (quickContent on a learned prefix) agrees with the full parse', () => {
   const tricky = fc.oneof(
     fc.string(),
     fc.constantFrom('', 'tok 1', '"', '\\', '\\"', '"delta":{"content":"x', '"usage"', '"error"', '}', '\u2028', 'é😀'),
@@ -115,34 +146,132 @@ describe('quickContent: the no-parse path agrees with the full parse', () => {
     .chain((c) => shuffled(fc.constant(entries(Object.entries(c)))));
   const event = fc.oneof({ weight: 12, arbitrary: chunk.map((c) => JSON.stringify(c)) }, { weight: 1, arbitrary: fc.constantFrom('[DONE]', '{not json', '{"choices":[{"delta":{"content":"x"}}]', '') });
 
-  it('same kind for every event, same usage, model, error and timings', () => {
+  it('same kind for every event, same usage, model, error and timings, on chunks of any shape (property)', () => {
     fc.assert(
       fc.property(fc.array(event, { minLength: 1, maxLength: 12 }), (datas) => {
-        const fast = new OpenAIChatAdapter();
+        const fast = classifyBytes([Buffer.from(datas.map((d) => `data: ${d}\n\n`).join(''))]);
         const full = new OpenAIChatAdapter();
-        for (const data of datas) {
-          // A leading space: JSON.parse accepts it, the no-parse path declines it.
-          const kFast = fast.onEvent({ type: '', data, id: '' });
-          const kFull = full.onEvent({ type: '', data: ` ${data}`, id: '' });
-          if (data.trimStart().startsWith('{')) expect(kFast).toBe(kFull);
-        }
-        expect(fast.usage).toEqual(full.usage);
-        expect(fast.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
-        expect(fast.responseModel).toBe(full.responseModel);
-        expect(fast.errorType).toBe(full.errorType);
-        expect(fast.serverTimings).toEqual(full.serverTimings);
+        // A leading space: JSON.parse accepts it, the byte path never matches it.
+        const kinds = datas.map((data) => full.onEvent({ type: '', data: ` ${data}`, id: '' }));
+        expect(fast.kinds).toEqual(kinds);
+        expect(fast.adapter.usage).toEqual(full.usage);
+        expect(fast.adapter.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
+        expect(fast.adapter.responseModel).toBe(full.responseModel);
+        expect(fast.adapter.errorType).toBe(full.errorType);
+        expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
       }),
       { numRuns: 3000 },
     );
   });
 
-  it('takes the fast path for the plain deltas of OpenAI, vLLM, llama.cpp and DeepSeek reasoning streams', () => {
-    expect(quickContent('{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}')).toBe(true);
-    expect(quickContent('{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"Let"},"finish_reason":null}],"model":"deepseek-reasoner"}')).toBe(true);
-    expect(quickContent('{"choices":[{"delta":{"content":""}}]}')).toBe(false);
-    expect(quickContent('{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":3}}')).toBe(false);
-    expect(quickContent('{"choices":[{"delta":{"content":"x"}}],"usage":null}')).toBe(true); // OpenAI with include_usage
-    expect(quickContent('{"choices":[{"delta":{"content":"x"}}],"usage":null,"usage":{"completion_tokens":3}}')).toBe(false);
-    expect(quickContent('{"choices":[{"delta":{"content":"x"}}]')).toBe(false); // truncated: let the parse decide
+  it('the byte path (learned prefix) agrees with the full parse on streams of generated chunks (property)', () => {
+    // Streams whose chunks share a header, as real ones do, so the learned prefix is used; the
+    // text, the first choice's other fields and everything after the choices vary.
+    const header = fc.record(
+      {
+        id: fc.constantFrom('chatcmpl-1', 'chatcmpl-"x\\'),
+        object: fc.constant('chat.completion.chunk'),
+        created: fc.nat(),
+        model: fc.constantFrom('m1', 'gpt-4o'),
+        system_fingerprint: fc.constantFrom('fp_1', '"content":"'),
+        x: fc.constantFrom({ choices: [{ delta: { content: 'nested' } }] }, 'y'),
+      },
+      { requiredKeys: ['id', 'model'] },
+    );
+    const firstChoice = fc.oneof(
+      { weight: 6, arbitrary: fc.record({ index: fc.constant(0), delta: fc.record({ content: tricky }) }) },
+      { weight: 2, arbitrary: fc.record({ index: fc.constant(0), delta: fc.record({ reasoning_content: tricky }) }) },
+      { weight: 1, arbitrary: fc.record({ index: fc.constant(0), delta: fc.record({ content: fc.constant(null), reasoning_content: tricky }) }) },
+      { weight: 1, arbitrary: fc.record({ index: fc.constant(0), delta: fc.record({ content: tricky }), logprobs: fc.constant(null), finish_reason: fc.option(fc.constant('stop'), { nil: null }) }) },
+      { weight: 1, arbitrary: fc.record({ x: fc.record({ content: tricky }), delta: fc.record({ content: tricky }) }) },
+      { weight: 1, arbitrary: choice },
+    );
+    // Rare, as in real streams: a second choice, usage, an error, server timings.
+    const rare = <T,>(arb: fc.Arbitrary<T>, oneIn: number) =>
+      fc.oneof({ weight: oneIn - 1, arbitrary: fc.constant(undefined) }, { weight: 1, arbitrary: arb });
+    const tail = fc
+      .record({
+        more: rare(fc.array(choice, { minLength: 1, maxLength: 1 }), 8),
+        usage: fc.oneof({ weight: 5, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: fc.record({ completion_tokens: fc.nat(100), prompt_tokens: fc.nat(100) }) }),
+        error: rare(fc.record({ type: fc.constantFrom('server_error', 'overloaded') }), 12),
+        timings: rare(fc.record({ prompt_ms: fc.nat(100), predicted_per_token_ms: fc.nat(50), predicted_n: fc.nat(50) }), 8),
+        obfuscation: rare(tricky, 2),
+      })
+      .map((t) => Object.fromEntries(Object.entries(t).filter(([, v]) => v !== undefined)) as { more?: unknown[] });
+    let quickTotal = 0;
+    fc.assert(
+      fc.property(header, fc.array(fc.tuple(firstChoice, tail), { minLength: 1, maxLength: 12 }), (h, evs) => {
+        const text = evs
+          .map(([c0, t]) => {
+            const { more, ...rest } = t;
+            return `data: ${JSON.stringify({ ...h, choices: [c0, ...(more ?? [])], ...rest })}\n\n`;
+          })
+          .join('');
+        const fast = classifyBytes([Buffer.from(text)]);
+        const full = new OpenAIChatAdapter();
+        const kinds = sseEvents([Buffer.from(text)]).map((e) => full.onEvent({ ...e, data: ` ${e.data}` }));
+        quickTotal += fast.quick;
+        expect(fast.kinds).toEqual(kinds);
+        expect(fast.adapter.usage).toEqual(full.usage);
+        expect(fast.adapter.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
+        expect(fast.adapter.responseModel).toBe(full.responseModel);
+        expect(fast.adapter.errorType).toBe(full.errorType);
+        expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
+      }),
+      { numRuns: 3000 },
+    );
+    expect(quickTotal).toBeGreaterThan(1000); // the byte path was really exercised
   });
+
+  it('follows a prefix that changes (llama.cpp\'s created per second), and gives up on one that never repeats', () => {
+    const chunk = (created: number, text: string) => `{"id":"c","created":${created},"model":"m","choices":[{"index":0,"delta":{"content":"${text}"}}]}`;
+    const bytes = (d: string) => [Buffer.from(d), 0, Buffer.byteLength(d)] as const;
+    const p = new ContentPrefix();
+    for (let t = 1; t <= 8; t++) {
+      expect(p.match(...bytes(chunk(t, 'a')))).toBe(false); // a new second: not sure
+      p.learn(chunk(t, 'a'));
+      expect(p.match(...bytes(chunk(t, 'b')))).toBe(true);
+    }
+    const q = new ContentPrefix();
+    for (let t = 1; t <= 8; t++) q.learn(chunk(t, 'a')); // never matched: four tries, then no more
+    expect(q.learned).toBe(chunk(4, '').slice(0, -5));
+  });
+
+  it('learns the prefix of OpenAI, Azure and DeepSeek chunks, and declines what it must read', () => {
+    const learn = (data: string) => {
+      const p = new ContentPrefix();
+      p.learn(data);
+      return p;
+    };
+    const b = (s: string) => {
+      const buf = Buffer.from(`data: ${s}\n\n`);
+      return [buf, 6, buf.length - 2] as const;
+    };
+    const openai = (text: string, tail = '') =>
+      `{"id":"chatcmpl-A","object":"chat.completion.chunk","created":1,"model":"gpt-4o","service_tier":"default","system_fingerprint":"fp_1","choices":[{"index":0,"delta":{"content":"${text}"},"logprobs":null,"finish_reason":null}],"usage":null${tail},"obfuscation":"k1"}`;
+    const p = learn(openai('Hi'));
+    expect(p.learned).toBe(openai('Hi').slice(0, openai('Hi').indexOf('Hi')));
+    expect(p.match(...b(openai(' there')))).toBe(true);
+    expect(p.match(...b(openai('a \\"error\\" in the text')))).toBe(true);
+    expect(p.match(...b(openai('say \\"x\\"usage')))).toBe(true); // an escaped quote is not the text's end
+    expect(p.match(...b(openai('')))).toBe(false); // empty text
+    expect(p.match(...b(openai('x', ',"error":{"type":"server_error"}')))).toBe(false);
+    expect(p.match(...b(openai('x', ',"usage":{"completion_tokens":3}')))).toBe(false);
+    expect(p.match(...b(openai('x', ',"timings":{}')))).toBe(false);
+    expect(p.match(...b(openai('x').replace('"index":0', '"index":1')))).toBe(false); // another choice
+    expect(p.match(...b(openai('x').slice(0, -1)))).toBe(false); // truncated
+
+    const azure = '{"choices":[{"content_filter_results":{"hate":{"filtered":false}},"delta":{"content":"Hi"},"finish_reason":null,"index":0}],"created":1,"id":"c","model":"gpt-4o","object":"chat.completion.chunk"}';
+    expect(learn(azure).learned).toBe(azure.slice(0, azure.indexOf('Hi')));
+    const deepseek = '{"id":"d","object":"chat.completion.chunk","created":1,"model":"deepseek-reasoner","choices":[{"index":0,"delta":{"content":null,"reasoning_content":"Let"},"finish_reason":null}]}';
+    expect(learn(deepseek).learned).toBe(deepseek.slice(0, deepseek.indexOf('Let')));
+    // Only choices[0].delta's own key counts; a prefix naming usage or error is never learned.
+    expect(learn('{"x":{"delta":{"content":"a"}},"choices":[{"delta":{"content":"b"}}]}').learned).toBe('{"x":{"delta":{"content":"a"}},"choices":[{"delta":{"content":"');
+    expect(learn('{"x":{"delta":{"content":"a"}},"choices":[]}').learned).toBeUndefined();
+    expect(learn('{"choices":[{"x":{"content":"a"},"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"x":{"content":"a"},"delta":{"content":"');
+    expect(learn('{"id":"a\\"{b\\\\","choices":[{"delta":{"content":"b"}}]}').learned).toBe('{"id":"a\\"{b\\\\","choices":[{"delta":{"content":"');
+    expect(learn('{"usage":{"completion_tokens":1},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
+    expect(learn('{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"delta":{"content":"');
+  });
+
 });

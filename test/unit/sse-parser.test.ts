@@ -8,11 +8,30 @@ import { referenceParse } from '../helpers/reference-sse.js';
 const FIXTURES = join(__dirname, '../fixtures/sse');
 const sseFiles = readdirSync(FIXTURES).filter((f) => f.endsWith('.sse'));
 
+const plain = (evs: { type: string; data: string; id: string | undefined }[]) => evs.map((e) => ({ type: e.type, data: e.data, id: e.id }));
+
+/**
+ * Parses the chunks twice: plainly, and with an `onData` hook that sees every
+ * event's bytes and consumes every other one. The hook must see exactly the
+ * events of the plain parse, and the parser must deliver exactly the ones it
+ * declined, so every test below checks the byte path too.
+ */
 function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: SseEvent[]; parser: SseParser } {
   const events: SseEvent[] = [];
   const parser = new SseParser((e) => events.push(e), maxEventBytes ? { maxEventBytes } : {});
   for (const c of chunks) parser.push(c);
   parser.end();
+
+  const offered: { type: string; data: string }[] = [];
+  const declined: SseEvent[] = [];
+  const hooked = new SseParser((e) => declined.push(e), {
+    ...(maxEventBytes ? { maxEventBytes } : {}),
+    onData: (buf, start, end, type) => offered.push({ type, data: buf.toString('utf8', start, end) }) % 2 === 1,
+  });
+  for (const c of chunks) hooked.push(c);
+  hooked.end();
+  expect(offered).toEqual(events.map((e) => ({ type: e.type, data: e.data })));
+  expect(plain(declined)).toEqual(plain(events.filter((_, i) => i % 2 === 1)));
   return { events, parser };
 }
 
@@ -32,7 +51,6 @@ function withLineEnds(buf: Buffer, eol: '\n' | '\r\n' | '\r'): Buffer {
   return Buffer.from(buf.toString('utf8').replace(/\r\n|\r|\n/g, eol), 'utf8');
 }
 
-const plain = (evs: { type: string; data: string; id: string | undefined }[]) => evs.map((e) => ({ type: e.type, data: e.data, id: e.id }));
 
 describe('SseParser against the reference algorithm', () => {
   it('has SSE fixtures to check', () => {
@@ -131,9 +149,9 @@ describe('SseParser details', () => {
     expect(events).toEqual([]);
   });
 
-  it('owns the bytes of an open event: a caller reusing its buffer does not corrupt it', () => {
+  it.each([false, true])('owns the bytes of an open event: a caller reusing its buffer does not corrupt it (onData hook: %s)', (hook) => {
     const events: SseEvent[] = [];
-    const p = new SseParser((e) => events.push(e));
+    const p = new SseParser((e) => events.push(e), hook ? { onData: () => false } : {});
     const scratch = Buffer.alloc(64);
     const feed = (s: string) => {
       const n = scratch.write(s);
@@ -144,7 +162,9 @@ describe('SseParser details', () => {
     feed('°\ndata: line2\n');
     feed('\ndata: x');
     feed('yz\n\n');
-    expect(events.map((e) => e.data)).toEqual(['first half °\nline2', 'xyz']);
+    feed('data: whole line\n'); // a complete data line whose event ends in the next read
+    feed('\n');
+    expect(events.map((e) => e.data)).toEqual(['first half °\nline2', 'xyz', 'whole line']);
   });
 
   it('reassembles a multi-byte character split across reads', () => {
