@@ -7,6 +7,7 @@ import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.
 import { Instruments } from './metrics/instruments.js';
 import { ERROR_TYPE } from './metrics/semconv.js';
 import { Forwarder } from './proxy/forward.js';
+import { drainAfterIo } from './measure/after-io.js';
 import { createMetricsApp, createProxyApp, listen } from './server.js';
 import { createSimulator, type Simulator } from './simulate/server.js';
 import { VERSION } from './version.js';
@@ -77,6 +78,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     closed = true;
     await Promise.all([closeServer(proxy.server), closeServer(metrics.server)]);
     forwarder.close();
+    drainAfterIo(); // the records of streams cut just now, before the last export
     instruments?.shutdown();
     await telemetry?.shutdown();
     await simulator?.close();

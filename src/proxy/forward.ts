@@ -4,6 +4,7 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
+import { afterIo } from '../measure/after-io.js';
 import { RequestMeter, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
@@ -111,7 +112,7 @@ class InFlight implements ExchangeHandler {
         requestModel: this.fwd.limitModel(pathModel),
         serverAddress: upstream.hostname,
       };
-      this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, deps.config.limits);
+      this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, { ...deps.config.limits, defer: afterIo });
       if (pathModel === undefined) tap = new RequestBodyTap(deps.config.limits.maxBodyBytes);
     }
 
@@ -270,6 +271,11 @@ class InFlight implements ExchangeHandler {
     clearTimeout(this.timer);
     this.fwd.inFlight.delete(this);
     const end = performance.now();
+    // The recording and the log line wait until this loop iteration's reads are forwarded.
+    afterIo(() => this.record(end, errorType));
+  }
+
+  private record(end: number, errorType: string | undefined): void {
     let summary: MeterSummary | undefined;
     try {
       summary = this.meter?.finish(end, errorType);

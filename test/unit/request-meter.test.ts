@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { afterIo, drainAfterIo } from '../../src/measure/after-io.js';
 import { RequestMeter } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
@@ -64,6 +65,35 @@ describe('RequestMeter with a controllable clock', () => {
     expect(dur.sum).toBeCloseTo(0.801, 9);
     expect(dur.attributes[0]!['error.type']).toBeUndefined();
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+  });
+
+  it('with afterIo, the start-of-stream instrument calls wait for the end of the loop iteration, and record the same values', async () => {
+    t = testInstruments();
+    const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 1000, { ...opts, defer: afterIo });
+    m.responseStart(200, 'text/event-stream', undefined);
+    const chunks = eventChunks(fixture('openai-chat-usage.sse'));
+    m.chunk(chunks[0]!, 1050);
+    m.chunk(chunks[1]!, 1250);
+    m.chunk(chunks[2]!, 1270);
+    // In this tick only the per-event gap is recorded; TTFB, TTFT and the active-streams gauge wait.
+    expect((await t.histogram(METRIC.chunkGap)).count).toBe(1);
+    const early = [await t.histogram(METRIC.ttft), await t.histogram(METRIC.timeToFirstByte)];
+    expect(early.map((h) => h.count)).toEqual([0, 0]);
+    drainAfterIo();
+    expect(await t.histogram(METRIC.ttft)).toMatchObject({ count: 1, sum: 0.25 });
+    expect(await t.histogram(METRIC.timeToFirstByte)).toMatchObject({ count: 1, sum: 0.05 });
+    expect(await t.sumValue(METRIC.streamsActive)).toBe(1);
+    m.finish(1300);
+    expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+    // Queued work runs on its own too, in order, and a throwing job does not stop the rest.
+    const ran: number[] = [];
+    afterIo(() => ran.push(1));
+    afterIo(() => {
+      throw new Error('boom');
+    });
+    afterIo(() => ran.push(3));
+    await new Promise((r) => setImmediate(r));
+    expect(ran).toEqual([1, 3]);
   });
 
   it('counts content events when the stream has no usage, and TPOT uses that count', async () => {

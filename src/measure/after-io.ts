@@ -1,0 +1,36 @@
+/**
+ * Per-request bookkeeping (SDK instrument calls that hash their attributes,
+ * the request log line) queued while this loop iteration's I/O callbacks run,
+ * and done in one `setImmediate` after them. When a batch of streams all
+ * receive an event in the same tick, or all end in it, the last stream's bytes
+ * are then forwarded before, not after, everybody's bookkeeping.
+ */
+const queue: (() => void)[] = [];
+let scheduled = false;
+
+function drain(): void {
+  scheduled = false;
+  drainAfterIo();
+}
+
+/** Runs `fn` after the current loop iteration's I/O callbacks, in call order. */
+export function afterIo(fn: () => void): void {
+  queue.push(fn);
+  if (!scheduled) {
+    scheduled = true;
+    setImmediate(drain);
+  }
+}
+
+/** Runs everything queued now (shutdown: before the last metric export). */
+export function drainAfterIo(): void {
+  // Work queued while draining runs in the same pass.
+  for (let i = 0; i < queue.length; i++) {
+    try {
+      queue[i]!();
+    } catch {
+      // measurement and logging only: a failure must not stop the rest
+    }
+  }
+  queue.length = 0;
+}
