@@ -166,7 +166,8 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
       const log = path.join(tmpRoot, `${name}${tag}.log`);
       const a = args({ port, metricsPort });
       const prof = profile && profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${name}${tag}.cpuprofile`] : [];
-      const child = spawnLogged(process.execPath, ['--expose-gc', ...prof, '--import', PROBE, ...a], log, {
+      const extra = name.startsWith('proxy') ? (process.env.BENCH_PROXY_NODE_FLAGS ?? '').split(' ').filter(Boolean) : [];
+      const child = spawnLogged(process.execPath, ['--expose-gc', ...extra, ...prof, '--import', PROBE, ...a], log, {
         ipc: true,
       });
       try {
