@@ -43,6 +43,21 @@ function classifyBytes(chunks: Buffer[]) {
   return { kinds, quick, adapter: a };
 }
 
+/** The byte path and the full parse see the same events alike; returns how many took the byte path. */
+function agreesWithFullParse(datas: string[]): number {
+  const fast = classifyBytes([Buffer.from(datas.map((d) => `data: ${d}\n\n`).join(''))]);
+  const full = new OpenAIChatAdapter();
+  // A leading space: JSON.parse accepts it, the byte path never matches it.
+  const kinds = datas.map((data) => full.onEvent({ type: '', data: ` ${data}`, id: '' }));
+  expect(fast.kinds).toEqual(kinds);
+  expect(fast.adapter.usage).toEqual(full.usage);
+  expect(fast.adapter.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
+  expect(fast.adapter.responseModel).toBe(full.responseModel);
+  expect(fast.adapter.errorType).toBe(full.errorType);
+  expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
+  return fast.quick;
+}
+
 describe('OpenAI Chat adapter on recorded-shape streams', () => {
   it('the byte path classifies every fixture like the full parse, and takes most plain deltas of OpenAI streams', () => {
     for (const c of CASES) {
@@ -149,16 +164,7 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
   it('same kind for every event, same usage, model, error and timings, on chunks of any shape (property)', () => {
     fc.assert(
       fc.property(fc.array(event, { minLength: 1, maxLength: 12 }), (datas) => {
-        const fast = classifyBytes([Buffer.from(datas.map((d) => `data: ${d}\n\n`).join(''))]);
-        const full = new OpenAIChatAdapter();
-        // A leading space: JSON.parse accepts it, the byte path never matches it.
-        const kinds = datas.map((data) => full.onEvent({ type: '', data: ` ${data}`, id: '' }));
-        expect(fast.kinds).toEqual(kinds);
-        expect(fast.adapter.usage).toEqual(full.usage);
-        expect(fast.adapter.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
-        expect(fast.adapter.responseModel).toBe(full.responseModel);
-        expect(fast.adapter.errorType).toBe(full.errorType);
-        expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
+        agreesWithFullParse(datas);
       }),
       { numRuns: 3000 },
     );
@@ -201,22 +207,11 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     let quickTotal = 0;
     fc.assert(
       fc.property(header, fc.array(fc.tuple(firstChoice, tail), { minLength: 1, maxLength: 12 }), (h, evs) => {
-        const text = evs
-          .map(([c0, t]) => {
-            const { more, ...rest } = t;
-            return `data: ${JSON.stringify({ ...h, choices: [c0, ...(more ?? [])], ...rest })}\n\n`;
-          })
-          .join('');
-        const fast = classifyBytes([Buffer.from(text)]);
-        const full = new OpenAIChatAdapter();
-        const kinds = sseEvents([Buffer.from(text)]).map((e) => full.onEvent({ ...e, data: ` ${e.data}` }));
-        quickTotal += fast.quick;
-        expect(fast.kinds).toEqual(kinds);
-        expect(fast.adapter.usage).toEqual(full.usage);
-        expect(fast.adapter.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
-        expect(fast.adapter.responseModel).toBe(full.responseModel);
-        expect(fast.adapter.errorType).toBe(full.errorType);
-        expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
+        const datas = evs.map(([c0, t]) => {
+          const { more, ...rest } = t;
+          return JSON.stringify({ ...h, choices: [c0, ...(more ?? [])], ...rest });
+        });
+        quickTotal += agreesWithFullParse(datas);
       }),
       { numRuns: 3000 },
     );
