@@ -7,19 +7,29 @@
  * "model":"…",…"choices":[{"index":0,"delta":{"content":"`. After a full
  * parse found an event to be content, `learn()` takes that prefix and proves
  * what it means: the prefix, closed with `x"` and the brackets still open,
- * must parse to an object whose `choices[0].delta[key]` is `"x"`. JSON is
- * context-free, so any later event that starts with the same bytes has its
- * `choices[0].delta[key]` string start right there; it is content when that
- * string is not empty, and nothing after it may be a key the adapter must
- * read (`usage` unless null, `error`, `timings`). Outside strings a key is
- * always written `"key"`, and inside a string a `"` is escaped, so a plain
- * search of the bytes after the text finds every such key (it may also find
- * one inside a string: then the answer is "not sure", never a wrong yes).
- * Not handled (the answer is then wrong, like JSON.parse's last-wins): an
- * event that repeats a key. No known server does.
+ * must parse to an object whose `choices[0].delta[key]` is `"x"` and that
+ * has no `error`, `timings` or non-null `usage`. JSON is context-free, so a
+ * later event that starts with the same bytes has its `choices[0].delta[key]`
+ * string start right there. `match()` then checks the rest itself:
+ *  - the text is a non-empty, well-formed JSON string (no raw control
+ *    bytes, valid escapes, a closing quote);
+ *  - after it, no backslash at all (so no key is spelt with escapes and a
+ *    `"` always opens or closes a string), no string `"usage"` unless
+ *    followed by `:null`, no `"error"` or `"timings"` (a value spelt so
+ *    makes the answer "not sure", never a wrong yes);
+ *  - the brackets close exactly the ones the prefix left open, each with
+ *    its own kind, and the last one is the event's last byte.
+ * Not checked (the answer is then "content" where JSON.parse would reject the
+ * event or read it differently): a misspelt literal or a missing comma or
+ * colon after the text, and a repeated key (JSON.parse keeps the last one).
+ * No known server sends either.
  */
 export class ContentPrefix {
   private prefix: Buffer | undefined;
+  /** The closing brackets the prefix leaves open, innermost last. */
+  private open: Uint8Array = new Uint8Array(0);
+  /** Work stack of expected closing brackets, reused by every match. */
+  private readonly stack = new Uint8Array(MAX_DEPTH);
   /** Prefixes learned since the last match. */
   private attempts = 0;
 
@@ -32,25 +42,57 @@ export class ContentPrefix {
     // At least one byte of text, its closing quote and the closing braces.
     if (end - i < 3 || buf[end - 1] !== 0x7d /* } */ || buf[i] === 0x22 /* " */) return false;
     if (buf[i - 2] !== p[n - 2] || buf.compare(p, 0, n, start, i) !== 0) return false;
-    // To the text's closing quote.
+    // The text: to its closing quote, as JSON.parse would read it.
     for (; i < end; i++) {
-      const c = buf[i];
-      if (c === 0x5c /* \ */) i++;
-      else if (c === 0x22) break;
-    }
-    for (i++; i < end; i++) {
-      if (buf[i] !== 0x22) continue;
-      const c = buf[i + 1];
-      if (c === 0x75 /* u */) {
-        if (is(buf, i + 1, 'usage"')) {
-          if (!is(buf, i + 7, ':null')) return false;
+      const c = buf[i]!;
+      if (c === 0x22) break;
+      if (c < 0x20) return false;
+      if (c === 0x5c /* \ */) {
+        const e = buf[i + 1];
+        if (e === 0x75 /* u */) {
+          if (i + 5 >= end || !hex(buf[i + 2]!) || !hex(buf[i + 3]!) || !hex(buf[i + 4]!) || !hex(buf[i + 5]!)) return false;
+          i += 5;
+        } else if (e !== undefined && SIMPLE_ESCAPES.has(e)) {
+          i++;
+        } else {
+          return false;
         }
-      } else if (c === 0x65 /* e */) {
-        if (is(buf, i + 1, 'error"')) return false;
-      } else if (c === 0x74 /* t */) {
-        if (is(buf, i + 1, 'timings"')) return false;
       }
     }
+    if (i >= end) return false;
+    // After the text: strings without escapes, keys to watch for, brackets.
+    const stack = this.stack;
+    const open = this.open;
+    let depth = open.length;
+    stack.set(open);
+    let inString = false;
+    for (i++; i < end; i++) {
+      const c = buf[i]!;
+      if (c === 0x5c) return false;
+      if (inString) {
+        if (c === 0x22) inString = false;
+        else if (c < 0x20) return false;
+        continue;
+      }
+      if (c === 0x22) {
+        inString = true;
+        const k = buf[i + 1];
+        if (k === 0x75 /* u */) {
+          if (is(buf, i + 1, 'usage"') && !is(buf, i + 7, ':null')) return false;
+        } else if (k === 0x65 /* e */) {
+          if (is(buf, i + 1, 'error"')) return false;
+        } else if (k === 0x74 /* t */) {
+          if (is(buf, i + 1, 'timings"')) return false;
+        }
+      } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+        if (depth === MAX_DEPTH) return false;
+        stack[depth++] = c + 2; // } and ] are { and [ plus 2
+      } else if (c === 0x7d || c === 0x5d) {
+        if (depth === 0 || stack[--depth] !== c) return false;
+        if (depth === 0 && i !== end - 1) return false; // something after the object
+      }
+    }
+    if (depth !== 0 || inString) return false;
     this.attempts = 0;
     return true;
   }
@@ -68,8 +110,10 @@ export class ContentPrefix {
       const needle = `"${key}":"`;
       for (let at = data.indexOf(needle), n = 0; at !== -1 && n < 4; at = data.indexOf(needle, at + 1), n++) {
         const prefix = data.slice(0, at + needle.length);
-        if (proves(prefix, key)) {
+        const open = proves(prefix, key);
+        if (open !== undefined) {
           this.prefix = Buffer.from(prefix, 'utf8');
+          this.open = open;
           return;
         }
       }
@@ -83,7 +127,14 @@ export class ContentPrefix {
 }
 
 const MAX_ATTEMPTS = 4;
+const MAX_DEPTH = 64;
 const CONTENT_KEYS = ['content', 'reasoning_content', 'reasoning'] as const;
+/** `\"` `\\` `\/` `\b` `\f` `\n` `\r` `\t` */
+const SIMPLE_ESCAPES = new Set([0x22, 0x5c, 0x2f, 0x62, 0x66, 0x6e, 0x72, 0x74]);
+
+function hex(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
+}
 
 function is(buf: Buffer, at: number, s: string): boolean {
   if (at + s.length > buf.length) return false;
@@ -91,17 +142,13 @@ function is(buf: Buffer, at: number, s: string): boolean {
   return true;
 }
 
-/** The prefix text itself names none of the keys the adapter must read. */
-function harmless(d: string): boolean {
-  if (d.indexOf('"error"') !== -1 || d.indexOf('"timings"') !== -1) return false;
-  for (let u = d.indexOf('"usage"'); u !== -1; u = d.indexOf('"usage"', u + 7)) if (!d.startsWith(':null', u + 7)) return false;
-  return true;
-}
-
-/** Closing `prefix` with `x"` and its open brackets gives an object whose choices[0].delta[key] is "x". */
-function proves(prefix: string, key: string): boolean {
-  if (!harmless(prefix)) return false;
-  const open: string[] = [];
+/**
+ * Closing `prefix` with `x"` and its open brackets gives an object whose
+ * choices[0].delta[key] is "x" and that names nothing else the adapter reads:
+ * returns the closing brackets (innermost last), or undefined.
+ */
+function proves(prefix: string, key: string): Uint8Array | undefined {
+  const open: number[] = [];
   let inString = false;
   for (let i = 0; i < prefix.length; i++) {
     const c = prefix.charCodeAt(i);
@@ -109,19 +156,24 @@ function proves(prefix: string, key: string): boolean {
       if (c === 0x5c) i++;
       else if (c === 0x22) inString = false;
     } else if (c === 0x22) inString = true;
-    else if (c === 0x7b) open.push('}');
-    else if (c === 0x5b) open.push(']');
+    else if (c === 0x7b || c === 0x5b) open.push(c + 2);
     else if (c === 0x7d || c === 0x5d) open.pop();
   }
-  if (!inString) return false;
-  let probe: unknown;
+  if (!inString) return undefined;
+  let probe: Record<string, unknown>;
   try {
-    probe = JSON.parse(`${prefix}x"${open.reverse().join('')}`);
+    probe = JSON.parse(`${prefix}x"${String.fromCharCode(...[...open].reverse())}`) as Record<string, unknown>;
   } catch {
-    return false;
+    return undefined;
   }
-  const choices = (probe as { choices?: unknown } | null)?.choices;
-  if (!Array.isArray(choices)) return false;
+  if (probe === null || typeof probe !== 'object') return undefined;
+  // What the adapter reads besides the delta (see OpenAIChatAdapter.classify).
+  if (probe.error !== undefined && probe.error !== null) return undefined;
+  if (probe.usage && typeof probe.usage === 'object') return undefined;
+  if (probe.timings && typeof probe.timings === 'object') return undefined;
+  const choices = probe.choices;
+  if (!Array.isArray(choices)) return undefined;
   const delta = (choices[0] as { delta?: unknown } | null | undefined)?.delta;
-  return delta !== null && typeof delta === 'object' && (delta as Record<string, unknown>)[key] === 'x';
+  if (delta === null || typeof delta !== 'object' || (delta as Record<string, unknown>)[key] !== 'x') return undefined;
+  return Uint8Array.from(open);
 }

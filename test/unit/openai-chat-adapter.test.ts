@@ -43,6 +43,26 @@ function classifyBytes(chunks: Buffer[]) {
   return { kinds, quick, adapter: a };
 }
 
+/** Removes the n-th bracket (mod their count) of a JSON text. */
+function dropBracket(d: string, n: number): string {
+  const at: number[] = [];
+  for (let i = 0; i < d.length; i++) if ('{}[]'.includes(d[i]!)) at.push(i); // UTF-16 indices, as slice() takes them
+  if (at.length === 0) return d;
+  const i = at[n % at.length]!;
+  return d.slice(0, i) + d.slice(i + 1);
+}
+
+/** Removes the quote that closes the first `"content":"…` text. */
+function dropClosingQuote(d: string): string {
+  const start = d.indexOf('"content":"');
+  if (start === -1) return d;
+  for (let i = start + 11; i < d.length; i++) {
+    if (d[i] === '\\') i++;
+    else if (d[i] === '"') return d.slice(0, i) + d.slice(i + 1);
+  }
+  return d;
+}
+
 /** The byte path and the full parse see the same events alike; returns how many took the byte path. */
 function agreesWithFullParse(datas: string[]): number {
   const fast = classifyBytes([Buffer.from(datas.map((d) => `data: ${d}\n\n`).join(''))]);
@@ -66,6 +86,8 @@ describe('OpenAI Chat adapter on recorded-shape streams', () => {
       expect(fast.kinds, c.file).toEqual(full.kinds);
       expect(fast.adapter.usage, c.file).toEqual(full.adapter.usage);
       expect(fast.adapter.responseModel, c.file).toBe(full.adapter.responseModel);
+      expect(fast.adapter.serverTimings, c.file).toEqual(full.adapter.serverTimings);
+      expect(fast.adapter.errorType, c.file).toBe(full.adapter.errorType);
       if (c.file.startsWith('openai-chat.') || c.file.startsWith('openai-chat-usage')) expect(fast.quick, c.file).toBeGreaterThanOrEqual(c.content - 2);
     }
   });
@@ -204,12 +226,26 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
         obfuscation: rare(tricky, 2),
       })
       .map((t) => Object.fromEntries(Object.entries(t).filter(([, v]) => v !== undefined)) as { more?: unknown[] });
+    // Now and then an event is broken in a way the byte path must notice (see content-prefix.ts).
+    const mangling = fc.oneof(
+      { weight: 20, arbitrary: fc.constant((d: string) => d) },
+      { weight: 1, arbitrary: fc.nat().map((n) => (d: string) => dropBracket(d, n)) },
+      { weight: 1, arbitrary: fc.constant((d: string) => d.replace('"content":"', '"content":"\t')) }, // a raw control byte
+      { weight: 1, arbitrary: fc.constant((d: string) => d.replace('"content":"', '"content":"\\q')) }, // an invalid escape
+      { weight: 1, arbitrary: fc.constant(dropClosingQuote) },
+      { weight: 1, arbitrary: fc.constant((d: string) => d.replace(/\](?=[^\]]*$)/, '}')) }, // the last ] written as }
+      { weight: 1, arbitrary: fc.constant((d: string) => `${d}\ndata: ${d}`) }, // two objects in one event
+      {
+        weight: 2,
+        arbitrary: fc.constant((d: string) => d.replaceAll('"error"', '"\\u0065rror"').replaceAll('"usage"', '"\\u0075sage"').replaceAll('"timings"', '"tim\\u0069ngs"')),
+      },
+    );
     let quickTotal = 0;
     fc.assert(
-      fc.property(header, fc.array(fc.tuple(firstChoice, tail), { minLength: 1, maxLength: 12 }), (h, evs) => {
-        const datas = evs.map(([c0, t]) => {
+      fc.property(header, fc.array(fc.tuple(firstChoice, tail, mangling), { minLength: 1, maxLength: 12 }), (h, evs) => {
+        const datas = evs.map(([c0, t, mangle]) => {
           const { more, ...rest } = t;
-          return JSON.stringify({ ...h, choices: [c0, ...(more ?? [])], ...rest });
+          return mangle(JSON.stringify({ ...h, choices: [c0, ...(more ?? [])], ...rest }));
         });
         quickTotal += agreesWithFullParse(datas);
       }),
@@ -266,6 +302,8 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     expect(learn('{"choices":[{"x":{"content":"a"},"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"x":{"content":"a"},"delta":{"content":"');
     expect(learn('{"id":"a\\"{b\\\\","choices":[{"delta":{"content":"b"}}]}').learned).toBe('{"id":"a\\"{b\\\\","choices":[{"delta":{"content":"');
     expect(learn('{"usage":{"completion_tokens":1},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
+    expect(learn('{"\\u0065rror":{"type":"x"},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
+    expect(learn('{"timings":{"prompt_ms":1},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
     expect(learn('{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"delta":{"content":"');
   });
 
