@@ -22,15 +22,23 @@ export function afterIo(fn: () => void): void {
   }
 }
 
+let draining = false;
+
 /** Runs everything queued now (shutdown: before the last metric export). */
 export function drainAfterIo(): void {
-  // Work queued while draining runs in the same pass.
-  for (let i = 0; i < queue.length; i++) {
-    try {
-      queue[i]!();
-    } catch {
-      // measurement and logging only: a failure must not stop the rest
+  if (draining) return; // called from a queued job: the running pass goes on
+  draining = true;
+  try {
+    // Work queued while draining runs in the same pass.
+    for (let i = 0; i < queue.length; i++) {
+      try {
+        queue[i]!();
+      } catch {
+        // measurement and logging only: a failure must not stop the rest
+      }
     }
+    queue.length = 0;
+  } finally {
+    draining = false;
   }
-  queue.length = 0;
 }

@@ -20,7 +20,9 @@ export interface MeterOptions {
   maxBodyBytes: number;
   /**
    * Runs the once-per-request instrument calls of the stream's start (active
-   * streams, TTFB, TTFT); the proxy passes `afterIo`. Default: at once.
+   * streams, TTFB, TTFT); the proxy passes `afterIo`. Default: at once. A
+   * caller that defers must defer `finish()` through the same queue too (the
+   * proxy does), or the active-streams count can dip below zero for a moment.
    */
   defer?: (fn: () => void) => void;
 }
@@ -211,7 +213,6 @@ export class RequestMeter {
       this.prevCumulative = cum;
     }
   }
-
 
   /**
    * The request ended at `end` (ms): `errorType` undefined for a complete

@@ -94,6 +94,16 @@ describe('RequestMeter with a controllable clock', () => {
     afterIo(() => ran.push(3));
     await new Promise((r) => setImmediate(r));
     expect(ran).toEqual([1, 3]);
+    // A job that drains (shutdown from inside a job) does not run the earlier jobs again.
+    const again: number[] = [];
+    afterIo(() => again.push(1));
+    afterIo(() => {
+      again.push(2);
+      drainAfterIo();
+    });
+    afterIo(() => again.push(3));
+    drainAfterIo();
+    expect(again).toEqual([1, 2, 3]);
   });
 
   it('counts content events when the stream has no usage, and TPOT uses that count', async () => {
