@@ -27,7 +27,7 @@ export interface MeterOptions {
   defer?: (fn: () => void) => void;
 }
 
-const now = (fn: () => void): void => fn();
+const runNow = (fn: () => void): void => fn();
 
 /** What a finished request looked like; used for the log line and tests. */
 export interface MeterSummary {
@@ -111,7 +111,7 @@ export class RequestMeter {
     private readonly opts: MeterOptions,
   ) {
     this.clock = new StreamClock(start);
-    this.defer = opts.defer ?? now;
+    this.defer = opts.defer ?? runNow;
   }
 
   /** Response headers arrived. */

@@ -235,11 +235,15 @@ export class SseParser {
     this.dataBytes = 0;
   }
 
-  /** The open event's single data line becomes its own copy (the chunk may be reused) or a part. */
+  /**
+   * The open event's single data line becomes the first of its parts, a view
+   * that push() copies (viewsFrom) if the event is still open at its end.
+   */
   private own(): void {
     const one = this.oneBuf!;
     this.oneBuf = undefined;
-    this.dataParts.push(Buffer.from(one.subarray(this.oneStart, this.oneEnd)));
+    this.dataParts.push(one.subarray(this.oneStart, this.oneEnd));
+    if (this.viewsFrom < 0) this.viewsFrom = this.dataParts.length - 1;
   }
 
   private dispatch(): void {
