@@ -53,6 +53,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const instruments = telemetry
     ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets, {
         fast: telemetry.fast,
+        sdkRequestHistograms: cfg.otlp.enabled && cfg.otlp.exponentialHistograms,
         perTokenItl: cfg.metrics.perTokenItl,
       })
     : undefined;

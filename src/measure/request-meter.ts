@@ -126,7 +126,7 @@ export class RequestMeter {
     this.streamed = kind !== undefined;
     const l = this.requestLabels;
     this.labels = this.requestOnlyLabels();
-    const active = (this.activeLabels = { [ATTR.provider]: l.provider, [ATTR.serverAddress]: l.serverAddress });
+    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.serverAddress, l.serverAddress));
     this.defer(() => this.ins.streamsActive.add(1, active));
     if (this.adapter.generic === true) return; // timed only: duration and first byte
 
@@ -261,13 +261,13 @@ export class RequestMeter {
       }
     }
 
+    const sets = this.ins.labels;
     const base = this.labels ?? this.requestOnlyLabels();
-    const endLabels: Attributes = { ...base };
-    if (adapter.responseModel !== undefined) endLabels[ATTR.responseModel] = adapter.responseModel;
+    const endLabels = adapter.responseModel === undefined ? base : sets.with(base, ATTR.responseModel, adapter.responseModel);
     const tpot = outputTokens !== undefined ? this.clock.tpotMs(outputTokens) : undefined;
     if (tpot !== undefined) this.ins.tpot.record(tpot / 1000, endLabels);
     const tokens = (type: string, n: number | undefined) => {
-      if (n !== undefined) this.ins.tokenUsage.record(n, { ...endLabels, [ATTR.tokenType]: type });
+      if (n !== undefined) this.ins.tokenUsage.record(n, sets.with(endLabels, ATTR.tokenType, type));
     };
     tokens(TOKEN_TYPE.input, usage.inputTokens);
     tokens(TOKEN_TYPE.output, outputTokens);
@@ -280,10 +280,10 @@ export class RequestMeter {
       if (st.timePerOutputToken !== undefined) this.ins.serverTpot.record(st.timePerOutputToken, endLabels);
       if (st.duration !== undefined) this.ins.serverDuration.record(st.duration, endLabels);
     }
-    const durationLabels = err === undefined ? endLabels : { ...endLabels, [ATTR.errorType]: err };
+    const durationLabels = err === undefined ? endLabels : sets.with(endLabels, ATTR.errorType, err);
     const durationMs = this.clock.durationMs(end);
     this.ins.duration.record(durationMs / 1000, durationLabels);
-    this.ins.streams.add(1, { ...base, [ATTR.outcome]: outcome, [ATTR.tokenCountSource]: source });
+    this.ins.streams.add(1, sets.with(sets.with(base, ATTR.outcome, outcome), ATTR.tokenCountSource, source));
     if (this.activeLabels) this.ins.streamsActive.add(-1, this.activeLabels);
 
     return {
@@ -304,12 +304,15 @@ export class RequestMeter {
 
   private requestOnlyLabels(): Attributes {
     const l = this.requestLabels;
-    const labels: Attributes = {
-      [ATTR.provider]: l.provider,
-      [ATTR.operation]: l.operation,
-      [ATTR.serverAddress]: l.serverAddress,
-    };
-    if (l.requestModel !== undefined) labels[ATTR.requestModel] = l.requestModel;
-    return labels;
+    return this.ins.labels.of(
+      ATTR.provider,
+      l.provider,
+      ATTR.operation,
+      l.operation,
+      ATTR.serverAddress,
+      l.serverAddress,
+      ATTR.requestModel,
+      l.requestModel,
+    );
   }
 }

@@ -11,15 +11,15 @@ import {
 } from '@opentelemetry/sdk-metrics';
 import { hostname } from 'node:os';
 import { VERSION } from '../version.js';
-import { FastHistogramProducer } from './fast-histogram.js';
+import { FastMetricProducer } from './fast-metrics.js';
 import { withUnitSuffixes } from './prometheus-names.js';
 
 export const SCOPE_NAME = 'llm-latency-proxy';
 
 export interface Telemetry {
   readonly provider: MeterProvider;
-  /** Per-event histograms, registered with every reader (see fast-histogram.ts). */
-  readonly fast: FastHistogramProducer;
+  /** The request path's instruments, registered with every reader (see fast-metrics.ts). */
+  readonly fast: FastMetricProducer;
   /** Renders the Prometheus text exposition (undefined when the Prometheus exporter is off). */
   scrape: (() => Promise<string>) | undefined;
   /** Pushes what is pending (OTLP) and stops. */
@@ -42,7 +42,7 @@ export interface TelemetryOptions {
  */
 export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
   const readers: MetricReader[] = [...(opts.readers ?? [])];
-  const fast = new FastHistogramProducer({ name: SCOPE_NAME, version: VERSION });
+  const fast = new FastMetricProducer({ name: SCOPE_NAME, version: VERSION });
   let prometheus: PrometheusExporter | undefined;
   if (opts.prometheus ?? true) {
     prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers: [fast] });

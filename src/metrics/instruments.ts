@@ -1,11 +1,17 @@
-import type { Attributes, Counter, Histogram, Meter, UpDownCounter } from '@opentelemetry/api';
+import type { Attributes, Meter } from '@opentelemetry/api';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
-import { FastHistogram, type FastHistogramProducer } from './fast-histogram.js';
+import { FastHistogram, FastSum, type FastMetricProducer } from './fast-metrics.js';
+import { LabelSets } from './label-sets.js';
 import { DEFAULT_BUCKETS, METRIC, type BucketName } from './semconv.js';
 
 /** What the request path needs of a histogram. */
 export interface Recorder {
   record(value: number, attributes?: Attributes): void;
+}
+
+/** What the request path needs of a counter or up-down counter. */
+export interface Adder {
+  add(value: number, attributes?: Attributes): void;
 }
 
 const LOOP_RESOLUTION_MS = 10;
@@ -16,38 +22,47 @@ export interface InstrumentOptions {
   /** Record `llm_proxy.time_per_output_token` (config `metrics.perTokenItl`). */
   perTokenItl?: boolean;
   /**
-   * Records the per-event histograms (chunk gap, per-token ITL) without the
-   * SDK's per-call attribute hashing; must be registered with every reader.
+   * Records without the SDK's per-call attribute hashing (see fast-metrics.ts);
+   * must be registered with every reader. Without it every instrument is the SDK's.
    */
-  fast?: FastHistogramProducer;
+  fast?: FastMetricProducer;
+  /**
+   * The once-per-request histograms stay SDK instruments, so that a reader's
+   * aggregation (OTLP exponential histograms) applies to them. The per-event
+   * histograms and the counters are fast whenever `fast` is given.
+   */
+  sdkRequestHistograms?: boolean;
 }
 
 /**
  * Every instrument, created once at start-up. The request path only calls
- * `.record()` / `.add()` on these fields.
+ * `.record()` / `.add()` on these fields, with attribute objects from `labels`.
  */
 export class Instruments {
-  readonly ttft: Histogram;
+  /** The attribute objects to record with (one per label combination). */
+  readonly labels = new LabelSets();
+  readonly ttft: Recorder;
   readonly chunkGap: Recorder;
-  readonly tpot: Histogram;
-  readonly duration: Histogram;
-  readonly tokenUsage: Histogram;
-  readonly timeToFirstByte: Histogram;
+  readonly tpot: Recorder;
+  readonly duration: Recorder;
+  readonly tokenUsage: Recorder;
+  readonly timeToFirstByte: Recorder;
   /** Undefined unless per-token ITL was asked for. */
   readonly perTokenItl: Recorder | undefined;
-  readonly serverTtft: Histogram;
-  readonly serverTpot: Histogram;
-  readonly serverDuration: Histogram;
-  readonly streams: Counter;
-  readonly streamsActive: UpDownCounter;
+  readonly serverTtft: Recorder;
+  readonly serverTpot: Recorder;
+  readonly serverDuration: Recorder;
+  readonly streams: Adder;
+  readonly streamsActive: Adder;
   private readonly loopDelay: IntervalHistogram;
 
   constructor(meter: Meter, buckets: Buckets = DEFAULT_BUCKETS, opts: InstrumentOptions = {}) {
-    const hist = (name: string, unit: string, description: string, b: readonly number[]) =>
+    const sdkHist = (name: string, unit: string, description: string, b: readonly number[]) =>
       meter.createHistogram(name, { unit, description, advice: { explicitBucketBoundaries: [...b] } });
     const fast = opts.fast;
     const perEvent = (name: string, unit: string, description: string, b: readonly number[]): Recorder =>
-      fast ? fast.add(new FastHistogram(name, unit, description, b)) : hist(name, unit, description, b);
+      fast ? fast.add(new FastHistogram(name, unit, description, b)) : sdkHist(name, unit, description, b);
+    const hist = opts.sdkRequestHistograms ? sdkHist : perEvent;
     this.ttft = hist(
       METRIC.ttft,
       's',
@@ -110,14 +125,12 @@ export class Instruments {
       'Server-reported request duration (Ollama total_duration, Bedrock invocationLatency / metrics.latencyMs).',
       buckets.duration,
     );
-    this.streams = meter.createCounter(METRIC.streams, {
-      unit: '{stream}',
-      description: 'Measured requests that finished, by outcome and by where the output token count came from.',
-    });
-    this.streamsActive = meter.createUpDownCounter(METRIC.streamsActive, {
-      unit: '{stream}',
-      description: 'Measured requests in flight.',
-    });
+    const sum = (name: string, unit: string, description: string, monotonic: boolean): Adder => {
+      if (fast) return fast.add(new FastSum(name, unit, description, monotonic));
+      return monotonic ? meter.createCounter(name, { unit, description }) : meter.createUpDownCounter(name, { unit, description });
+    };
+    this.streams = sum(METRIC.streams, '{stream}', 'Measured requests that finished, by outcome and by where the output token count came from.', true);
+    this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'Measured requests in flight.', false);
 
     // Event-loop delay: a saturated proxy shows here, so it is not blamed on the provider.
     this.loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });

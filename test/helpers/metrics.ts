@@ -5,11 +5,11 @@ import {
   MetricReader,
   type HistogramMetricData,
 } from '@opentelemetry/sdk-metrics';
-import { FastHistogramProducer } from '../../src/metrics/fast-histogram.js';
+import { FastMetricProducer } from '../../src/metrics/fast-metrics.js';
 import { Instruments, type InstrumentOptions } from '../../src/metrics/instruments.js';
 
 class TestReader extends MetricReader {
-  constructor(fast: FastHistogramProducer) {
+  constructor(fast: FastMetricProducer) {
     super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE, metricProducers: [fast] });
   }
   protected override async onForceFlush(): Promise<void> {}
@@ -18,7 +18,7 @@ class TestReader extends MetricReader {
 
 /** Instruments wired to an in-memory reader, and helpers to read what was recorded. */
 export function testInstruments(opts: InstrumentOptions = {}) {
-  const fast = new FastHistogramProducer({ name: 'test' });
+  const fast = new FastMetricProducer({ name: 'test' });
   const reader = new TestReader(fast);
   const provider = new MeterProvider({ readers: [reader] });
   const instruments = new Instruments(provider.getMeter('test'), undefined, { fast, ...opts });

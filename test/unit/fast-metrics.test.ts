@@ -1,0 +1,179 @@
+import fc from 'fast-check';
+import { AggregationTemporality, DataPointType, MeterProvider, MetricReader, type HistogramMetricData, type SumMetricData } from '@opentelemetry/sdk-metrics';
+import { describe, expect, it } from 'vitest';
+import { FastHistogram, FastMetricProducer, FastSum } from '../../src/metrics/fast-metrics.js';
+import { LabelSets } from '../../src/metrics/label-sets.js';
+import { DEFAULT_BUCKETS } from '../../src/metrics/semconv.js';
+
+class Reader extends MetricReader {
+  constructor(fast: FastMetricProducer) {
+    super({ aggregationTemporalitySelector: () => AggregationTemporality.CUMULATIVE, metricProducers: [fast] });
+  }
+  protected override async onForceFlush(): Promise<void> {}
+  protected override async onShutdown(): Promise<void> {}
+}
+
+describe('FastHistogram', () => {
+  it('aggregates exactly like the SDK histogram for the same values and attributes (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.double({ min: 0, max: 5, noNaN: true }), fc.constantFrom('a', 'b', 'c')), { maxLength: 200 }),
+        async (samples) => {
+          const fast = new FastMetricProducer({ name: 'fast' });
+          const reader = new Reader(fast);
+          const provider = new MeterProvider({ readers: [reader] });
+          const bounds = [...DEFAULT_BUCKETS.itl];
+          const sdk = provider.getMeter('sdk').createHistogram('sdk', { unit: 's', advice: { explicitBucketBoundaries: bounds } });
+          const mine = fast.add(new FastHistogram('mine', 's', 'd', bounds));
+          const attrs = { a: { model: 'a' }, b: { model: 'b' }, c: { model: 'c' } } as const;
+          for (const [v, k] of samples) {
+            sdk.record(v, attrs[k]);
+            mine.record(v, { ...attrs[k] }); // a fresh object each time: keyed by content too
+          }
+          const { resourceMetrics } = await reader.collect();
+          const all = resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).filter((m) => m.dataPointType === DataPointType.HISTOGRAM) as HistogramMetricData[];
+          const pick = (name: string) =>
+            Object.fromEntries(
+              all
+                .find((m) => m.descriptor.name === name)!
+                .dataPoints.map((dp) => [String(dp.attributes.model), { counts: dp.value.buckets.counts, count: dp.value.count, sum: dp.value.sum, min: dp.value.min, max: dp.value.max }]),
+            );
+          if (samples.length === 0) {
+            expect(all.find((m) => m.descriptor.name === 'mine')!.dataPoints).toEqual([]);
+            return;
+          }
+          const a = pick('sdk');
+          const b = pick('mine');
+          expect(Object.keys(b).sort()).toEqual(Object.keys(a).sort());
+          for (const k of Object.keys(a)) {
+            expect(b[k]!.counts).toEqual(a[k]!.counts);
+            expect(b[k]!.count).toBe(a[k]!.count);
+            expect(b[k]!.sum).toBeCloseTo(a[k]!.sum!, 9);
+            expect(b[k]!.min).toBe(a[k]!.min);
+            expect(b[k]!.max).toBe(a[k]!.max);
+          }
+          await provider.shutdown();
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it('ignores negative, NaN and infinite values, as histograms must', () => {
+    const fast = new FastMetricProducer({ name: 'x' });
+    const h = fast.add(new FastHistogram('h', 's', 'd', [1, 2]));
+    for (const v of [-1, NaN, Infinity]) h.record(v, {});
+    h.record(1.5, {});
+    const dp = h.metricData([0, 0]).dataPoints;
+    expect(dp.length).toBe(1);
+    expect(dp[0]!.value).toMatchObject({ count: 1, sum: 1.5, buckets: { counts: [0, 1, 0] } });
+  });
+
+  it('keeps one series per attribute content, whichever object carries it', () => {
+    const fast = new FastMetricProducer({ name: 'x' });
+    const h = fast.add(new FastHistogram('h', 's', 'd', [1]));
+    const shared = { m: 'a' };
+    h.record(0.5, shared);
+    h.record(0.5, shared);
+    h.record(2, { m: 'a' });
+    h.record(2, { m: 'b' });
+    const dps = h.metricData([0, 0]).dataPoints;
+    expect(dps.map((d) => [d.attributes.m, d.value.count, d.value.buckets.counts])).toEqual([
+      ['a', 3, [2, 1]],
+      ['b', 1, [0, 1]],
+    ]);
+    // The series keeps its own copy: changing the caller's object later changes nothing.
+    shared.m = 'z';
+    expect(h.metricData([0, 0]).dataPoints[0]!.attributes).toEqual({ m: 'a' });
+  });
+});
+
+describe('FastSum', () => {
+  it('adds exactly like the SDK counter and up-down counter for the same calls (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(fc.tuple(fc.integer({ min: -3, max: 3 }), fc.constantFrom('a', 'b', 'c')), { maxLength: 200 }),
+        async (calls) => {
+          const fast = new FastMetricProducer({ name: 'fast' });
+          const reader = new Reader(fast);
+          const provider = new MeterProvider({ readers: [reader] });
+          const meter = provider.getMeter('sdk');
+          const sdkCounter = meter.createCounter('sdk_c', { unit: '{x}' });
+          const sdkUpDown = meter.createUpDownCounter('sdk_u', { unit: '{x}' });
+          const myCounter = fast.add(new FastSum('my_c', '{x}', 'd', true));
+          const myUpDown = fast.add(new FastSum('my_u', '{x}', 'd', false));
+          for (const [v, k] of calls) {
+            sdkCounter.add(v, { k });
+            sdkUpDown.add(v, { k });
+            myCounter.add(v, { k });
+            myUpDown.add(v, { k });
+          }
+          const { resourceMetrics } = await reader.collect();
+          const sums = resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).filter((m) => m.dataPointType === DataPointType.SUM) as SumMetricData[];
+          const pick = (name: string) => {
+            const m = sums.find((x) => x.descriptor.name === name);
+            return { monotonic: m?.isMonotonic, points: Object.fromEntries((m?.dataPoints ?? []).map((dp) => [String(dp.attributes.k), dp.value])) };
+          };
+          const sdkC = pick('sdk_c');
+          const sdkU = pick('sdk_u');
+          // The SDK reports an instrument only once it has a data point.
+          if (Object.keys(sdkC.points).length > 0) expect(pick('my_c')).toEqual(sdkC);
+          else expect(pick('my_c').points).toEqual({});
+          if (Object.keys(sdkU.points).length > 0) expect(pick('my_u')).toEqual(sdkU);
+          else expect(pick('my_u').points).toEqual({});
+          await provider.shutdown();
+        },
+      ),
+      { numRuns: 60 },
+    );
+  });
+
+  it('ignores NaN and infinities, and negative values on a counter', () => {
+    const fast = new FastMetricProducer({ name: 'x' });
+    const c = fast.add(new FastSum('c', '{x}', 'd', true));
+    const u = fast.add(new FastSum('u', '{x}', 'd', false));
+    for (const v of [NaN, Infinity, -Infinity, -1, 2]) {
+      c.add(v);
+      u.add(v);
+    }
+    expect(c.metricData([0, 0]).dataPoints.map((d) => d.value)).toEqual([2]);
+    expect(u.metricData([0, 0]).dataPoints.map((d) => d.value)).toEqual([1]);
+  });
+});
+
+describe('LabelSets', () => {
+  it('hands out one frozen object per combination, leaving undefined values out', () => {
+    const sets = new LabelSets();
+    const a = sets.of('p', 'openai', 'm', undefined);
+    expect(a).toEqual({ p: 'openai' });
+    expect(Object.isFrozen(a)).toBe(true);
+    expect(sets.of('p', 'openai', 'm', undefined)).toBe(a);
+    expect(sets.of('p', 'openai')).toBe(a); // same content, same object
+    const b = sets.of('p', 'openai', 'm', 'gpt');
+    expect(b).toEqual({ p: 'openai', m: 'gpt' });
+    expect(b).not.toBe(a);
+    // A value that contains the separator cannot pose as another combination.
+    expect(sets.of('p', 'x\u0000m\u0000y')).not.toEqual(sets.of('p', 'x', 'm', 'y'));
+  });
+
+  it('derives sets from a base once, replacing a name the base has', () => {
+    const sets = new LabelSets();
+    const base = sets.of('p', 'openai');
+    const t = sets.with(base, 'type', 'input');
+    expect(t).toEqual({ p: 'openai', type: 'input' });
+    expect(sets.with(base, 'type', 'input')).toBe(t);
+    expect(sets.with(base, 'type', 'output')).toEqual({ p: 'openai', type: 'output' });
+    expect(sets.with(t, 'p', 'anthropic')).toEqual({ p: 'anthropic', type: 'input' });
+    expect(base).toEqual({ p: 'openai' }); // the base is unchanged
+  });
+
+  it('stops caching past its bound and still returns correct sets', () => {
+    const sets = new LabelSets(3);
+    const objs = ['a', 'b', 'c', 'd', 'e'].map((m) => sets.of('m', m));
+    expect(objs.map((o) => o.m)).toEqual(['a', 'b', 'c', 'd', 'e']);
+    expect(sets.of('m', 'a')).toBe(objs[0]); // cached before the bound
+    expect(sets.of('m', 'e')).toEqual({ m: 'e' });
+    expect(sets.of('m', 'e')).not.toBe(objs[4]); // past the bound: a fresh object each time
+    expect(sets.with(objs[0]!, 'x', '1')).toEqual({ m: 'a', x: '1' });
+  });
+});
