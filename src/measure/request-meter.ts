@@ -4,7 +4,7 @@ import { ATTR, ERROR_TYPE, TOKEN_TYPE } from '../metrics/semconv.js';
 import { EventKind, type ResponseAdapter, type TokenCountSource } from '../providers/types.js';
 import { EventStreamDecoder } from '../sse/eventstream.js';
 import { NdjsonParser } from '../sse/ndjson.js';
-import { SseParser, type SseEvent } from '../sse/parser.js';
+import { SseParser, type SseEvent, type SseLane } from '../sse/parser.js';
 import { StreamClock } from '../timing/stream-clock.js';
 
 export interface RequestLabels {
@@ -136,9 +136,11 @@ export class RequestMeter {
     const max = this.opts.maxEventBytes;
     if (kind === 'sse') {
       this.framing = 'sse';
+      const adapter = this.adapter;
       this.parser = new SseParser(this.onSseEvent, {
         maxEventBytes: max,
-        onData: this.adapter.quickContent !== undefined ? this.onSseData : undefined,
+        onData: adapter.quickContent !== undefined ? this.onSseData : undefined,
+        lane: adapter.quickContentFrom !== undefined ? this.lane() : undefined,
       });
     } else if (kind === 'ndjson') {
       this.framing = 'ndjson';
@@ -189,6 +191,15 @@ export class RequestMeter {
     } else if (kind === EventKind.Error) {
       this.inbandError = this.adapter.errorType ?? 'error';
     }
+  }
+
+  /** One-line content deltas found from their bytes, without locating the line's end first. */
+  private lane(): SseLane {
+    const adapter = this.adapter;
+    return {
+      find: (buf, start, limit) => (this.inbandError === undefined ? adapter.quickContentFrom!(buf, start, limit) : -1),
+      taken: () => this.content(),
+    };
   }
 
   /** A content event arrived (at `this.now`): TTFT or a gap, and per-token ITL. */

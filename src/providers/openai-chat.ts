@@ -34,6 +34,10 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     return this.responseModel !== undefined && this.prefix.match(buf, start, end);
   }
 
+  quickContentFrom(buf: Buffer, start: number, limit: number): number {
+    return this.responseModel !== undefined ? this.prefix.matchFrom(buf, start, limit) : -1;
+  }
+
   onEvent(ev: SseEvent): EventKind {
     const kind = this.classify(ev.data);
     if (kind === EventKind.Content) this.prefix.learn(ev.data);

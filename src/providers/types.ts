@@ -57,6 +57,12 @@ export interface ResponseAdapter {
    * `onEvent` call follows); false when not sure (`onEvent` decides).
    */
   quickContent?(buf: Buffer, start: number, end: number): boolean;
+  /**
+   * The same, for a data value whose end is not known yet (it starts at
+   * `buf[start]`; `limit` is the end of the read): the index just past the
+   * value when it is certainly a content delta as above, else -1. No effect.
+   */
+  quickContentFrom?(buf: Buffer, start: number, limit: number): number;
   /** A non-streamed body (JSON), at most the capture cap. */
   onBody?(body: string): void;
   readonly usage: Usage;

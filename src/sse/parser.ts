@@ -31,9 +31,27 @@ export interface SseParserOptions {
    * no string and no SseEvent are made. `type` is the event's `event:` field.
    */
   onData?: (buf: Buffer, start: number, end: number, type: string) => boolean;
+  /**
+   * The fast lane for streams of one-line events. `find` is offered the value
+   * of a `data:` line that starts a new event (no other field before it) as
+   * `buf[start, limit)`, before the line's end is searched for, and returns
+   * the index just past the value if it recognises the value as a whole
+   * event, else -1; it must have no effect. When the value is followed by
+   * LF LF or CRLF CRLF within the chunk (the end of the line and of the
+   * event), the parser calls `taken()` instead of making the event and moves
+   * past it; otherwise the line takes the normal path.
+   */
+  lane?: SseLane;
+}
+
+export interface SseLane {
+  find(buf: Buffer, start: number, limit: number): number;
+  taken(): void;
 }
 
 const LF = 0x0a;
+/** Values taken by the fast lane but not followed by an event end, before the lane closes for the stream. */
+const MAX_LANE_MISSES = 4;
 const CR = 0x0d;
 const COLON = 0x3a;
 const SPACE = 0x20;
@@ -42,6 +60,9 @@ export class SseParser {
   private readonly maxEventBytes: number;
   private readonly onComment: (() => void) | undefined;
   private readonly onData: SseParserOptions['onData'];
+  private lane: SseLane | undefined;
+  /** Values the lane recognised that were not followed by an event end: it closes after a few. */
+  private laneMisses = 0;
 
   /** Pieces of the line not yet terminated. */
   private pending: Buffer[] = [];
@@ -76,6 +97,7 @@ export class SseParser {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
     this.onComment = opts.onComment;
     this.onData = opts.onData;
+    this.lane = opts.lane;
   }
 
   push(chunk: Uint8Array): void {
@@ -121,6 +143,14 @@ export class SseParser {
     let nextLF = -2;
     let nextCR = -2;
     while (i < len) {
+      const lane = this.lane;
+      if (lane !== undefined && buf[i] === 0x64 /* d */ && this.pending.length === 0 && !this.hasData && !this.skipping && this.eventType === '') {
+        const next = this.fastLane(lane, buf, i, len);
+        if (next >= 0) {
+          i = next;
+          continue;
+        }
+      }
       if (nextLF !== -1 && nextLF < i) nextLF = buf.indexOf(LF, i);
       if (nextCR !== -1 && nextCR < i) nextCR = buf.indexOf(CR, i);
       const j = nextLF === -1 ? (nextCR === -1 ? len : nextCR) : nextCR === -1 ? nextLF : Math.min(nextLF, nextCR);
@@ -140,6 +170,35 @@ export class SseParser {
         i = j + 1;
       }
     }
+  }
+
+  /**
+   * A one-line event at `buf[i]` offered to the lane: the index after its
+   * blank line when it was taken whole, else -1 (nothing consumed).
+   */
+  private fastLane(lane: SseLane, buf: Buffer, i: number, len: number): number {
+    if (buf[i + 1] !== 0x61 || buf[i + 2] !== 0x74 || buf[i + 3] !== 0x61 || buf[i + 4] !== COLON) return -1;
+    const vs = buf[i + 5] === SPACE ? i + 6 : i + 5;
+    const e = lane.find(buf, vs, len);
+    if (e < 0) return -1;
+    let next = -1;
+    const c = buf[e];
+    if (c === LF) {
+      if (e + 1 >= len) return -1; // the event's end is in the next chunk: not a miss
+      if (buf[e + 1] === LF) next = e + 2;
+    } else if (c === CR) {
+      if (e + 3 >= len) return -1;
+      if (buf[e + 1] === LF && buf[e + 2] === CR && buf[e + 3] === LF) next = e + 4;
+    } else if (e >= len) {
+      return -1;
+    }
+    if (next < 0 || e - vs > this.maxEventBytes) {
+      // The value was not the whole event after all: the normal path reads it again.
+      if (++this.laneMisses >= MAX_LANE_MISSES) this.lane = undefined;
+      return -1;
+    }
+    lane.taken();
+    return next;
   }
 
   /** End of stream: per the spec an unterminated event is discarded. */

@@ -25,11 +25,16 @@ function classify(file: string, chunks?: Buffer[]) {
   return { events, kinds, adapter: a };
 }
 
-/** As the request meter does: bytes offered to quickContent first, the decoded event to onEvent otherwise. */
+/**
+ * As the request meter does: a one-line event offered to quickContentFrom
+ * (the parser's lane), else its bytes to quickContent, else the decoded event
+ * to onEvent.
+ */
 function classifyBytes(chunks: Buffer[]) {
   const a = new OpenAIChatAdapter();
   const kinds: EventKind[] = [];
   let quick = 0;
+  let laned = 0;
   const p = new SseParser((e) => kinds.push(a.onEvent(e)), {
     onData: (buf, start, end, type) => {
       if (type !== '' || !a.quickContent(buf, start, end)) return false;
@@ -37,10 +42,25 @@ function classifyBytes(chunks: Buffer[]) {
       quick++;
       return true;
     },
+    lane: {
+      find: (buf, start, limit) => a.quickContentFrom(buf, start, limit),
+      taken: () => {
+        kinds.push(EventKind.Content);
+        quick++;
+        laned++;
+      },
+    },
   });
   for (const c of chunks) p.push(c);
   p.end();
-  return { kinds, quick, adapter: a };
+  return { kinds, quick, laned, adapter: a };
+}
+
+/** Cuts `buf` every `step` bytes (reads that end anywhere in an event). */
+function cut(buf: Buffer, step: number): Buffer[] {
+  const out: Buffer[] = [];
+  for (let i = 0; i < buf.length; i += step) out.push(buf.subarray(i, i + step));
+  return out;
 }
 
 /** Removes the n-th bracket (mod their count) of a JSON text. */
@@ -64,18 +84,29 @@ function dropClosingQuote(d: string): string {
 }
 
 /** The byte path and the full parse see the same events alike; returns how many took the byte path. */
-function agreesWithFullParse(datas: string[]): number {
-  const fast = classifyBytes([Buffer.from(datas.map((d) => `data: ${d}\n\n`).join(''))]);
+/**
+ * The byte paths agree with JSON.parse on these events, in one read and in
+ * reads of `step` bytes; returns how many events the byte paths took.
+ */
+function agreesWithFullParse(datas: string[], step = 97): { quick: number; laned: number } {
   const full = new OpenAIChatAdapter();
   // A leading space: JSON.parse accepts it, the byte path never matches it.
   const kinds = datas.map((data) => full.onEvent({ type: '', data: ` ${data}`, id: '' }));
-  expect(fast.kinds).toEqual(kinds);
-  expect(fast.adapter.usage).toEqual(full.usage);
-  expect(fast.adapter.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
-  expect(fast.adapter.responseModel).toBe(full.responseModel);
-  expect(fast.adapter.errorType).toBe(full.errorType);
-  expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
-  return fast.quick;
+  const bytes = Buffer.from(datas.map((d) => `data: ${d}\n\n`).join(''));
+  let quick = 0;
+  let laned = 0;
+  for (const chunks of [[bytes], cut(bytes, step)]) {
+    const fast = classifyBytes(chunks);
+    expect(fast.kinds).toEqual(kinds);
+    expect(fast.adapter.usage).toEqual(full.usage);
+    expect(fast.adapter.cumulativeOutputTokens).toBe(full.cumulativeOutputTokens);
+    expect(fast.adapter.responseModel).toBe(full.responseModel);
+    expect(fast.adapter.errorType).toBe(full.errorType);
+    expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
+    quick += fast.quick;
+    laned += fast.laned;
+  }
+  return { quick, laned };
 }
 
 describe('OpenAI Chat adapter on recorded-shape streams', () => {
@@ -185,8 +216,8 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
 
   it('same kind for every event, same usage, model, error and timings, on chunks of any shape (property)', () => {
     fc.assert(
-      fc.property(fc.array(event, { minLength: 1, maxLength: 12 }), (datas) => {
-        agreesWithFullParse(datas);
+      fc.property(fc.array(event, { minLength: 1, maxLength: 12 }), fc.integer({ min: 1, max: 400 }), (datas, step) => {
+        agreesWithFullParse(datas, step);
       }),
       { numRuns: 3000 },
     );
@@ -241,17 +272,22 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
       },
     );
     let quickTotal = 0;
+    let lanedTotal = 0;
     fc.assert(
-      fc.property(header, fc.array(fc.tuple(firstChoice, tail, mangling), { minLength: 1, maxLength: 12 }), (h, evs) => {
+      fc.property(header, fc.array(fc.tuple(firstChoice, tail, mangling), { minLength: 1, maxLength: 12 }), fc.integer({ min: 1, max: 400 }), (h, evs, step) => {
         const datas = evs.map(([c0, t, mangle]) => {
           const { more, ...rest } = t;
           return mangle(JSON.stringify({ ...h, choices: [c0, ...(more ?? [])], ...rest }));
         });
-        quickTotal += agreesWithFullParse(datas);
+        const { quick, laned } = agreesWithFullParse(datas, step);
+        quickTotal += quick;
+        lanedTotal += laned;
       }),
       { numRuns: 3000 },
     );
-    expect(quickTotal).toBeGreaterThan(1000); // the byte path was really exercised
+    // Both byte paths were really exercised: the lane and the one that knows the event's end.
+    expect(lanedTotal).toBeGreaterThan(1000);
+    expect(quickTotal - lanedTotal).toBeGreaterThan(100);
   });
 
   it('follows a prefix that changes (llama.cpp\'s created per second), and gives up on one that never repeats', () => {
@@ -266,6 +302,37 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     const q = new ContentPrefix();
     for (let t = 1; t <= 8; t++) q.learn(chunk(t, 'a')); // never matched: four tries, then no more
     expect(q.learned).toBe(chunk(4, '').slice(0, -5));
+  });
+
+  it('matchFrom: every byte of the prefix is compared, in a read with one event and in one with many', () => {
+    const data = '{"id":"chatcmpl-A","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Hi"}}]}';
+    const p = new ContentPrefix();
+    p.learn(data);
+    const n = p.learned!.length;
+    expect(n % 4).not.toBe(0); // so the bytes after the last whole word are checked too
+    const other = `data: ${data}\n\n`.repeat(3);
+    for (const room of ['', other]) {
+      const ok = Buffer.from(`data: ${data}\n\n${room}`);
+      expect(p.matchFrom(ok, 6, ok.length)).toBe(6 + data.length);
+      for (let k = 0; k < n; k++) {
+        const bad = Buffer.from(ok);
+        bad[6 + k] = bad[6 + k] === 0x5a ? 0x59 : 0x5a; // Z, or Y where it was Z
+        expect(p.matchFrom(bad, 6, bad.length), `byte ${k}, ${room ? 'many events' : 'one event'}`).toBe(-1);
+      }
+    }
+  });
+
+  it('matchFrom: a line break outside a string ends the search (it ends the SSE line)', () => {
+    const data = '{"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"Hi"}}]}';
+    const p = new ContentPrefix();
+    p.learn(data);
+    for (const br of ['\n', '\r']) {
+      const broken = Buffer.from(`data: ${data.replace('}}]}', `}${br}}]}`)}\n\n`);
+      expect(p.matchFrom(broken, 6, broken.length)).toBe(-1);
+      // Through the parser: the event is the line before the break, which is not JSON.
+      const { kinds } = classifyBytes([Buffer.from(`data: ${data}\n\n`), broken]);
+      expect(kinds).toEqual([EventKind.Content, EventKind.None]);
+    }
   });
 
   it('learns the prefix of OpenAI, Azure and DeepSeek chunks, and declines what it must read', () => {

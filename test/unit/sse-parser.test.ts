@@ -32,8 +32,36 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
   hooked.end();
   expect(offered).toEqual(events.map((e) => ({ type: e.type, data: e.data })));
   expect(plain(declined)).toEqual(plain(events.filter((_, i) => i % 2 === 1)));
+
+  // And with a lane that recognises a value as the bytes up to the line's end,
+  // or not at all when its length is odd: lane and normal path together must
+  // deliver the plain parse's events, in order.
+  const mixed: { type: string; data: string }[] = [];
+  let found = '';
+  const laned = new SseParser((e) => mixed.push({ type: e.type, data: e.data }), {
+    ...(maxEventBytes ? { maxEventBytes } : {}),
+    lane: {
+      find(buf, start, limit) {
+        let e = start;
+        while (e < limit && buf[e] !== 0x0a && buf[e] !== 0x0d) e++;
+        if (e === limit || (e - start) % 2 === 1) return -1;
+        found = buf.toString('utf8', start, e);
+        return e;
+      },
+      taken() {
+        mixed.push({ type: '', data: found });
+        lanes.taken++;
+      },
+    },
+  });
+  for (const c of chunks) laned.push(c);
+  laned.end();
+  expect(mixed).toEqual(events.map((e) => ({ type: e.type, data: e.data })));
   return { events, parser };
 }
+
+/** Events the test lane took, over the whole file (checked at its end). */
+const lanes = { taken: 0 };
 
 function splitAt(buf: Buffer, offsets: number[]): Buffer[] {
   const out: Buffer[] = [];
@@ -204,5 +232,64 @@ describe('SseParser details', () => {
   it('does not dispatch an event with no data field', () => {
     const { events } = parseChunks([Buffer.from('event: ping\n\nid: 3\n\n')]);
     expect(events).toEqual([]);
+  });
+});
+
+describe('SseParser lane', () => {
+  /** A lane that recognises a value as the bytes to its line's end (or as n bytes, n the digit it starts with). */
+  function run(text: string | Buffer[], firstDigit = false, maxEventBytes?: number) {
+    const got: string[] = [];
+    let found = '';
+    let finds = 0;
+    const p = new SseParser((e) => got.push(`event ${e.type}:${e.data}`), {
+      ...(maxEventBytes ? { maxEventBytes } : {}),
+      lane: {
+        find(buf, start, limit) {
+          finds++;
+          let e = start;
+          if (firstDigit && buf[start]! >= 0x30 && buf[start]! <= 0x39) e = start + (buf[start]! - 0x30);
+          else while (e < limit && buf[e] !== 0x0a && buf[e] !== 0x0d) e++;
+          if (e >= limit) return -1;
+          found = buf.toString('utf8', start, e);
+          return e;
+        },
+        taken: () => got.push(`lane ${found}`),
+      },
+    });
+    for (const c of typeof text === 'string' ? [Buffer.from(text)] : text) p.push(c);
+    return { got, finds: () => finds, parser: p };
+  }
+
+  it('takes one-line events ended by LF LF or CRLF CRLF, and leaves everything else to the normal path', () => {
+    const { got } = run('data: a\n\ndata:b\r\n\r\nevent: x\ndata: c\n\ndata: d\ndata: e\n\nid: 1\ndata: f\n\n: c\ndata: g\r\r');
+    expect(got).toEqual(['lane a', 'lane b', 'event x:c', 'event :d\ne', 'lane f', 'event :g']); // an id line leaves the event unnamed
+  });
+
+  it('does not take a value that is only part of its line', () => {
+    // The lane says the value is "2x": the line goes on, so the event is the whole line.
+    const { got } = run('data: 2xyz\n\ndata: 1\n\n', true);
+    expect(got).toEqual(['event :2xyz', 'lane 1']);
+  });
+
+  it('leaves an event whose end is in the next read to the normal path', () => {
+    const { got } = run([Buffer.from('data: a\n'), Buffer.from('\ndata: b\n\n')]);
+    expect(got).toEqual(['event :a', 'lane b']);
+  });
+
+  it('closes after a few values that were not followed by an event end', () => {
+    const text = 'data: a\n\r\n'.repeat(10) + 'data: b\n\n';
+    const { got, finds } = run(text);
+    expect(got).toEqual([...Array(10).fill('event :a'), 'event :b']);
+    expect(finds()).toBe(4); // closed after four misses: "b" was not offered
+  });
+
+  it('leaves an event over the size cap to the normal path, which skips it', () => {
+    const { got, parser } = run('data: 0123456789\n\ndata: ok\n\n', false, 8);
+    expect(got).toEqual(['lane ok']);
+    expect(parser.oversizeEvents).toBe(1);
+  });
+
+  it('was used by the property tests above', () => {
+    expect(lanes.taken).toBeGreaterThan(1000);
   });
 });
