@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { endToEndHeaders } from '../../src/proxy/headers.js';
 import { Router } from '../../src/proxy/routes.js';
@@ -52,25 +53,70 @@ describe('endToEndHeaders', () => {
 });
 
 describe('RequestBodyTap', () => {
-  it('reads the model from a JSON body fed in pieces', () => {
-    const t = new RequestBodyTap(1 << 20);
-    const body = Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: '{"model":"fake"}' }], model: 'gpt-4o' }));
-    t.push(body.subarray(0, 7));
-    t.push(body.subarray(7));
-    expect(t.model()).toBe('gpt-4o');
+  const tap = (chunks: Buffer[], max = 1 << 20) => {
+    const t = new RequestBodyTap(max);
+    for (const c of chunks) t.push(c);
+    return t.model();
+  };
+
+  it('reads the model from a JSON body fed in pieces, not from a nested or quoted look-alike', () => {
+    const body = Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: '{"model":"fake"}', model: 'nested' }], model: 'gpt-4o' }));
+    expect(tap([body.subarray(0, 7), body.subarray(7)])).toBe('gpt-4o');
   });
 
-  it('falls back to a scan of the head when the body is over the cap', () => {
-    const t = new RequestBodyTap(64);
-    t.push(Buffer.from(`{"model":"llama-3","messages":"${'x'.repeat(1000)}"}`));
-    expect(t.model()).toBe('llama-3');
+  it('reads a model near the start of a body over the cap', () => {
+    expect(tap([Buffer.from(`{"model":"llama-3","messages":"${'x'.repeat(1000)}"}`)], 64)).toBe('llama-3');
   });
 
-  it('returns undefined for non-JSON or absent model', () => {
-    const t = new RequestBodyTap(100);
-    t.push(Buffer.from('hello'));
-    expect(t.model()).toBeUndefined();
-    expect(new RequestBodyTap(100).model()).toBeUndefined();
+  it('returns undefined for non-JSON, a non-object root, an absent or non-string model', () => {
+    expect(tap([Buffer.from('hello')])).toBeUndefined();
+    expect(tap([])).toBeUndefined();
+    expect(tap([Buffer.from('["model","x"]')])).toBeUndefined();
+    expect(tap([Buffer.from('{"model":7}')])).toBeUndefined();
+    expect(tap([Buffer.from('{"model":"a","model":{"x":"b"}}')])).toBeUndefined(); // the last one wins
+  });
+
+  it('finds what JSON.parse finds on generated bodies, split anywhere (property)', () => {
+    const text = fc.oneof(fc.string(), fc.constantFrom('model', '"model":"x"', '\\', '\\"', '{', '}', '[', ']', ',', ':', 'é😀', '\u2028'));
+    const value: fc.Arbitrary<unknown> = fc.letrec((tie) => ({
+      v: fc.oneof(
+        { depthSize: 'small', withCrossShrink: true },
+        text,
+        fc.integer(),
+        fc.constantFrom(true, false, null, 1.5e-7),
+        fc.array(tie('v'), { maxLength: 3 }),
+        fc.dictionary(fc.oneof(text, fc.constant('model')), tie('v'), { maxKeys: 3 }),
+      ),
+    })).v;
+    // Root entries, with `model` keys (also spelt with escapes, also repeated) among them.
+    const key = fc.oneof({ weight: 3, arbitrary: text.map((k) => JSON.stringify(k)) }, { weight: 2, arbitrary: fc.constantFrom('"model"', '"mod\\u0065l"', '"model "', '"Model"') });
+    const entry = fc.tuple(key, fc.oneof({ weight: 3, arbitrary: fc.oneof(text, fc.constantFrom('gpt-4o', 'meta/llama:3 "q"')) }, { weight: 1, arbitrary: value }));
+    const space = fc.constantFrom('', ' ', '\n', '\r\n\t ');
+    fc.assert(
+      fc.property(fc.array(fc.tuple(entry, space), { maxLength: 6 }), space, fc.array(fc.nat(), { maxLength: 6 }), (entries, ws, cuts) => {
+        const body = `${ws}{${entries.map(([[k, v], w]) => `${w}${k}${w}:${w}${JSON.stringify(v)}${w}`).join(',')}}${ws}`;
+        const parsed = JSON.parse(body) as { model?: unknown };
+        const expected = typeof parsed.model === 'string' && Buffer.byteLength(JSON.stringify(parsed.model)) - 2 <= 1024 ? parsed.model : undefined;
+        const bytes = Buffer.from(body);
+        const offsets = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+        const chunks: Buffer[] = [];
+        let prev = 0;
+        for (const o of [...offsets, bytes.length]) {
+          chunks.push(bytes.subarray(prev, o));
+          prev = o;
+        }
+        expect(tap(chunks)).toBe(expected);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it('scans a large body without keeping it', () => {
+    const content = 'x'.repeat(1 << 20) + '\\"quoted\\" \\\\ and more';
+    const body = Buffer.from(`{"messages":[{"role":"user","content":"${content}"}],"stream":true,"model":"late-model"}`);
+    const t = new RequestBodyTap(4 << 20);
+    for (let i = 0; i < body.length; i += 65536) t.push(body.subarray(i, i + 65536));
+    expect(t.model()).toBe('late-model');
   });
 });
 
