@@ -1,5 +1,5 @@
 /**
- * Per-request bookkeeping (SDK instrument calls that hash their attributes,
+ * Per-request bookkeeping (the instrument calls of a request's start and end,
  * the request log line) queued while this loop iteration's I/O callbacks run,
  * and done in one `setImmediate` after them. When a batch of streams all
  * receive an event in the same tick, or all end in it, the last stream's bytes
@@ -23,6 +23,12 @@ export function afterIo(fn: () => void): void {
 }
 
 let draining = false;
+let failures = 0;
+
+/** Deferred jobs that threw since start (tests, diagnostics). */
+export function afterIoFailures(): number {
+  return failures;
+}
 
 /** Runs everything queued now (shutdown: before the last metric export). */
 export function drainAfterIo(): void {
@@ -33,8 +39,11 @@ export function drainAfterIo(): void {
     for (let i = 0; i < queue.length; i++) {
       try {
         queue[i]!();
-      } catch {
-        // measurement and logging only: a failure must not stop the rest
+      } catch (e) {
+        // Measurement and logging only: a failure must not stop the rest, but
+        // must not go unnoticed either (once per process, on stderr).
+        failures++;
+        if (failures === 1) process.emitWarning(`a deferred measurement or log job failed: ${(e as Error)?.message ?? String(e)}`, 'LlmLatencyProxyWarning');
       }
     }
     queue.length = 0;

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { afterIo, drainAfterIo } from '../../src/measure/after-io.js';
+import { afterIo, afterIoFailures, drainAfterIo } from '../../src/measure/after-io.js';
 import { RequestMeter } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
@@ -87,6 +87,10 @@ describe('RequestMeter with a controllable clock', () => {
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
     // Queued work runs on its own too, in order, and a throwing job does not stop the rest.
     const ran: number[] = [];
+    const failed = afterIoFailures();
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.message);
+    process.on('warning', onWarning);
     afterIo(() => ran.push(1));
     afterIo(() => {
       throw new Error('boom');
@@ -94,6 +98,11 @@ describe('RequestMeter with a controllable clock', () => {
     afterIo(() => ran.push(3));
     await new Promise((r) => setImmediate(r));
     expect(ran).toEqual([1, 3]);
+    // ...and the failure is counted, and said once on stderr (a process warning).
+    expect(afterIoFailures()).toBe(failed + 1);
+    await new Promise((r) => setImmediate(r));
+    process.off('warning', onWarning);
+    if (failed === 0) expect(warnings.some((m) => m.includes('boom'))).toBe(true);
     // A job that drains (shutdown from inside a job) does not run the earlier jobs again.
     const again: number[] = [];
     afterIo(() => again.push(1));
