@@ -68,7 +68,7 @@ const PLAN = QUICK
         { delta: 20, c: 100, ms: 2000 },
         { delta: 20, c: 1000, ms: 2000 },
       ],
-      sustainLadder: [250, 500, 2000, 3000, 4000],
+      sustainLadder: [150, 250, 350, 500, 750, 2000, 3000, 4000],
       mem: { n1: 100, n2: 1000, fresh: true },
       cancel: { c: 100 },
     };
