@@ -94,7 +94,7 @@ export class ChunkedDecoder {
       this.pending = undefined;
     } else {
       if (this.last) this.pending = undefined; // the held line was the last chunk
-      out = buf.subarray(0, end);
+      out = end === buf.length ? buf : buf.subarray(0, end); // most reads go out whole: no view
     }
     if (!this.last && this.error === undefined && end < len) {
       // Copy: the caller's buffer may be reused once push() returns.

@@ -50,11 +50,11 @@ export interface SseLane {
 }
 
 const LF = 0x0a;
-/** Values taken by the fast lane but not followed by an event end, before the lane closes for the stream. */
-const MAX_LANE_MISSES = 4;
 const CR = 0x0d;
 const COLON = 0x3a;
 const SPACE = 0x20;
+/** Values the lane recognised that were not followed by an event end, before it closes for the stream. */
+const MAX_LANE_MISSES = 4;
 
 export class SseParser {
   private readonly maxEventBytes: number;
