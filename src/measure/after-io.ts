@@ -43,11 +43,21 @@ export function drainAfterIo(): void {
         // Measurement and logging only: a failure must not stop the rest, but
         // must not go unnoticed either (once per process, on stderr).
         failures++;
-        if (failures === 1) process.emitWarning(`a deferred measurement or log job failed: ${(e as Error)?.message ?? String(e)}`, 'LlmLatencyProxyWarning');
+        if (failures === 1) warn(e);
       }
     }
     queue.length = 0;
   } finally {
     draining = false;
   }
+}
+
+function warn(e: unknown): void {
+  let what = 'unknown error';
+  try {
+    what = e instanceof Error ? e.message : String(e);
+  } catch {
+    /* an object String() cannot convert */
+  }
+  process.emitWarning(`a deferred measurement or log job failed: ${what}`, 'LlmLatencyProxyWarning');
 }

@@ -24,6 +24,8 @@ import {
 abstract class Keyed<S> {
   private readonly byObject = new WeakMap<Attributes, S>();
   protected readonly byKey = new Map<string, S>();
+  /** Series other than the overflow one. */
+  private series_ = 0;
 
   protected series(attributes: Attributes): S {
     let s = this.byObject.get(attributes);
@@ -31,8 +33,15 @@ abstract class Keyed<S> {
       const key = attributeKey(attributes);
       s = this.byKey.get(key);
       if (s === undefined) {
-        s = this.create({ ...attributes });
-        this.byKey.set(key, s);
+        if (this.series_ < MAX_SERIES - 1) {
+          this.series_++;
+          s = this.create({ ...attributes });
+          this.byKey.set(key, s);
+        } else {
+          // As the SDK's cardinality limit: the rest share one overflow series.
+          s = this.byKey.get(OVERFLOW_KEY);
+          if (s === undefined) this.byKey.set(OVERFLOW_KEY, (s = this.create({ ...OVERFLOW })));
+        }
       }
       this.byObject.set(attributes, s);
     }
@@ -171,6 +180,10 @@ export class FastMetricProducer implements MetricProducer {
 }
 
 const EMPTY: Attributes = {};
+/** The SDK's default cardinality limit per instrument, overflow series included. */
+export const MAX_SERIES = 2000;
+const OVERFLOW: Attributes = { 'otel.metric.overflow': true };
+const OVERFLOW_KEY = attributeKey(OVERFLOW);
 
 function attributeKey(a: Attributes): string {
   return JSON.stringify(Object.keys(a).sort().map((k) => [k, a[k]]));

@@ -125,6 +125,8 @@ export class ContentPrefix {
       const needle = `"${key}":"`;
       for (let at = data.indexOf(needle), n = 0; at !== -1 && n < 4; at = data.indexOf(needle, at + 1), n++) {
         const prefix = data.slice(0, at + needle.length);
+        // Data joined from several lines: on the wire a line break ends the line, it cannot be matched.
+        if (prefix.includes('\n') || prefix.includes('\r')) return;
         const open = proves(prefix, key);
         if (open !== undefined) {
           this.prefix = Buffer.from(prefix, 'utf8');

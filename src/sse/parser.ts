@@ -36,7 +36,7 @@ export interface SseParserOptions {
    * of a `data:` line that starts a new event (no other field before it) as
    * `buf[start, limit)`, before the line's end is searched for, and returns
    * the index just past the value if it recognises the value as a whole
-   * event, else -1; it must have no effect. When the value is followed by
+   * event, else -1; it must not change what is measured. When the value is followed by
    * LF LF or CRLF CRLF within the chunk (the end of the line and of the
    * event), the parser calls `taken()` instead of making the event and moves
    * past it; otherwise the line takes the normal path.
@@ -64,6 +64,11 @@ export class SseParser {
   /** Values the lane recognised that were not followed by an event end: it closes after a few. */
   private laneMisses = 0;
 
+  /**
+   * The line being read went over the cap in an earlier chunk and was dropped:
+   * its end, when it comes, ends nothing else (it is not a blank line).
+   */
+  private dropLine = false;
   /** Pieces of the line not yet terminated. */
   private pending: Buffer[] = [];
   private pendingBytes = 0;
@@ -158,7 +163,8 @@ export class SseParser {
         this.stash(buf.subarray(i, len));
         return;
       }
-      this.line(buf, i, j);
+      if (this.dropLine) this.dropLine = false;
+      else this.line(buf, i, j);
       if (buf[j] === CR) {
         if (j + 1 < len) {
           i = buf[j + 1] === LF ? j + 2 : j + 1;
@@ -203,17 +209,20 @@ export class SseParser {
 
   /** End of stream: per the spec an unterminated event is discarded. */
   end(): void {
+    this.dropLine = false;
     this.pending = [];
     this.pendingBytes = 0;
     this.resetEvent();
   }
 
   private stash(part: Buffer): void {
-    if (part.length === 0) return;
+    if (part.length === 0 || this.dropLine) return;
     if (this.pendingBytes + part.length > this.maxEventBytes) {
-      // A single line beyond the cap: drop what we hold, mark the event as skipped.
+      // A single line beyond the cap: drop what we hold and the rest of the line,
+      // mark the event as skipped.
       this.pending = [];
       this.pendingBytes = 0;
+      this.dropLine = true;
       this.markOversize();
       return;
     }

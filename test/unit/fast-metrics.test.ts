@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { AggregationTemporality, DataPointType, MeterProvider, MetricReader, type HistogramMetricData, type SumMetricData } from '@opentelemetry/sdk-metrics';
 import { describe, expect, it } from 'vitest';
-import { FastHistogram, FastMetricProducer, FastSum } from '../../src/metrics/fast-metrics.js';
+import { FastHistogram, FastMetricProducer, FastSum, MAX_SERIES } from '../../src/metrics/fast-metrics.js';
 import { LabelSets } from '../../src/metrics/label-sets.js';
 import { DEFAULT_BUCKETS } from '../../src/metrics/semconv.js';
 
@@ -138,6 +138,42 @@ describe('FastSum', () => {
     }
     expect(c.metricData([0, 0]).dataPoints.map((d) => d.value)).toEqual([2]);
     expect(u.metricData([0, 0]).dataPoints.map((d) => d.value)).toEqual([1]);
+  });
+});
+
+describe('cardinality limit', () => {
+  it('puts series past the SDK\'s limit into one overflow series, as the SDK does', async () => {
+    const fast = new FastMetricProducer({ name: 'fast' });
+    const reader = new Reader(fast);
+    const provider = new MeterProvider({ readers: [reader] });
+    const meter = provider.getMeter('sdk');
+    const sdkCounter = meter.createCounter('sdk_c');
+    const sdkHist = meter.createHistogram('sdk_h', { advice: { explicitBucketBoundaries: [1] } });
+    const myCounter = fast.add(new FastSum('my_c', '', 'd', true));
+    const myHist = fast.add(new FastHistogram('my_h', '', 'd', [1]));
+    const n = MAX_SERIES + 500;
+    for (let i = 0; i < n; i++) {
+      for (let k = 0; k < 2; k++) {
+        sdkCounter.add(1, { m: `model-${i}` });
+        myCounter.add(1, { m: `model-${i}` });
+        sdkHist.record(0.5, { m: `model-${i}` });
+        myHist.record(0.5, { m: `model-${i}` });
+      }
+    }
+    const { resourceMetrics } = await reader.collect();
+    const all = resourceMetrics.scopeMetrics.flatMap((sm) => sm.metrics);
+    const shape = (name: string) => {
+      const m = all.find((x) => x.descriptor.name === name)!;
+      const points = m.dataPoints as { attributes: Record<string, unknown>; value: unknown }[];
+      const overflow = points.find((p) => p.attributes['otel.metric.overflow'] === true);
+      const v = (x: unknown) => (typeof x === 'number' ? x : (x as { count: number }).count);
+      return { points: points.length, overflow: overflow && v(overflow.value), total: points.reduce((a, p) => a + v(p.value), 0) };
+    };
+    expect(shape('sdk_c').points).toBe(MAX_SERIES); // what the SDK does, checked here
+    expect(shape('my_c')).toEqual(shape('sdk_c'));
+    expect(shape('my_h')).toEqual(shape('sdk_h'));
+    expect(shape('my_c').total).toBe(2 * n);
+    await provider.shutdown();
   });
 });
 

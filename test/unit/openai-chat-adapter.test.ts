@@ -322,6 +322,18 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     }
   });
 
+  it('never learns a prefix with a line break (data joined from several lines)', () => {
+    const split = 'data: {"id":1,\ndata: "model":"m","choices":[{"delta":{"content":"a"}}]}\n\n';
+    const p = new ContentPrefix();
+    p.learn('{"id":1,\n"model":"m","choices":[{"delta":{"content":"a"}}]}');
+    expect(p.learned).toBeUndefined();
+    // The same event twice, then once with its second line missing "data:": that line is an
+    // unknown field, so the event is `{"id":1,` and not content.
+    const broken = 'data: {"id":1,\n"model":"m","choices":[{"delta":{"content":"b"}}]}\n\n';
+    const { kinds } = classifyBytes([Buffer.from(split + split + broken)]);
+    expect(kinds).toEqual([EventKind.Content, EventKind.Content, EventKind.None]);
+  });
+
   it('matchFrom: a line break outside a string ends the search (it ends the SSE line)', () => {
     const data = '{"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"Hi"}}]}';
     const p = new ContentPrefix();

@@ -98,8 +98,16 @@ describe('RequestMeter with a controllable clock', () => {
     afterIo(() => ran.push(3));
     await new Promise((r) => setImmediate(r));
     expect(ran).toEqual([1, 3]);
-    // ...and the failure is counted, and said once on stderr (a process warning).
-    expect(afterIoFailures()).toBe(failed + 1);
+    // Even a thrown value that cannot be turned into text.
+    afterIo(() => ran.push(4));
+    afterIo(() => {
+      throw Object.create(null);
+    });
+    afterIo(() => ran.push(6));
+    await new Promise((r) => setImmediate(r));
+    expect(ran).toEqual([1, 3, 4, 6]);
+    // ...and the failures are counted, and said once on stderr (a process warning).
+    expect(afterIoFailures()).toBe(failed + 2);
     await new Promise((r) => setImmediate(r));
     process.off('warning', onWarning);
     if (failed === 0) expect(warnings.some((m) => m.includes('boom'))).toBe(true);

@@ -220,6 +220,18 @@ describe('SseParser details', () => {
     }
   });
 
+  it('ends an over-long line where it ends, wherever the reads split it', () => {
+    const bytes = Buffer.from('data: 0123456789abcdef\ndata: b\n\ndata: c\n\n');
+    const whole = parseChunks([bytes], 10).events.map((e) => e.data);
+    expect(whole).toEqual(['c']);
+    for (let i = 0; i <= bytes.length; i++) {
+      for (let j = i; j <= bytes.length; j++) {
+        const got = parseChunks([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)], 10).events.map((e) => e.data);
+        if (got.join('|') !== 'c') expect(got, `split at ${i}, ${j}`).toEqual(['c']);
+      }
+    }
+  });
+
   it('holds at most the cap for a huge unterminated line fed in small reads', () => {
     const p = new SseParser(() => undefined, { maxEventBytes: 1024 * 1024 });
     const chunk = Buffer.alloc(64 * 1024, 0x61);
