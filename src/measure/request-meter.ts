@@ -25,6 +25,8 @@ export interface MeterOptions {
    * proxy does), or the active-streams count can dip below zero for a moment.
    */
   defer?: (fn: () => void) => void;
+  /** Caps the distinct values of `gen_ai.response.model` (the upstream controls it). Default: none. */
+  limitResponseModel?: (model: string) => string;
 }
 
 const runNow = (fn: () => void): void => fn();
@@ -274,7 +276,10 @@ export class RequestMeter {
 
     const sets = this.ins.labels;
     const base = this.labels ?? this.requestOnlyLabels();
-    const endLabels = adapter.responseModel === undefined ? base : sets.with(base, ATTR.responseModel, adapter.responseModel);
+    const responseModel = adapter.responseModel;
+    const limit = this.opts.limitResponseModel;
+    const endLabels =
+      responseModel === undefined ? base : sets.with(base, ATTR.responseModel, limit === undefined ? responseModel : limit(responseModel));
     const tpot = outputTokens !== undefined ? this.clock.tpotMs(outputTokens) : undefined;
     if (tpot !== undefined) this.ins.tpot.record(tpot / 1000, endLabels);
     const tokens = (type: string, n: number | undefined) => {

@@ -38,6 +38,8 @@ export class Forwarder {
   private readonly router: Router;
   readonly upstream: UpstreamClient;
   private readonly models: CardinalityLimiter;
+  private readonly responseModels: CardinalityLimiter;
+  readonly limitResponseModel = (model: string): string => this.responseModels.limit(model);
   /** Streams in flight, for graceful shutdown. */
   readonly inFlight = new Set<InFlight>();
 
@@ -45,6 +47,7 @@ export class Forwarder {
     this.router = new Router(deps.config.routes);
     this.upstream = new UpstreamClient({ connectTimeoutMs: deps.config.timeouts.connect * 1000 });
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
+    this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
   }
 
   handle(req: IncomingMessage, res: ServerResponse): void {
@@ -112,7 +115,11 @@ class InFlight implements ExchangeHandler {
         requestModel: this.fwd.limitModel(pathModel),
         serverAddress: upstream.hostname,
       };
-      this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, { ...deps.config.limits, defer: afterIo });
+      this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, {
+        ...deps.config.limits,
+        defer: afterIo,
+        limitResponseModel: this.fwd.limitResponseModel,
+      });
       if (pathModel === undefined) tap = new RequestBodyTap(deps.config.limits.maxBodyBytes);
     }
 

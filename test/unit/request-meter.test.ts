@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { afterIo, afterIoFailures, drainAfterIo } from '../../src/measure/after-io.js';
 import { RequestMeter } from '../../src/measure/request-meter.js';
+import { CardinalityLimiter } from '../../src/metrics/labels.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import { fixture } from '../helpers/fixtures.js';
@@ -121,6 +122,20 @@ describe('RequestMeter with a controllable clock', () => {
     afterIo(() => again.push(3));
     drainAfterIo();
     expect(again).toEqual([1, 2, 3]);
+  });
+
+  it('caps the response model values with the limiter it is given (the upstream controls them)', async () => {
+    t = testInstruments();
+    const limiter = new CardinalityLimiter(1);
+    const body = (model: string) => Buffer.from(`data: {"model":"${model}","choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n`);
+    for (const model of ['m-1', 'm-2', 'm-1']) {
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, { ...opts, limitResponseModel: (x) => limiter.limit(x) });
+      m.responseStart(200, 'text/event-stream', undefined);
+      m.chunk(body(model), 10);
+      m.finish(20);
+    }
+    const d = await t.histogram(METRIC.duration);
+    expect(d.attributes.map((a) => a['gen_ai.response.model']).sort()).toEqual(['_OTHER', 'm-1']);
   });
 
   it('counts content events when the stream has no usage, and TPOT uses that count', async () => {
