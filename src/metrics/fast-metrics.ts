@@ -24,8 +24,6 @@ import {
 abstract class Keyed<S> {
   private readonly byObject = new WeakMap<Attributes, S>();
   protected readonly byKey = new Map<string, S>();
-  /** Series other than the overflow one. */
-  private series_ = 0;
 
   protected series(attributes: Attributes): S {
     let s = this.byObject.get(attributes);
@@ -33,8 +31,8 @@ abstract class Keyed<S> {
       const key = attributeKey(attributes);
       s = this.byKey.get(key);
       if (s === undefined) {
-        if (this.series_ < MAX_SERIES - 1) {
-          this.series_++;
+        const others = this.byKey.size - (this.byKey.has(OVERFLOW_KEY) ? 1 : 0);
+        if (others < MAX_SERIES - 1) {
           s = this.create({ ...attributes });
           this.byKey.set(key, s);
         } else {

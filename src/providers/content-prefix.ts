@@ -40,20 +40,19 @@ export class ContentPrefix {
 
   /**
    * For an SSE data value that starts at `buf[start]` and whose end is not
-   * known yet: the index just past it when it is certainly a content delta
-   * that ends before `limit`, else -1 ("not sure"). A CR or LF outside a
+   * known yet (`end`: the end of the read): the index just past it when it is
+   * certainly a content delta, else -1 ("not sure"). A CR or LF outside a
    * string ends the search with -1 (it would end the SSE line), so the value
    * found is a prefix of the line; the caller checks what follows it.
    */
-  matchFrom(buf: Buffer, start: number, limit: number): number {
+  matchFrom(buf: Buffer, start: number, end: number): number {
     const p = this.prefix;
     if (p === undefined) return -1;
     const n = p.length;
     let i = start + n;
-    const end = limit;
     // At least one byte of text, its closing quote and the closing braces.
     if (end - i < 3 || buf[i] === 0x22 /* " */) return -1;
-    if (buf[i - 2] !== p[n - 2] || !samePrefix(buf, start, limit, p, this.words)) return -1;
+    if (buf[i - 2] !== p[n - 2] || !samePrefix(buf, start, end, p, this.words)) return -1;
     // The text: to its closing quote, as JSON.parse would read it.
     for (; i < end; i++) {
       const c = buf[i]!;
@@ -109,7 +108,7 @@ export class ContentPrefix {
         return -1; // the SSE line ends inside the object
       }
     }
-    return -1; // not closed before the limit
+    return -1; // not closed before the end of the read
   }
 
   /**

@@ -36,10 +36,10 @@ export interface SseParserOptions {
    * of a `data:` line that starts a new event (no other field before it) as
    * `buf[start, limit)`, before the line's end is searched for, and returns
    * the index just past the value if it recognises the value as a whole
-   * event, else -1; it must not change what is measured. When the value is followed by
-   * LF LF or CRLF CRLF within the chunk (the end of the line and of the
-   * event), the parser calls `taken()` instead of making the event and moves
-   * past it; otherwise the line takes the normal path.
+   * event, else -1; it must not change what is measured. When the value is
+   * followed by LF LF or CRLF CRLF within the chunk (the end of the line and
+   * of the event), the parser calls `taken()` instead of making the event
+   * and moves past it; otherwise the line takes the normal path.
    */
   lane?: SseLane;
 }
