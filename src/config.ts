@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { DEFAULT_BUCKETS } from './metrics/semconv.js';
+import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS } from './metrics/semconv.js';
 
 /** A configuration problem: the message names the offending key. Exit code 2. */
 export class ConfigError extends Error {
@@ -63,6 +63,8 @@ const fileSchema = z
         maxModelValues: z.number().int().min(1).optional(),
         /** Also record per-token ITL (`llm_proxy_time_per_output_token_seconds`) where a stream reports cumulative usage. */
         perTokenItl: z.boolean().optional(),
+        /** Event-loop-delay sampling period in ms: finer catches shorter stalls, and every sample wakes the process. */
+        loopDelayResolutionMs: z.number().int().min(1).max(60_000).optional(),
         buckets: z
           .object({
             itl: boundaries.optional(),
@@ -120,6 +122,7 @@ export interface Config {
     readonly port: number;
     readonly maxModelValues: number;
     readonly perTokenItl: boolean;
+    readonly loopDelayResolutionMs: number;
     readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
   };
   /** Seconds. */
@@ -226,6 +229,7 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       port: overrides.metricsPort ?? m.port ?? 9464,
       maxModelValues: m.maxModelValues ?? 100,
       perTokenItl: m.perTokenItl ?? false,
+      loopDelayResolutionMs: m.loopDelayResolutionMs ?? DEFAULT_LOOP_RESOLUTION_MS,
       buckets: {
         itl: m.buckets?.itl ?? [...DEFAULT_BUCKETS.itl],
         ttft: m.buckets?.ttft ?? [...DEFAULT_BUCKETS.ttft],

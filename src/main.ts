@@ -55,6 +55,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
         fast: telemetry.fast,
         sdkRequestHistograms: cfg.otlp.enabled && cfg.otlp.exponentialHistograms,
         perTokenItl: cfg.metrics.perTokenItl,
+        loopDelayResolutionMs: cfg.metrics.loopDelayResolutionMs,
       })
     : undefined;
   const forwarder = new Forwarder({ config: cfg, log, instruments });

@@ -205,10 +205,10 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
     },
   });
 
-  const proxyArgs = (extra) => ({ port, metricsPort }) => {
-    if (!fs.existsSync(cli)) throw new Error(`${cli} not found (run npm run build)`);
+  const proxyArgs = (extra, cliPath = cli) => ({ port, metricsPort }) => {
+    if (!fs.existsSync(cliPath)) throw new Error(`${cliPath} not found (run npm run build)`);
     return [
-      cli,
+      cliPath,
       '--upstream',
       emitterUrl,
       '--host',
@@ -240,6 +240,12 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
       },
     },
     proxy: nodePeer('proxy', proxyArgs([]), { metrics: true, profile: true }),
+    // For A/B experiments, not in the default set: another build (BENCH_ALT_CLI) or other
+    // arguments (BENCH_ALT_ARGS, e.g. "--config /tmp/alt.yaml"), alternated with the others.
+    'proxy-alt': nodePeer('proxy-alt', proxyArgs((process.env.BENCH_ALT_ARGS ?? '').split(' ').filter(Boolean), process.env.BENCH_ALT_CLI), {
+      metrics: true,
+      profile: true,
+    }),
     'proxy-nometrics': nodePeer('proxy-nometrics', proxyArgs(['--no-metrics']), { profile: true }),
     nginx: {
       name: 'nginx',

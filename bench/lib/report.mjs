@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { agg, fmt, fmtAgg, ratio } from './stats.mjs';
 
-const ORDER = ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
+const ORDER = ['direct', 'proxy', 'proxy-alt', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
 const bad = (r) => r.lost + r.merged + r.mismatched + r.extra;
 
 function table(head, rows) {

@@ -2,7 +2,7 @@ import type { Attributes, Meter } from '@opentelemetry/api';
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import { FastHistogram, FastSum, type FastMetricProducer } from './fast-metrics.js';
 import { LabelSets } from './label-sets.js';
-import { DEFAULT_BUCKETS, METRIC, type BucketName } from './semconv.js';
+import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS, METRIC, type BucketName } from './semconv.js';
 
 /** What the request path needs of a histogram. */
 export interface Recorder {
@@ -14,13 +14,13 @@ export interface Adder {
   add(value: number, attributes?: Attributes): void;
 }
 
-const LOOP_RESOLUTION_MS = 10;
-
 export type Buckets = Readonly<Record<BucketName, readonly number[]>>;
 
 export interface InstrumentOptions {
   /** Record `llm_proxy.time_per_output_token` (config `metrics.perTokenItl`). */
   perTokenItl?: boolean;
+  /** Event-loop-delay sampling period, ms (config `metrics.loopDelayResolutionMs`). */
+  loopDelayResolutionMs?: number;
   /**
    * Records without the SDK's per-call attribute hashing (see fast-metrics.ts);
    * must be registered with every reader. Without it every instrument is the SDK's.
@@ -133,7 +133,8 @@ export class Instruments {
     this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'Measured requests in flight.', false);
 
     // Event-loop delay: a saturated proxy shows here, so it is not blamed on the provider.
-    this.loopDelay = monitorEventLoopDelay({ resolution: LOOP_RESOLUTION_MS });
+    const resolutionMs = opts.loopDelayResolutionMs ?? DEFAULT_LOOP_RESOLUTION_MS;
+    this.loopDelay = monitorEventLoopDelay({ resolution: resolutionMs });
     this.loopDelay.enable();
     const p50 = meter.createObservableGauge(METRIC.eventLoopDelayP50, {
       unit: 's',
@@ -152,7 +153,7 @@ export class Instruments {
         const h = this.loopDelay;
         if (h.count > 0) {
           // Samples are the sampling timer's full period: subtract the period to get the delay.
-          const delay = (ns: number) => Math.max(0, ns / 1e9 - LOOP_RESOLUTION_MS / 1000);
+          const delay = (ns: number) => Math.max(0, ns / 1e9 - resolutionMs / 1000);
           obs.observe(p50, delay(h.percentile(50)));
           obs.observe(p99, delay(h.percentile(99)));
           obs.observe(max, delay(h.max));

@@ -49,9 +49,17 @@ export function testInstruments(opts: InstrumentOptions = {}) {
           for (const dp of m.dataPoints) if (Object.entries(filter).every(([k, v]) => dp.attributes[k] === v)) total += dp.value as number;
     return total;
   }
+  /** The last value of a gauge (undefined when it reported nothing). */
+  async function gaugeValue(name: string) {
+    const { resourceMetrics } = await reader.collect();
+    for (const sm of resourceMetrics.scopeMetrics)
+      for (const m of sm.metrics)
+        if (m.descriptor.name === name && m.dataPointType === DataPointType.GAUGE) return m.dataPoints[0]?.value as number | undefined;
+    return undefined;
+  }
   async function names() {
     const { resourceMetrics } = await reader.collect();
     return resourceMetrics.scopeMetrics.flatMap((sm) => sm.metrics.map((m) => m.descriptor.name));
   }
-  return { instruments, histogram, sumValue, names, shutdown: () => { instruments.shutdown(); return provider.shutdown(); } };
+  return { instruments, histogram, sumValue, gaugeValue, names, shutdown: () => { instruments.shutdown(); return provider.shutdown(); } };
 }

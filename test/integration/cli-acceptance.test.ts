@@ -82,7 +82,14 @@ describe('acceptance: separate processes, official client', () => {
       body: JSON.stringify({ model: 'names', stream: true, stream_options: { include_usage: true }, messages: [] }),
     });
     await r.text();
-    const text = await (await fetch(`${metricsUrl}/metrics`)).text();
+    // The event-loop gauges report once a window holds a sample: two 50 ms timer ticks after
+    // start or after the previous scrape (a scrape resets the histogram; a sample is the
+    // time between two ticks).
+    let text = '';
+    for (const until = Date.now() + 5000; Date.now() < until; await new Promise((res) => setTimeout(res, 150))) {
+      text = await (await fetch(`${metricsUrl}/metrics`)).text();
+      if (text.includes('# TYPE nodejs_eventloop_delay_p99_seconds')) break;
+    }
     const types = Object.fromEntries([...text.matchAll(/^# TYPE (\S+) (\S+)$/gm)].map((m) => [m[1], m[2]]));
     expect(types).toMatchObject({
       gen_ai_client_operation_time_to_first_chunk_seconds: 'histogram',

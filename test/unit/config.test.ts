@@ -22,6 +22,8 @@ describe('config', () => {
     expect(c.metrics.port).toBe(9464);
     expect(c.host).toBe('127.0.0.1');
     expect(c.metrics.maxModelValues).toBe(100);
+    expect(c.metrics.loopDelayResolutionMs).toBe(50);
+    expect(buildConfig({ metrics: { loopDelayResolutionMs: 10 } }).metrics.loopDelayResolutionMs).toBe(10);
   });
 
   it('reads several routes from YAML', () => {
@@ -57,6 +59,8 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ upstrem: 'http://x' }))).toMatch(/upstrem: unknown key/);
     expect(errorOf(() => buildConfig({ metrics: { port: 'abc' } }))).toMatch(/metrics\.port/);
     expect(errorOf(() => buildConfig({ metrics: { buckets: { itl: [0.002, 0.001] } } }))).toMatch(/metrics\.buckets\.itl: must be strictly increasing/);
+    expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 0 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
+    expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 2.5 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
     expect(errorOf(() => buildConfig({ timeouts: { connect: -1 } }))).toMatch(/timeouts\.connect/);
     expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 0 } }))).toMatch(/timeouts\.keepAlive/);
     expect(buildConfig({}).timeouts.keepAlive).toBe(65);
