@@ -166,7 +166,9 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
       const log = path.join(tmpRoot, `${name}${tag}.log`);
       const a = args({ port, metricsPort });
       const prof = profile && profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${name}${tag}.cpuprofile`] : [];
-      const extra = name.startsWith('proxy') ? (process.env.BENCH_PROXY_NODE_FLAGS ?? '').split(' ').filter(Boolean) : [];
+      const flags = (v) => (v ?? '').split(' ').filter(Boolean);
+      const extra = name.startsWith('proxy') ? flags(process.env.BENCH_PROXY_NODE_FLAGS) : [];
+      if (name === 'proxy-alt') extra.push(...flags(process.env.BENCH_ALT_NODE_FLAGS));
       const child = spawnLogged(process.execPath, ['--expose-gc', ...extra, ...prof, '--import', PROBE, ...a], log, {
         ipc: true,
       });
@@ -240,8 +242,9 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
       },
     },
     proxy: nodePeer('proxy', proxyArgs([]), { metrics: true, profile: true }),
-    // For A/B experiments, not in the default set: another build (BENCH_ALT_CLI) or other
-    // arguments (BENCH_ALT_ARGS, e.g. "--config /tmp/alt.yaml"), alternated with the others.
+    // For A/B experiments, not in the default set: another build (BENCH_ALT_CLI), other
+    // arguments (BENCH_ALT_ARGS, e.g. "--config /tmp/alt.yaml") or Node flags
+    // (BENCH_ALT_NODE_FLAGS), alternated with the others.
     'proxy-alt': nodePeer('proxy-alt', proxyArgs((process.env.BENCH_ALT_ARGS ?? '').split(' ').filter(Boolean), process.env.BENCH_ALT_CLI), {
       metrics: true,
       profile: true,

@@ -1,48 +1,84 @@
 #!/usr/bin/env node
-// Micro-benchmark of the measurement alone (no sockets): ns and bytes allocated
-// per OpenAI chat event through RequestMeter.chunk(), with 1 and with 20 events
-// per read. Run after `npm run build`:  node --expose-gc bench/micro/meter.mjs
+// Micro-benchmark of the measurement alone (no sockets): ns per event through
+// RequestMeter.chunk(), with 1 and with 20 events per read, for the bench's
+// own chunks and for chunks shaped like OpenAI's (longer header, `logprobs`,
+// `finish_reason` and a per-event `obfuscation` after the text).
+// Run after `npm run build`:
+//   node --expose-gc bench/micro/meter.mjs                 this build
+//   node --expose-gc bench/micro/meter.mjs --ab=/other/dist  this build vs another, interleaved
+// Machine drift between two invocations is as large as most effects here
+// (±15 %), so compare builds with --ab: both run in one process, alternately.
+import path from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { createTelemetry, SCOPE_NAME } from '../../dist/metrics/exporter.js';
-import { Instruments } from '../../dist/metrics/instruments.js';
-import { RequestMeter } from '../../dist/measure/request-meter.js';
-import { openaiChat } from '../../dist/providers/openai-chat.js';
+import { pathToFileURL } from 'node:url';
 import { contentEvent, roleEvent } from '../lib/sse.mjs';
 
-const telemetry = createTelemetry({ prometheus: true });
-const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME), undefined, { fast: telemetry.fast });
+const HERE = path.dirname(new URL(import.meta.url).pathname);
+const abArg = process.argv.find((a) => a.startsWith('--ab='));
+const dists = [path.resolve(HERE, '../../dist'), ...(abArg ? [path.resolve(abArg.slice(5))] : [])];
+
+async function load(dist) {
+  const imp = (p) => import(pathToFileURL(path.join(dist, p)).href);
+  const [{ createTelemetry, SCOPE_NAME }, { Instruments }, { RequestMeter }, { openaiChat }] = await Promise.all([
+    imp('metrics/exporter.js'),
+    imp('metrics/instruments.js'),
+    imp('measure/request-meter.js'),
+    imp('providers/openai-chat.js'),
+  ]);
+  const telemetry = createTelemetry({ prometheus: true });
+  const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME), undefined, { fast: telemetry.fast });
+  return { name: dist, RequestMeter, openaiChat, ins };
+}
+
 const labels = { provider: 'openai', operation: 'chat', requestModel: 'bench', serverAddress: '127.0.0.1' };
 const opts = { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 };
 
-function run(perRead, events) {
+const openaiEvent = (k) => {
+  const pad = 'abcdefghij'.slice(0, 1 + (k % 9)); // OpenAI pads each chunk with a random-length `obfuscation`
+  return `data: {"id":"chatcmpl-3nw4QRRZYqML8cJ7WZ96vN5bX8kRR","object":"chat.completion.chunk","created":1756201234,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_746b3b2afb","choices":[{"index":0,"delta":{"content":" tok${k}"},"logprobs":null,"finish_reason":null}],"obfuscation":"${pad}"}\n\n`;
+};
+const FORMATS = { bench: (k) => contentEvent(7, k), openai: openaiEvent };
+
+function readsOf(format, perRead, events) {
   const reads = [];
   for (let k = 1; k <= events; k += perRead) {
     let s = '';
-    for (let j = k; j < k + perRead; j++) s += contentEvent(7, j);
+    for (let j = k; j < k + perRead; j++) s += FORMATS[format](j);
     reads.push(Buffer.from(s));
   }
-  const m = new RequestMeter(ins, openaiChat.newAdapter(), labels, 0, opts);
+  return reads;
+}
+
+function run(impl, reads, events) {
+  const m = new impl.RequestMeter(impl.ins, impl.openaiChat.newAdapter(), labels, 0, opts);
   m.responseStart(200, 'text/event-stream', undefined);
   m.chunk(Buffer.from(roleEvent(7)), 1);
-  const heap0 = process.memoryUsage().heapUsed;
   const t0 = performance.now();
   let t = 2;
   for (const r of reads) m.chunk(r, (t += 1.4));
   const ns = ((performance.now() - t0) * 1e6) / events;
-  const heap = process.memoryUsage().heapUsed - heap0;
   m.finish(t + 1);
-  return { ns, bytes: heap / events };
+  return ns;
 }
 
-const EVENTS = 200_000;
-for (const perRead of [1, 20]) {
-  for (let i = 0; i < 3; i++) run(perRead, 20_000); // warm-up
-  const res = [];
-  for (let i = 0; i < 5; i++) {
-    globalThis.gc?.();
-    res.push(run(perRead, EVENTS));
+const impls = await Promise.all(dists.map(load));
+const EVENTS = 100_000;
+const ROUNDS = 7;
+for (const format of Object.keys(FORMATS)) {
+  for (const perRead of [1, 20]) {
+    const reads = readsOf(format, perRead, EVENTS);
+    for (const impl of impls) for (let i = 0; i < 3; i++) run(impl, reads, EVENTS); // warm-up
+    const res = impls.map(() => []);
+    for (let i = 0; i < ROUNDS; i++) {
+      impls.forEach((impl, j) => {
+        globalThis.gc?.();
+        res[j].push(run(impl, reads, EVENTS));
+      });
+    }
+    const line = res.map((r, j) => {
+      r.sort((a, b) => a - b);
+      return `${impls.length > 1 ? `${j === 0 ? 'this' : 'other'} ` : ''}median ${r[ROUNDS >> 1].toFixed(0)} min ${r[0].toFixed(0)}`;
+    });
+    console.log(`${format.padEnd(6)} ${String(perRead).padStart(2)} event(s)/read: ns/event ${line.join(' | ')}`);
   }
-  res.sort((a, b) => a.ns - b.ns);
-  const med = res[2];
-  console.log(`${perRead} event(s)/read: ${med.ns.toFixed(0)} ns/event, ~${med.bytes.toFixed(0)} B allocated/event (heap growth, GC may hide some)`);
 }
