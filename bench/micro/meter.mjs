@@ -6,6 +6,7 @@
 // Run after `npm run build`:
 //   node --expose-gc bench/micro/meter.mjs                 this build
 //   node --expose-gc bench/micro/meter.mjs --ab=/other/dist  this build vs another, interleaved
+//   ... --format=openai                                     one chunk shape only (e.g. with --cpu-prof)
 // Machine drift between two invocations is as large as most effects here
 // (±15 %), so compare builds with --ab: both run in one process, alternately.
 import path from 'node:path';
@@ -38,6 +39,7 @@ const openaiEvent = (k) => {
   return `data: {"id":"chatcmpl-3nw4QRRZYqML8cJ7WZ96vN5bX8kRR","object":"chat.completion.chunk","created":1756201234,"model":"gpt-4o-mini-2024-07-18","service_tier":"default","system_fingerprint":"fp_746b3b2afb","choices":[{"index":0,"delta":{"content":" tok${k}"},"logprobs":null,"finish_reason":null}],"obfuscation":"${pad}"}\n\n`;
 };
 const FORMATS = { bench: (k) => contentEvent(7, k), openai: openaiEvent };
+const formatArg = process.argv.find((a) => a.startsWith('--format='))?.slice(9);
 
 function readsOf(format, perRead, events) {
   const reads = [];
@@ -64,7 +66,7 @@ function run(impl, reads, events) {
 const impls = await Promise.all(dists.map(load));
 const EVENTS = 100_000;
 const ROUNDS = 7;
-for (const format of Object.keys(FORMATS)) {
+for (const format of formatArg ? [formatArg] : Object.keys(FORMATS)) {
   for (const perRead of [1, 20]) {
     const reads = readsOf(format, perRead, EVENTS);
     for (const impl of impls) for (let i = 0; i < 3; i++) run(impl, reads, EVENTS); // warm-up

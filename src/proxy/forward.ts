@@ -76,6 +76,11 @@ class InFlight implements ExchangeHandler {
   private upstreamStatus: number | undefined;
   private meter: RequestMeter | undefined;
   private labels: RequestLabels | undefined;
+  /** Reads the model name from the request body, once the meter is set up. */
+  private tap: RequestBodyTap | undefined;
+  /** Body chunks forwarded before the meter was set up (references; Node does not reuse them). */
+  private bodySeen: Buffer[] | undefined;
+  private bodyEnded = false;
   private done = false;
   private readonly requestId: string;
   private timer: NodeJS.Timeout | undefined;
@@ -102,27 +107,9 @@ class InFlight implements ExchangeHandler {
   run(): void {
     const { req, res, match, deps } = this;
     const { upstream } = match.resolved;
-    const route = match.resolved.route;
     this.fwd.inFlight.add(this);
 
-    const api = deps.instruments ? detectApi(match.upstreamPath, route.provider) : undefined;
-    let tap: RequestBodyTap | undefined;
-    if (api) {
-      const pathModel = api.modelFromPath?.(match.upstreamPath);
-      this.labels = {
-        provider: match.resolved.providerName ?? api.defaultProviderName,
-        operation: api.operation,
-        requestModel: this.fwd.limitModel(pathModel),
-        serverAddress: upstream.hostname,
-      };
-      this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, {
-        ...deps.config.limits,
-        defer: afterIo,
-        limitResponseModel: this.fwd.limitResponseModel,
-      });
-      if (pathModel === undefined) tap = new RequestBodyTap(deps.config.limits.maxBodyBytes);
-    }
-
+    if (deps.instruments) this.bodySeen = [];
     const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP);
     // The request body keeps its length, or is chunked again (Node's server decoded it).
     let body: RequestBody = 'none';
@@ -142,7 +129,7 @@ class InFlight implements ExchangeHandler {
     if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
     if (req.headers['x-request-id'] === undefined) headers.push('x-request-id', this.requestId);
 
-    // Client body -> upstream, with backpressure; a bounded copy for the model name.
+    // Client body -> upstream, with backpressure; the model name is read as it passes.
     // Listening first puts the body's first read (on resume's tick) ahead of the
     // uncork of the request head, so head and a small body leave in one write.
     const resumeReq = () => req.resume();
@@ -152,11 +139,13 @@ class InFlight implements ExchangeHandler {
         req.pause();
         ex.whenDrained(resumeReq);
       }
-      tap?.push(c);
+      if (this.tap !== undefined) this.tap.push(c);
+      else this.bodySeen?.push(c);
     });
     req.once('end', () => {
       this.exchange!.end();
-      if (tap && this.labels) this.labels.requestModel = this.fwd.limitModel(tap.model());
+      this.bodyEnded = true;
+      this.takeModel();
     });
     this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
     this.exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
@@ -166,6 +155,39 @@ class InFlight implements ExchangeHandler {
     res.once('close', () => {
       if (!res.writableFinished) this.cancel();
     });
+    // The request head (and a body already read) leaves on a tick queued above;
+    // what only measurement needs is set up on the next one, off the TTFT path.
+    if (deps.instruments) process.nextTick(this.setUpMeter);
+  }
+
+  private readonly setUpMeter = (): void => {
+    const { match, deps } = this;
+    const seen = this.bodySeen;
+    this.bodySeen = undefined;
+    const api = detectApi(match.upstreamPath, match.resolved.route.provider);
+    if (api === undefined) return;
+    const pathModel = api.modelFromPath?.(match.upstreamPath);
+    this.labels = {
+      provider: match.resolved.providerName ?? api.defaultProviderName,
+      operation: api.operation,
+      requestModel: this.fwd.limitModel(pathModel),
+      serverAddress: match.resolved.upstream.hostname,
+    };
+    // Also when the request already failed or was cancelled: record() runs later and reads it.
+    this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, {
+      ...deps.config.limits,
+      defer: afterIo,
+      limitResponseModel: this.fwd.limitResponseModel,
+    });
+    if (pathModel !== undefined) return;
+    const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxBodyBytes));
+    if (seen !== undefined) for (const c of seen) tap.push(c);
+    this.takeModel(); // in case the body's end came first (Node emits it later today)
+  };
+
+  /** The body ended and was read by the tap: its model becomes the request's label. */
+  private takeModel(): void {
+    if (this.bodyEnded && this.tap !== undefined && this.labels !== undefined) this.labels.requestModel = this.fwd.limitModel(this.tap.model());
   }
 
   onHead(head: ResponseHead, framing: BodyFraming): void {

@@ -190,6 +190,74 @@ describe('failures', () => {
     expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { error_type: 'upstream_reset' }).count).toBe(1);
   });
 
+  it('reads the request model from the body however it arrives: with the head, in pieces, chunked', async () => {
+    // The meter (and the body reader) is set up on the tick after the request head leaves;
+    // body bytes forwarded before that must still be read.
+    const up = await upstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end('data: {"id":"c","object":"chat.completion.chunk","model":"served","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n');
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const port = Number(new URL(proxy.proxyUrl).port);
+    const send = async (pieces: string[], gapMs: number) => {
+      const sock = net.connect(port, '127.0.0.1');
+      await new Promise<void>((r) => sock.once('connect', () => r()));
+      const got: Buffer[] = [];
+      sock.on('data', (d: Buffer) => got.push(d));
+      for (const [k, p] of pieces.entries()) {
+        if (k > 0) await sleep(gapMs);
+        sock.write(p);
+      }
+      const deadline = performance.now() + 3000;
+      while (!Buffer.concat(got).includes('[DONE]') && performance.now() < deadline) await sleep(5);
+      sock.destroy();
+      expect(Buffer.concat(got).toString()).toContain('data: [DONE]');
+    };
+    const body = (model: string) => `{"stream":true,"messages":[{"role":"user","content":"x"}],"model":"${model}"}`;
+    const head = (len: number) => `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
+    const whole = body('m-whole');
+    await send([head(whole.length) + whole], 0);
+    const split = body('m-split');
+    await send([head(split.length) + split.slice(0, 20), split.slice(20, 60), split.slice(60)], 40);
+    const late = body('m-late');
+    await send([head(late.length), late], 40);
+    const chunkedBody = body('m-chunked');
+    const chunk = (t: string) => `${t.length.toString(16)}\r\n${t}\r\n`;
+    await send(
+      [
+        'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n' + chunk(chunkedBody.slice(0, 30)),
+        chunk(chunkedBody.slice(30)) + '0\r\n\r\n',
+      ],
+      40,
+    );
+    await sleep(50);
+    const samples = await scrape(proxy.metricsUrl);
+    for (const model of ['m-whole', 'm-split', 'm-late', 'm-chunked']) {
+      expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: model, outcome: 'ok' }), model).toBe(1);
+      expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds', { gen_ai_request_model: model }).count, model).toBe(1);
+    }
+    expect(up.seen.map((x) => x.body.toString())).toEqual([whole, split, late, chunkedBody]);
+  });
+
+  it('records a request the client abandons before the response (the meter is set up after the head leaves)', async () => {
+    const up = await upstream((_req, res) => setTimeout(() => res.end('late'), 300));
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const port = Number(new URL(proxy.proxyUrl).port);
+    const sock = net.connect(port, '127.0.0.1');
+    await new Promise<void>((r) => sock.once('connect', () => r()));
+    const b = '{"model":"m-gone","stream":true}';
+    sock.end(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`);
+    sock.destroy();
+    let n = 0;
+    for (const deadline = performance.now() + 3000; n === 0 && performance.now() < deadline; await sleep(20)) {
+      n = hist(await scrape(proxy.metricsUrl), 'gen_ai_client_operation_duration_seconds', { error_type: 'client_cancelled' }).count;
+    }
+    expect(n).toBe(1);
+    expect(total(await scrape(proxy.metricsUrl), 'llm_proxy_streams_active')).toBe(0);
+  });
+
   it('returns 404 JSON for a path no route covers', async () => {
     const up = await upstream((_req, res) => res.end('x'));
     cleanups.push(up.close);
