@@ -78,7 +78,13 @@ const fileSchema = z
       .strict()
       .optional(),
     timeouts: z
-      .object({ connect: seconds.optional(), response: seconds.optional(), idle: seconds.optional(), keepAlive: seconds.optional() })
+      .object({
+        connect: seconds.optional(),
+        response: seconds.optional(),
+        idle: seconds.optional(),
+        keepAlive: seconds.optional(),
+        upstreamKeepAlive: seconds.optional(),
+      })
       .strict()
       .optional(),
     limits: z
@@ -126,8 +132,18 @@ export interface Config {
     readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
   };
   /** Seconds. */
-  /** Seconds. keepAlive: how long an idle client connection is kept open. */
-  readonly timeouts: { readonly connect: number; readonly response: number; readonly idle: number; readonly keepAlive: number };
+  /**
+   * Seconds. keepAlive: how long an idle client connection is kept open;
+   * upstreamKeepAlive: how long an idle upstream connection is kept for reuse
+   * (shortened by the upstream's `Keep-Alive: timeout` hint).
+   */
+  readonly timeouts: {
+    readonly connect: number;
+    readonly response: number;
+    readonly idle: number;
+    readonly keepAlive: number;
+    readonly upstreamKeepAlive: number;
+  };
   readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number };
   readonly logLevel: string;
   /** Seconds to let in-flight streams finish on SIGTERM. */
@@ -244,6 +260,11 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       // Longer than clients' and load balancers' idle timeouts (60 s on AWS ALB),
       // so the proxy is not the side that closes a connection a client is reusing.
       keepAlive: f.timeouts?.keepAlive ?? 65,
+      // Shorter than uvicorn's 5 s idle timeout (vLLM and other Python servers), which
+      // comes with no Keep-Alive hint: a request written as such a server closes the
+      // connection fails, and a POST cannot be retried. Upstreams that keep idle
+      // connections longer can be given more, to spare new connections' handshakes.
+      upstreamKeepAlive: f.timeouts?.upstreamKeepAlive ?? 4,
     }),
     limits: Object.freeze({
       maxEventBytes: f.limits?.maxEventBytes ?? 1024 * 1024,

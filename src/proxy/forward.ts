@@ -45,7 +45,10 @@ export class Forwarder {
 
   constructor(private readonly deps: ForwarderDeps) {
     this.router = new Router(deps.config.routes);
-    this.upstream = new UpstreamClient({ connectTimeoutMs: deps.config.timeouts.connect * 1000 });
+    this.upstream = new UpstreamClient({
+      connectTimeoutMs: deps.config.timeouts.connect * 1000,
+      keepAliveMs: deps.config.timeouts.upstreamKeepAlive * 1000,
+    });
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
   }

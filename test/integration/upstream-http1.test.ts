@@ -246,6 +246,27 @@ describe('upstream connections', () => {
     expect(up.state.connections).toBe(2);
   });
 
+  it('keeps idle upstream connections for timeouts.upstreamKeepAlive, unless the upstream hints less', async () => {
+    const reusedAfter = async (upstreamKeepAlive: number | undefined, serverKeepAliveMs: number, idleMs: number) => {
+      const up = await countingServer((_req, res) => res.end('ok'), serverKeepAliveMs);
+      const p = await startTestProxy(up.url, upstreamKeepAlive === undefined ? {} : { timeouts: { upstreamKeepAlive } });
+      try {
+        expect((await get(p.proxyUrl, '/a')).body).toBe('ok');
+        await sleep(idleMs);
+        expect((await get(p.proxyUrl, '/a')).body).toBe('ok');
+        return up.state.connections === 1;
+      } finally {
+        await p.close();
+      }
+    };
+    // Node's server hints `Keep-Alive: timeout=60` here; the proxy keeps the connection 4 s by default.
+    expect(await reusedAfter(undefined, 60_000, 600)).toBe(true);
+    expect(await reusedAfter(0.3, 60_000, 600)).toBe(false);
+    expect(await reusedAfter(30, 60_000, 600)).toBe(true);
+    // A hint of 1 s leaves 0 s (hint minus 1 s): the connection is not kept, whatever the setting.
+    expect(await reusedAfter(30, 1000, 100)).toBe(false);
+  });
+
   it('forwards a chunked request body re-chunked, bytes unchanged', async () => {
     const got: { te?: string; body: Buffer }[] = [];
     const up = await countingServer((req, res) => {

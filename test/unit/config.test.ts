@@ -64,6 +64,9 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ timeouts: { connect: -1 } }))).toMatch(/timeouts\.connect/);
     expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 0 } }))).toMatch(/timeouts\.keepAlive/);
     expect(buildConfig({}).timeouts.keepAlive).toBe(65);
+    expect(buildConfig({}).timeouts.upstreamKeepAlive).toBe(4);
+    expect(buildConfig({ timeouts: { upstreamKeepAlive: 90 } }).timeouts.upstreamKeepAlive).toBe(90);
+    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAlive: 0 } }))).toMatch(/timeouts\.upstreamKeepAlive/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/a', upstream: 'http://x' }, { prefix: '/a/', upstream: 'http://y' }] }))).toMatch(/routes\[1\]\.prefix: duplicate/);
     expect(errorOf(() => buildConfig({}, { upstream: 'not a url' }))).toMatch(/^upstream:/);
     expect(errorOf(() => buildConfig({}, { logLevel: 'loud' }))).toMatch(/log level/);
