@@ -131,7 +131,6 @@ export interface Config {
     readonly loopDelayResolutionMs: number;
     readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
   };
-  /** Seconds. */
   /**
    * Seconds. keepAlive: how long an idle client connection is kept open;
    * upstreamKeepAlive: how long an idle upstream connection is kept for reuse
