@@ -63,8 +63,12 @@ const fileSchema = z
         maxModelValues: z.number().int().min(1).optional(),
         /** Also record per-token ITL (`llm_proxy_time_per_output_token_seconds`) where a stream reports cumulative usage. */
         perTokenItl: z.boolean().optional(),
-        /** Event-loop-delay sampling period in ms: finer catches shorter stalls, and every sample wakes the process. */
-        loopDelayResolutionMs: z.number().int().min(1).max(60_000).optional(),
+        /**
+         * Event-loop-delay sampling period in ms: finer catches shorter stalls, and every sample
+         * wakes the process. A collection reports only when its window held two samples, so the
+         * period must stay well below the scrape or export interval.
+         */
+        loopDelayResolutionMs: z.number().int().min(1).max(1000).optional(),
         buckets: z
           .object({
             itl: boundaries.optional(),
@@ -83,7 +87,7 @@ const fileSchema = z
         response: seconds.optional(),
         idle: seconds.optional(),
         keepAlive: seconds.optional(),
-        upstreamKeepAlive: seconds.optional(),
+        upstreamKeepAlive: seconds.max(3600).optional(),
       })
       .strict()
       .optional(),

@@ -252,7 +252,7 @@ function targets(F) {
 }
 
 function svgChart(F, meta) {
-  const colors = { proxy: '#d62728', 'proxy-nometrics': '#ff7f0e', nginx: '#2ca02c', 'http-proxy': '#1f77b4', portkey: '#9467bd' };
+  const colors = { proxy: '#d62728', 'proxy-alt': '#8c564b', 'proxy-nometrics': '#ff7f0e', nginx: '#2ca02c', 'http-proxy': '#1f77b4', portkey: '#9467bd' };
   const deltas = [...new Set(Object.keys(F.gap).map((k) => Number(/d=([\d.]+)/.exec(k)[1])))].sort((a, b) => a - b);
   const W = 460;
   const H = 320;

@@ -40,6 +40,7 @@ const openaiEvent = (k) => {
 };
 const FORMATS = { bench: (k) => contentEvent(7, k), openai: openaiEvent };
 const formatArg = process.argv.find((a) => a.startsWith('--format='))?.slice(9);
+if (formatArg !== undefined && !FORMATS[formatArg]) throw new Error(`--format: one of ${Object.keys(FORMATS).join(', ')}`);
 
 function readsOf(format, perRead, events) {
   const reads = [];

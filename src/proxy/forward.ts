@@ -164,9 +164,20 @@ class InFlight implements ExchangeHandler {
   }
 
   private readonly setUpMeter = (): void => {
-    const { match, deps } = this;
     const seen = this.bodySeen;
     this.bodySeen = undefined;
+    try {
+      this.measure(seen);
+    } catch (e) {
+      // A bare tick: a throw here would end the process. The request goes on unmeasured.
+      this.meter = undefined;
+      this.tap = undefined;
+      this.deps.log.error({ reqId: this.requestId, err: (e as Error).message }, 'measurement set-up failed');
+    }
+  };
+
+  private measure(seen: Buffer[] | undefined): void {
+    const { match, deps } = this;
     const api = detectApi(match.upstreamPath, match.resolved.route.provider);
     if (api === undefined) return;
     const pathModel = api.modelFromPath?.(match.upstreamPath);
@@ -186,7 +197,7 @@ class InFlight implements ExchangeHandler {
     const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxBodyBytes));
     if (seen !== undefined) for (const c of seen) tap.push(c);
     this.takeModel(); // in case the body's end came first (Node emits it later today)
-  };
+  }
 
   /** The body ended and was read by the tap: its model becomes the request's label. */
   private takeModel(): void {

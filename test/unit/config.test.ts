@@ -61,6 +61,9 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ metrics: { buckets: { itl: [0.002, 0.001] } } }))).toMatch(/metrics\.buckets\.itl: must be strictly increasing/);
     expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 0 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
     expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 2.5 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
+    // A period near the scrape interval would leave windows without two samples, i.e. no gauges.
+    expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 15_000 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
+    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAlive: 1e9 } }))).toMatch(/timeouts\.upstreamKeepAlive/);
     expect(errorOf(() => buildConfig({ timeouts: { connect: -1 } }))).toMatch(/timeouts\.connect/);
     expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 0 } }))).toMatch(/timeouts\.keepAlive/);
     expect(buildConfig({}).timeouts.keepAlive).toBe(65);
