@@ -83,7 +83,6 @@ class InFlight implements ExchangeHandler {
   private tap: RequestBodyTap | undefined;
   /** Body chunks forwarded before the meter was set up (references; Node does not reuse them). */
   private bodySeen: Buffer[] | undefined;
-  private bodyEnded = false;
   private done = false;
   private readonly requestId: string;
   private timer: NodeJS.Timeout | undefined;
@@ -147,7 +146,6 @@ class InFlight implements ExchangeHandler {
     });
     req.once('end', () => {
       this.exchange!.end();
-      this.bodyEnded = true;
       this.takeModel();
     });
     this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
@@ -160,10 +158,15 @@ class InFlight implements ExchangeHandler {
     });
     // The request head (and a body already read) leaves on a tick queued above;
     // what only measurement needs is set up on the next one, off the TTFT path.
-    if (deps.instruments) process.nextTick(this.setUpMeter);
+    if (deps.instruments) process.nextTick(InFlight.setUpMeterOf, this);
   }
 
-  private readonly setUpMeter = (): void => {
+  /** A static function for nextTick: no closure per request. */
+  private static setUpMeterOf(f: InFlight): void {
+    f.setUpMeter();
+  }
+
+  private setUpMeter(): void {
     const seen = this.bodySeen;
     this.bodySeen = undefined;
     try {
@@ -174,7 +177,7 @@ class InFlight implements ExchangeHandler {
       this.tap = undefined;
       this.deps.log.error({ reqId: this.requestId, err: (e as Error).message }, 'measurement set-up failed');
     }
-  };
+  }
 
   private measure(seen: Buffer[] | undefined): void {
     const { match, deps } = this;
@@ -201,7 +204,7 @@ class InFlight implements ExchangeHandler {
 
   /** The body ended and was read by the tap: its model becomes the request's label. */
   private takeModel(): void {
-    if (this.bodyEnded && this.tap !== undefined && this.labels !== undefined) this.labels.requestModel = this.fwd.limitModel(this.tap.model());
+    if (this.req.readableEnded && this.tap !== undefined && this.labels !== undefined) this.labels.requestModel = this.fwd.limitModel(this.tap.model());
   }
 
   onHead(head: ResponseHead, framing: BodyFraming): void {
