@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
@@ -178,5 +179,26 @@ describe('logs', () => {
       expect(everything).not.toContain(secret);
     }
     expect(p.lines.some((x) => x.msg === 'shutting down')).toBe(true);
+  });
+});
+
+describe('start-up cost', () => {
+  // The OTLP exporter's protobuf/HTTP stack is loaded only when OTLP is configured.
+  function loadsOtlp(opts: string): boolean {
+    const exporterJs = new URL('../../dist/metrics/exporter.js', import.meta.url).href;
+    const script = `import { createRequire } from 'node:module';
+const { createTelemetry } = await import(${JSON.stringify(exporterJs)});
+const t = createTelemetry(${opts});
+const cache = createRequire(import.meta.url).cache;
+process.stdout.write(String(Object.keys(cache).some((k) => k.includes('exporter-metrics-otlp-http'))));
+void t;
+process.exit(0);`;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 });
+    return out.trim() === 'true';
+  }
+
+  it('a Prometheus-only pipeline does not load the OTLP exporter; an OTLP one does', () => {
+    expect(loadsOtlp('{ prometheus: true }')).toBe(false);
+    expect(loadsOtlp("{ prometheus: false, otlp: { endpoint: 'http://127.0.0.1:9/v1/metrics', intervalMs: 60000, exponentialHistograms: false } }")).toBe(true);
   });
 });
