@@ -69,9 +69,20 @@ const PLAN = QUICK
         { delta: 20, c: 1000, ms: 2000 },
       ],
       sustainLadder: [150, 250, 350, 500, 750, 2000, 3000, 4000],
-      mem: { n1: 100, n2: 1000, fresh: true },
+      // Up to 3,000 open streams: V8's young generation grows by up to ~20 MiB, once, while
+      // a ramp's objects survive; over 100 -> 1,000 that one-off was 6-21 KiB of a 23-35 KiB
+      // slope and decided the figure. It is reported beside the slope (see report.mjs).
+      mem: { n1: 100, n2: 3000, fresh: true },
       cancel: { c: 100 },
     };
+
+// --mem=100x3000: the two stream counts of the memory ramp
+const MEM_ONLY = opt('mem', null);
+if (MEM_ONLY) {
+  const [n1, n2] = MEM_ONLY.split('x').map(Number);
+  if (!(n1 > 0 && n2 > n1)) throw new Error(`--mem=${MEM_ONLY}: want N1xN2 with 0 < N1 < N2`);
+  PLAN.mem = { ...PLAN.mem, n1, n2 };
+}
 
 // --gap=1.4x1000,20x100: only these gap scenarios (delta x streams), for focused measurements
 const GAP_ONLY = opt('gap', null);
@@ -385,12 +396,12 @@ async function memMeasure(p, mem) {
     await sleep(800);
     const probe = p.memProbe ? await p.memProbe() : null;
     await sleep(100);
-    return { rssKiB: rssKiBOf(p.pids()), heapUsed: probe?.heapUsed ?? null, gc: probe?.gc ?? false };
+    return { rssKiB: rssKiBOf(p.pids()), heapUsed: probe?.heapUsed ?? null, young: probe?.youngPhysical ?? null, gc: probe?.gc ?? false };
   };
   await emitter.call('config', { cfg: { mode: 'hold', n: 0 } });
   const h1 = await client.call('hold', { url: p.url, headers: p.headers, c: mem.n1, deadlineMs: 20_000 });
   const s1 = await sample();
-  const h2 = await client.call('hold', { url: p.url, headers: p.headers, c: mem.n2 - mem.n1, deadlineMs: 30_000 });
+  const h2 = await client.call('hold', { url: p.url, headers: p.headers, c: mem.n2 - mem.n1, deadlineMs: 60_000 });
   const s2 = await sample();
   await emitter.call('release');
   const w = await client.call('holdWait', { deadlineMs: 20_000 });
@@ -402,6 +413,7 @@ async function memMeasure(p, mem) {
     rss2KiB: s2.rssKiB,
     rssPerStreamKiB: dn > 0 ? (s2.rssKiB - s1.rssKiB) / dn : null,
     heapPerStreamKiB: dn > 0 && s1.heapUsed !== null && s2.heapUsed !== null ? (s2.heapUsed - s1.heapUsed) / 1024 / dn : null,
+    youngGrowthKiB: s1.young !== null && s2.young !== null ? (s2.young - s1.young) / 1024 : null,
     gcForced: s1.gc && s2.gc,
     holdErrors: [...(h1.errors || []), ...(h2.errors || [])],
     release: w,
@@ -431,7 +443,7 @@ async function phaseMem() {
         m.second = { rss1KiB: again.rss1KiB, rss2KiB: again.rss2KiB, rssPerStreamKiB: again.rssPerStreamKiB, heapPerStreamKiB: again.heapPerStreamKiB };
         runs.push({ phase: 'mem', key: `mem ${mem.n1}->${mem.n2}`, rep, path: name, ...m });
         log(
-          `mem rep${rep} ${name}: open ${m.n1}->${m.n2} rss ${m.rss1KiB}->${m.rss2KiB} KiB = ${m.rssPerStreamKiB?.toFixed(1)} KiB/stream (second ramp ${m.second.rss1KiB}->${m.second.rss2KiB} = ${m.second.rssPerStreamKiB?.toFixed(1)}) heap ${m.heapPerStreamKiB?.toFixed?.(1) ?? '–'} KiB/stream`,
+          `mem rep${rep} ${name}: open ${m.n1}->${m.n2} rss ${m.rss1KiB}->${m.rss2KiB} KiB = ${m.rssPerStreamKiB?.toFixed(1)} KiB/stream (young gen +${m.youngGrowthKiB?.toFixed?.(0) ?? '–'} KiB) (second ramp ${m.second.rss1KiB}->${m.second.rss2KiB} = ${m.second.rssPerStreamKiB?.toFixed(1)}) heap ${m.heapPerStreamKiB?.toFixed?.(1) ?? '–'} KiB/stream`,
         );
       } catch (err) {
         runs.push({ phase: 'mem', key: `mem ${mem.n1}->${mem.n2}`, rep, path: name, failed: String(err.message || err) });

@@ -122,6 +122,8 @@ export function computeFigures(meta, runs) {
         key,
         rssPerStreamKiB: over(recs, p, (r) => r.rssPerStreamKiB),
         heapPerStreamKiB: over(recs, p, (r) => r.heapPerStreamKiB),
+        youngPerStreamKiB: over(recs, p, (r) => (r.youngGrowthKiB == null ? null : r.youngGrowthKiB / (r.n2 - r.n1))),
+        rssNetOfYoungKiB: over(recs, p, (r) => (r.youngGrowthKiB == null ? null : r.rssPerStreamKiB - r.youngGrowthKiB / (r.n2 - r.n1))),
         rssSecondRampKiB: over(recs, p, (r) => r.second?.rssPerStreamKiB),
         rssAtN2MiB: over(recs, p, (r) => r.rss2KiB / 1024),
         failed: mine.filter((r) => r.failed).map((r) => r.failed),
@@ -392,12 +394,12 @@ export function writeReports({ meta, runs, out }) {
   for (const p of paths) {
     const x = F.memory[p];
     if (!x) continue;
-    rows.push([p, x.key, fmtAgg(x.rssPerStreamKiB, 1), fmtAgg(x.heapPerStreamKiB, 1), fmtAgg(x.rssSecondRampKiB, 1), fmtAgg(x.rssAtN2MiB, 1), x.failed.length ? `FAILED ${x.failed[0].slice(0, 80)}` : '']);
+    rows.push([p, x.key, fmtAgg(x.rssPerStreamKiB, 1), fmtAgg(x.youngPerStreamKiB, 1), fmtAgg(x.rssNetOfYoungKiB, 1), fmtAgg(x.heapPerStreamKiB, 1), fmtAgg(x.rssSecondRampKiB, 1), fmtAgg(x.rssAtN2MiB, 1), x.failed.length ? `FAILED ${x.failed[0].slice(0, 80)}` : '']);
   }
   if (rows.length)
     parts.push(
-      '## 5. Memory per open (idle) stream\n\nRSS: VmRSS of the path\'s processes (/proc); heap: V8 heapUsed after a forced GC (node --expose-gc, via an IPC probe preloaded with --import), Node paths only. Slope between the two stream counts, on a fresh process (first ramp). Second ramp: the same ramp again on the same process, after the streams of the first were closed; it reuses pages the first ramp committed (V8 grows its young generation while streams are opened), so it is a lower bound.\n\n' +
-        table(['path', 'streams', 'RSS KiB/stream', 'heap KiB/stream', 'RSS KiB/stream, second ramp', 'RSS MiB at top', ''], rows),
+      '## 5. Memory per open (idle) stream\n\nRSS: VmRSS of the path\'s processes (/proc); heap: V8 heapUsed after a forced GC (node --expose-gc, via an IPC probe preloaded with --import), Node paths only. Slope between the two stream counts, on a fresh process (first ramp); the target is judged on it. Young gen: the growth of V8\'s young generation (new space, physical) over the ramp, per stream; V8 grows it, up to a fixed cap, while a ramp\'s objects survive scavenges, so it is a one-off that a wider ramp spreads thinner; \"RSS net\" is the RSS slope without it. Second ramp: the same ramp again on the same process, after the streams of the first were closed; it reuses pages the first ramp committed (V8 grows its young generation while streams are opened), so it is a lower bound.\n\n' +
+        table(['path', 'streams', 'RSS KiB/stream', 'of it young gen', 'RSS net of young gen', 'heap KiB/stream', 'RSS KiB/stream, second ramp', 'RSS MiB at top', ''], rows),
     );
 
   // 6 cancellation
