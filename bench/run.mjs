@@ -440,7 +440,7 @@ async function phaseMem() {
         // reuses pages the first committed, so it is a lower bound. Both are reported; the
         // target is judged on the first.
         const again = await memMeasure(p, mem);
-        m.second = { rss1KiB: again.rss1KiB, rss2KiB: again.rss2KiB, rssPerStreamKiB: again.rssPerStreamKiB, heapPerStreamKiB: again.heapPerStreamKiB };
+        m.second = { rss1KiB: again.rss1KiB, rss2KiB: again.rss2KiB, rssPerStreamKiB: again.rssPerStreamKiB, heapPerStreamKiB: again.heapPerStreamKiB, youngGrowthKiB: again.youngGrowthKiB };
         runs.push({ phase: 'mem', key: `mem ${mem.n1}->${mem.n2}`, rep, path: name, ...m });
         log(
           `mem rep${rep} ${name}: open ${m.n1}->${m.n2} rss ${m.rss1KiB}->${m.rss2KiB} KiB = ${m.rssPerStreamKiB?.toFixed(1)} KiB/stream (young gen +${m.youngGrowthKiB?.toFixed?.(0) ?? '–'} KiB) (second ramp ${m.second.rss1KiB}->${m.second.rss2KiB} = ${m.second.rssPerStreamKiB?.toFixed(1)}) heap ${m.heapPerStreamKiB?.toFixed?.(1) ?? '–'} KiB/stream`,

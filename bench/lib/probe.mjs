@@ -1,7 +1,8 @@
 // Preloaded into Node paths (`node --expose-gc --import bench/lib/probe.mjs ...`)
 // when the benchmark needs their memory: on an IPC request it forces a GC and
-// replies with process.memoryUsage(). Idle otherwise; it changes nothing in the
-// process it is loaded into.
+// replies with process.memoryUsage() and the young generation's physical size
+// (and writes a heap snapshot when BENCH_HEAP_SNAPSHOT_DIR is set). Idle
+// otherwise; it changes nothing in the process it is loaded into.
 import v8 from 'node:v8';
 
 if (process.send) {
