@@ -88,6 +88,7 @@ const fileSchema = z
         idle: seconds.optional(),
         keepAlive: seconds.optional(),
         upstreamKeepAlive: seconds.max(3600).optional(),
+        upstreamKeepAliveMax: seconds.max(3600).optional(),
       })
       .strict()
       .optional(),
@@ -138,7 +139,8 @@ export interface Config {
   /**
    * Seconds. keepAlive: how long an idle client connection is kept open;
    * upstreamKeepAlive: how long an idle upstream connection is kept for reuse
-   * (shortened by the upstream's `Keep-Alive: timeout` hint).
+   * when the upstream sends no `Keep-Alive: timeout` hint; with a hint, the hint
+   * minus 1 s, at most upstreamKeepAliveMax (undici's policy).
    */
   readonly timeouts: {
     readonly connect: number;
@@ -146,6 +148,7 @@ export interface Config {
     readonly idle: number;
     readonly keepAlive: number;
     readonly upstreamKeepAlive: number;
+    readonly upstreamKeepAliveMax: number;
   };
   readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number };
   readonly logLevel: string;
@@ -268,6 +271,9 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       // connection fails, and a POST cannot be retried. Upstreams that keep idle
       // connections longer can be given more, to spare new connections' handshakes.
       upstreamKeepAlive: f.timeouts?.upstreamKeepAlive ?? 4,
+      // A server that says how long it keeps idle connections is believed (less 1 s
+      // for transit), up to this cap: undici's keepAliveMaxTimeout default.
+      upstreamKeepAliveMax: f.timeouts?.upstreamKeepAliveMax ?? 600,
     }),
     limits: Object.freeze({
       maxEventBytes: f.limits?.maxEventBytes ?? 1024 * 1024,

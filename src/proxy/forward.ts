@@ -48,6 +48,7 @@ export class Forwarder {
     this.upstream = new UpstreamClient({
       connectTimeoutMs: deps.config.timeouts.connect * 1000,
       keepAliveMs: deps.config.timeouts.upstreamKeepAlive * 1000,
+      keepAliveMaxMs: deps.config.timeouts.upstreamKeepAliveMax * 1000,
     });
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);

@@ -65,8 +65,10 @@ export interface UpstreamOptions {
   connectTimeoutMs: number;
   /** Idle connections kept per origin. */
   maxIdlePerOrigin?: number;
-  /** Longest time an idle connection is kept (shortened by the server's Keep-Alive hint). */
+  /** How long an idle connection is kept when the server gives no Keep-Alive hint. */
   keepAliveMs?: number;
+  /** The most a server's Keep-Alive hint can make the proxy keep an idle connection. */
+  keepAliveMaxMs?: number;
 }
 
 // One read buffer for every plain-TCP upstream socket: reads are handled
@@ -84,11 +86,13 @@ export class UpstreamClient {
   private readonly tlsSessions = new Map<string, Buffer>();
   private readonly maxIdle: number;
   private readonly keepAliveMs: number;
+  private readonly keepAliveMaxMs: number;
   private closed = false;
 
   constructor(private readonly opts: UpstreamOptions) {
     this.maxIdle = opts.maxIdlePerOrigin ?? 256;
     this.keepAliveMs = opts.keepAliveMs ?? 4000;
+    this.keepAliveMaxMs = opts.keepAliveMaxMs ?? 600_000;
   }
 
   /** Starts a request: the head is written at once, the body with write()/end(). */
@@ -151,7 +155,9 @@ export class UpstreamClient {
 
   /** A connection finished an exchange cleanly: keep it, or close it. */
   release(conn: Connection, hintMs: number | undefined): void {
-    const keepMs = Math.min(this.keepAliveMs, hintMs === undefined ? Infinity : hintMs - 1000);
+    // A server's hint wins over the default, less 1 s for the time a request takes to
+    // reach it (as undici does): peers that keep connections long spare new handshakes.
+    const keepMs = hintMs === undefined ? this.keepAliveMs : Math.min(hintMs - 1000, this.keepAliveMaxMs);
     let list = this.idle.get(conn.key);
     if (this.closed || keepMs <= 0 || !conn.usable() || (list !== undefined && list.length >= this.maxIdle)) {
       conn.socket.destroy();

@@ -246,10 +246,11 @@ describe('upstream connections', () => {
     expect(up.state.connections).toBe(2);
   });
 
-  it('keeps idle upstream connections for timeouts.upstreamKeepAlive, unless the upstream hints less', async () => {
-    const reusedAfter = async (upstreamKeepAlive: number | undefined, serverKeepAliveMs: number, idleMs: number) => {
+  it('keeps idle upstream connections for the Keep-Alive hint less 1 s (capped by upstreamKeepAliveMax), else for upstreamKeepAlive', async () => {
+    type Timeouts = { upstreamKeepAlive?: number; upstreamKeepAliveMax?: number };
+    const reusedAfter = async (timeouts: Timeouts, serverKeepAliveMs: number, idleMs: number) => {
       const up = await countingServer((_req, res) => res.end('ok'), serverKeepAliveMs);
-      const p = await startTestProxy(up.url, upstreamKeepAlive === undefined ? {} : { timeouts: { upstreamKeepAlive } });
+      const p = await startTestProxy(up.url, { timeouts });
       try {
         expect((await get(p.proxyUrl, '/a')).body).toBe('ok');
         await sleep(idleMs);
@@ -259,12 +260,16 @@ describe('upstream connections', () => {
         await p.close();
       }
     };
-    // Node's server hints `Keep-Alive: timeout=60` here; the proxy keeps the connection 4 s by default.
-    expect(await reusedAfter(undefined, 60_000, 600)).toBe(true);
-    expect(await reusedAfter(0.3, 60_000, 600)).toBe(false);
-    expect(await reusedAfter(30, 60_000, 600)).toBe(true);
-    // A hint of 1 s leaves 0 s (hint minus 1 s): the connection is not kept, whatever the setting.
-    expect(await reusedAfter(30, 1000, 100)).toBe(false);
+    // Node's server hints `Keep-Alive: timeout=60`: the hint less 1 s wins over the 4 s default
+    // and over a shorter upstreamKeepAlive; upstreamKeepAliveMax caps it.
+    expect(await reusedAfter({}, 60_000, 600)).toBe(true);
+    expect(await reusedAfter({ upstreamKeepAlive: 0.3 }, 60_000, 600)).toBe(true);
+    expect(await reusedAfter({ upstreamKeepAliveMax: 0.3 }, 60_000, 600)).toBe(false);
+    // A hint of 1 s leaves 0 s: the connection is not kept, whatever the settings.
+    expect(await reusedAfter({ upstreamKeepAlive: 30 }, 1000, 100)).toBe(false);
+    // No hint (a server keepAliveTimeout of 0 sends none, like uvicorn): upstreamKeepAlive decides.
+    expect(await reusedAfter({ upstreamKeepAlive: 0.3 }, 0, 600)).toBe(false);
+    expect(await reusedAfter({ upstreamKeepAlive: 30, upstreamKeepAliveMax: 0.3 }, 0, 600)).toBe(true);
   });
 
   it('forwards a chunked request body re-chunked, bytes unchanged', async () => {

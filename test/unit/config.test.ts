@@ -70,6 +70,9 @@ describe('config', () => {
     expect(buildConfig({}).timeouts.upstreamKeepAlive).toBe(4);
     expect(buildConfig({ timeouts: { upstreamKeepAlive: 90 } }).timeouts.upstreamKeepAlive).toBe(90);
     expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAlive: 0 } }))).toMatch(/timeouts\.upstreamKeepAlive/);
+    expect(buildConfig({}).timeouts.upstreamKeepAliveMax).toBe(600);
+    expect(buildConfig({ timeouts: { upstreamKeepAliveMax: 30 } }).timeouts.upstreamKeepAliveMax).toBe(30);
+    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAliveMax: 7200 } }))).toMatch(/timeouts\.upstreamKeepAliveMax/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/a', upstream: 'http://x' }, { prefix: '/a/', upstream: 'http://y' }] }))).toMatch(/routes\[1\]\.prefix: duplicate/);
     expect(errorOf(() => buildConfig({}, { upstream: 'not a url' }))).toMatch(/^upstream:/);
     expect(errorOf(() => buildConfig({}, { logLevel: 'loud' }))).toMatch(/log level/);
