@@ -140,7 +140,9 @@ export interface Config {
    * Seconds. keepAlive: how long an idle client connection is kept open;
    * upstreamKeepAlive: how long an idle upstream connection is kept for reuse
    * when the upstream sends no `Keep-Alive: timeout` hint; with a hint, the hint
-   * minus 1 s, at most upstreamKeepAliveMax (undici's policy).
+   * minus 1 s, at most upstreamKeepAliveMax (undici's policy, with a 1 s margin
+   * where recent undici uses 2 s). upstreamKeepAliveMax caps hints only, not
+   * upstreamKeepAlive.
    */
   readonly timeouts: {
     readonly connect: number;

@@ -156,7 +156,8 @@ export class UpstreamClient {
   /** A connection finished an exchange cleanly: keep it, or close it. */
   release(conn: Connection, hintMs: number | undefined): void {
     // A server's hint wins over the default, less 1 s for the time a request takes to
-    // reach it (as undici does): peers that keep connections long spare new handshakes.
+    // reach it (undici's policy; its margin is 2 s in recent versions): peers that keep
+    // connections long spare new handshakes. upstreamKeepAliveMax caps hints only.
     const keepMs = hintMs === undefined ? this.keepAliveMs : Math.min(hintMs - 1000, this.keepAliveMaxMs);
     let list = this.idle.get(conn.key);
     if (this.closed || keepMs <= 0 || !conn.usable() || (list !== undefined && list.length >= this.maxIdle)) {

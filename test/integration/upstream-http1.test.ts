@@ -260,8 +260,8 @@ describe('upstream connections', () => {
         await p.close();
       }
     };
-    // Node's server hints `Keep-Alive: timeout=60`: the hint less 1 s wins over the 4 s default
-    // and over a shorter upstreamKeepAlive; upstreamKeepAliveMax caps it.
+    // Node's server hints `Keep-Alive: timeout=60`: reuse after a short pause, the hint less 1 s
+    // wins over a shorter upstreamKeepAlive, and upstreamKeepAliveMax caps it.
     expect(await reusedAfter({}, 60_000, 600)).toBe(true);
     expect(await reusedAfter({ upstreamKeepAlive: 0.3 }, 60_000, 600)).toBe(true);
     expect(await reusedAfter({ upstreamKeepAliveMax: 0.3 }, 60_000, 600)).toBe(false);

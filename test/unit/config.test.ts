@@ -63,16 +63,16 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 2.5 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
     // A period near the scrape interval would leave windows without two samples, i.e. no gauges.
     expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 15_000 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
-    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAlive: 1e9 } }))).toMatch(/timeouts\.upstreamKeepAlive/);
+    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAlive: 1e9 } }))).toMatch(/timeouts\.upstreamKeepAlive:/);
     expect(errorOf(() => buildConfig({ timeouts: { connect: -1 } }))).toMatch(/timeouts\.connect/);
     expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 0 } }))).toMatch(/timeouts\.keepAlive/);
     expect(buildConfig({}).timeouts.keepAlive).toBe(65);
     expect(buildConfig({}).timeouts.upstreamKeepAlive).toBe(4);
     expect(buildConfig({ timeouts: { upstreamKeepAlive: 90 } }).timeouts.upstreamKeepAlive).toBe(90);
-    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAlive: 0 } }))).toMatch(/timeouts\.upstreamKeepAlive/);
+    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAlive: 0 } }))).toMatch(/timeouts\.upstreamKeepAlive:/);
     expect(buildConfig({}).timeouts.upstreamKeepAliveMax).toBe(600);
     expect(buildConfig({ timeouts: { upstreamKeepAliveMax: 30 } }).timeouts.upstreamKeepAliveMax).toBe(30);
-    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAliveMax: 7200 } }))).toMatch(/timeouts\.upstreamKeepAliveMax/);
+    expect(errorOf(() => buildConfig({ timeouts: { upstreamKeepAliveMax: 7200 } }))).toMatch(/timeouts\.upstreamKeepAliveMax:/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/a', upstream: 'http://x' }, { prefix: '/a/', upstream: 'http://y' }] }))).toMatch(/routes\[1\]\.prefix: duplicate/);
     expect(errorOf(() => buildConfig({}, { upstream: 'not a url' }))).toMatch(/^upstream:/);
     expect(errorOf(() => buildConfig({}, { logLevel: 'loud' }))).toMatch(/log level/);
