@@ -283,7 +283,7 @@ async function streamRun(p, sc) {
 
 function brief(r) {
   const bad = r.lost + r.merged + r.mismatched + r.extra;
-  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
+  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
 }
 
 function alivePaths() {

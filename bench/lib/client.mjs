@@ -166,11 +166,35 @@ function summarize(values) {
   };
 }
 
+/**
+ * Where the events above the latency p99 sit: in how many distinct ticks (event
+ * indexes k), and how many in the first three ticks of their stream. Few ticks
+ * means stalls that hit every stream at once (GC, the path descheduled); many
+ * means a cost paid in most ticks (draining a burst); many in the first ticks
+ * means the start-up of the run.
+ */
+function tailShape(lat, latTick, n) {
+  if (lat.length < 100) return null;
+  const sorted = Float64Array.from(lat).sort();
+  const p99 = sorted[Math.floor(0.99 * (sorted.length - 1))];
+  const ticks = new Set();
+  let events = 0;
+  let first3 = 0;
+  for (let i = 0; i < lat.length; i++) {
+    if (lat[i] <= p99) continue;
+    events++;
+    ticks.add(latTick[i]);
+    if (latTick[i] <= 3) first3++;
+  }
+  return { p99, events, ticks: ticks.size, ticksTotal: n, first3 };
+}
+
 function analyze(m) {
   // m.t0BySid: sid -> epoch ms of due(1); m.delta: ms
   const { recs } = last;
   const n = last.m.n;
   const lat = [];
+  const latTick = []; // the tick (event index k) of each latency sample, for the tail's shape
   const gaps = [];
   const ttft = [];
   let tpotSum = 0;
@@ -211,7 +235,10 @@ function analyze(m) {
     for (let k = 1; k <= n; k++) {
       const a = r.arr[k];
       if (Number.isNaN(a)) continue;
-      if (t0 !== undefined) lat.push(origin + a - (t0 + (k - 1) * m.delta));
+      if (t0 !== undefined) {
+        lat.push(origin + a - (t0 + (k - 1) * m.delta));
+        latTick.push(k);
+      }
       if (k >= 2 && !Number.isNaN(r.arr[k - 1])) {
         const g = a - r.arr[k - 1];
         gaps.push(g);
@@ -240,6 +267,7 @@ function analyze(m) {
     wallMs: last.wallMs,
     cpuMs: last.cpuMs,
     latency: summarize(lat),
+    latencyTail: tailShape(lat, latTick, n),
     gap: summarize(gaps),
     maxGap,
     ttft: summarize(ttft),
