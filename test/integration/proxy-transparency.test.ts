@@ -4,8 +4,9 @@ import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { gzipSync } from 'node:zlib';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
+import { API_BY_NAME } from '../../src/providers/detect.js';
 import { rawRequest } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hist, scrape, total } from '../helpers/prom.js';
@@ -238,6 +239,46 @@ describe('failures', () => {
       expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds', { gen_ai_request_model: model }).count, model).toBe(1);
     }
     expect(up.seen.map((x) => x.body.toString())).toEqual([whole, split, late, chunkedBody]);
+  });
+
+  it('a measurement set-up that throws leaves the stream byte-identical and unmeasured, and the proxy up', async () => {
+    // The set-up runs in a bare nextTick: an escaped throw would end the process.
+    const payload = Buffer.from('data: {"id":"c","object":"chat.completion.chunk","model":"served","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n');
+    const up = await upstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.end(payload);
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const spy = vi.spyOn(API_BY_NAME['openai-chat']!, 'newAdapter').mockImplementationOnce(() => {
+      throw new Error('adapter boom');
+    });
+    const escaped: unknown[] = [];
+    const onUncaught = (e: unknown) => escaped.push(e);
+    process.on('uncaughtException', onUncaught);
+    try {
+      const post = (model: string) =>
+        rawRequest(proxy!.proxyUrl, '/v1/chat/completions', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: Buffer.from(JSON.stringify({ model, stream: true })),
+        });
+      const first = await post('m-boom');
+      expect(spy).toHaveBeenCalledTimes(1);
+      expect(first.status).toBe(200);
+      expect(sha(first.body)).toBe(sha(payload));
+      // The next request is served and measured as usual.
+      const second = await post('m-after');
+      expect(sha(second.body)).toBe(sha(payload));
+      await sleep(50);
+      const samples = await scrape(proxy.metricsUrl);
+      expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds', { gen_ai_request_model: 'm-boom' }).count).toBe(0);
+      expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds', { gen_ai_request_model: 'm-after' }).count).toBe(1);
+      expect(escaped).toEqual([]);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+      spy.mockRestore();
+    }
   });
 
   it('records a request the client abandons before any response as cancelled', async () => {
