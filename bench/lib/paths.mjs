@@ -152,6 +152,9 @@ http {
 `;
 }
 
+/** A space-separated environment variable as a word list (unset: none). */
+const envWords = (name) => (process.env[name] ?? '').split(' ').filter(Boolean);
+
 /**
  * Path definitions. start() returns an instance { url, headers, pids(), child,
  * metricsUrl?, memProbe? } or throws with the reason.
@@ -166,9 +169,8 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
       const log = path.join(tmpRoot, `${name}${tag}.log`);
       const a = args({ port, metricsPort });
       const prof = profile && profileDir ? ['--cpu-prof', `--cpu-prof-dir=${profileDir}`, `--cpu-prof-name=${name}${tag}.cpuprofile`] : [];
-      const flags = (v) => (v ?? '').split(' ').filter(Boolean);
-      const extra = name.startsWith('proxy') ? flags(process.env.BENCH_PROXY_NODE_FLAGS) : [];
-      if (name === 'proxy-alt') extra.push(...flags(process.env.BENCH_ALT_NODE_FLAGS));
+      const extra = name.startsWith('proxy') ? envWords('BENCH_PROXY_NODE_FLAGS') : [];
+      if (name === 'proxy-alt') extra.push(...envWords('BENCH_ALT_NODE_FLAGS'));
       const child = spawnLogged(process.execPath, ['--expose-gc', ...extra, ...prof, '--import', PROBE, ...a], log, {
         ipc: true,
       });
@@ -245,7 +247,7 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
     // For A/B experiments, not in the default set: another build (BENCH_ALT_CLI), other
     // arguments (BENCH_ALT_ARGS, e.g. "--config /tmp/alt.yaml") or Node flags
     // (BENCH_ALT_NODE_FLAGS), alternated with the others.
-    'proxy-alt': nodePeer('proxy-alt', proxyArgs((process.env.BENCH_ALT_ARGS ?? '').split(' ').filter(Boolean), process.env.BENCH_ALT_CLI), {
+    'proxy-alt': nodePeer('proxy-alt', proxyArgs(envWords('BENCH_ALT_ARGS'), process.env.BENCH_ALT_CLI), {
       metrics: true,
       profile: true,
     }),

@@ -39,6 +39,9 @@ function added(recs, name, get) {
 }
 const over = (recs, name, get) => agg(recs.filter((r) => r.path === name && !r.failed).map(get));
 
+/** A memory run's young-generation growth per stream opened (KiB), or null without a probe. */
+const youngPerStreamKiB = (r) => (r.youngGrowthKiB == null ? null : r.youngGrowthKiB / (r.n2 - r.n1));
+
 export function computeFigures(meta, runs) {
   const paths = ORDER.filter((p) => meta.paths[p]);
   const F = { ttft: {}, gap: {}, sustained: {}, eventsPerCoreSecond: {}, memory: {}, cancellation: {}, accuracy: {}, integrity: {} };
@@ -122,8 +125,8 @@ export function computeFigures(meta, runs) {
         key,
         rssPerStreamKiB: over(recs, p, (r) => r.rssPerStreamKiB),
         heapPerStreamKiB: over(recs, p, (r) => r.heapPerStreamKiB),
-        youngPerStreamKiB: over(recs, p, (r) => (r.youngGrowthKiB == null ? null : r.youngGrowthKiB / (r.n2 - r.n1))),
-        rssNetOfYoungKiB: over(recs, p, (r) => (r.youngGrowthKiB == null ? null : r.rssPerStreamKiB - r.youngGrowthKiB / (r.n2 - r.n1))),
+        youngPerStreamKiB: over(recs, p, youngPerStreamKiB),
+        rssNetOfYoungKiB: over(recs, p, (r) => (r.youngGrowthKiB == null ? null : r.rssPerStreamKiB - youngPerStreamKiB(r))),
         rssSecondRampKiB: over(recs, p, (r) => r.second?.rssPerStreamKiB),
         rssAtN2MiB: over(recs, p, (r) => r.rss2KiB / 1024),
         failed: mine.filter((r) => r.failed).map((r) => r.failed),
