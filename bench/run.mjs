@@ -50,6 +50,7 @@ const PLAN = QUICK
         { delta: 20, c: 1000, ms: 500 },
       ],
       sustainLadder: [], // quick: from the gap runs at delta 20 only
+      sustainMs: 500,
       mem: { n1: 50, n2: 500, fresh: true },
       cancel: { c: 20 },
     }
@@ -64,11 +65,16 @@ const PLAN = QUICK
         { delta: 1.4, c: 20, ms: 1500 },
         { delta: 1.4, c: 100, ms: 1500 },
         { delta: 1.4, c: 1000, ms: 1000 },
-        { delta: 20, c: 1, ms: 1500 },
-        { delta: 20, c: 100, ms: 2000 },
-        { delta: 20, c: 1000, ms: 2000 },
+        // Δ 20 ms runs are also levels of the sustained-streams ladder: as long as its runs.
+        { delta: 20, c: 1, ms: 5000 },
+        { delta: 20, c: 100, ms: 5000 },
+        { delta: 20, c: 1000, ms: 5000 },
       ],
       sustainLadder: [150, 250, 350, 500, 750, 2000, 3000, 4000],
+      // 250 ticks per level: the p99 is then the top 2.5 ticks' worth of events, so one
+      // pause of a few ms (a scavenge landing in a burst, the run's start-up) no longer
+      // decides a level by itself, as it did with 75 ticks (see bench/README.md).
+      sustainMs: 5000,
       // Up to 3,000 open streams: V8's young generation grows by up to ~20 MiB, once, while
       // a ramp's objects survive; over 100 -> 1,000 that one-off was 6-21 KiB of a 23-35 KiB
       // slope and decided the figure. It is reported beside the slope (see report.mjs).
@@ -91,7 +97,7 @@ if (GAP_ONLY) {
   PLAN.gap = GAP_ONLY.split(',').map((dc) => {
     const [delta, c] = dc.split('x').map(Number);
     if (!(delta > 0) || !(c >= 1)) throw new Error(`--gap: expected DELTAxSTREAMS (e.g. 1.4x100), got "${dc}"`);
-    return PLAN.gap.find((g) => g.delta === delta && g.c === c) ?? { delta, c, ms: 1500 };
+    return PLAN.gap.find((g) => g.delta === delta && g.c === c) ?? { delta, c, ms: delta === 20 ? PLAN.sustainMs : 1500 };
   });
 }
 
@@ -365,7 +371,7 @@ async function phaseSustain() {
   for (let rep = 1; rep <= REPS; rep++) {
     const alive = new Set(alivePaths());
     // A path leaves the ladder after two failed levels in a row: one failure can be a
-    // fluke (at 1 stream the p99 of 75 events is their largest value).
+    // fluke (at 1 stream the p99 of 250 events is their third-largest value).
     const strikes = new Map();
     for (const L of ladder) {
       if (alive.size === 0) break;
@@ -376,7 +382,7 @@ async function phaseSustain() {
       } else {
         const todo = ['direct', ...[...alive].filter((x) => x !== 'direct')];
         for (const name of todo) {
-          recs[name] = await runOne('sustain', key, rep, name, { mode: 'batched', c: L, n: 75, delta: 20 });
+          recs[name] = await runOne('sustain', key, rep, name, { mode: 'batched', c: L, n: Math.round(PLAN.sustainMs / 20), delta: 20 });
         }
       }
       const direct = recs.direct;

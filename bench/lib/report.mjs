@@ -379,7 +379,7 @@ export function writeReports({ meta, runs, out }) {
   }
   if (rows.length)
     parts.push(
-      `## 3. Streams sustained at Δ = 20 ms (added p99 ≤ 5 ms, no gap > 200 ms, nothing lost; levels ${F.sustained.direct?.levels?.join(', ') ?? ''}): the largest level passed; a path leaves the ladder after two failed levels in a row\n\n` +
+      `## 3. Streams sustained at Δ = 20 ms (added p99 ≤ 5 ms, no gap > 200 ms, nothing lost; levels ${F.sustained.direct?.levels?.join(', ') ?? ''}${meta.plan?.sustainMs ? `, ${meta.plan.sustainMs / 1000} s of schedule per level` : ''}): the largest level passed; a path leaves the ladder after two failed levels in a row\n\n` +
         table(['path', 'streams', 'per rep', 'proxy ÷ path', 'note'], rows),
     );
 
