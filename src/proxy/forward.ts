@@ -10,7 +10,7 @@ import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
-import { endToEndHeaders, rawHeader, REQUEST_DROP } from './headers.js';
+import { endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
@@ -367,7 +367,7 @@ function safePath(target: string | undefined): string {
 }
 
 function removeRaw(raw: string[], lowerName: string): void {
-  for (let i = raw.length - 2; i >= 0; i -= 2) if (raw[i]!.toLowerCase() === lowerName) raw.splice(i, 2);
+  for (let i = raw.length - 2; i >= 0; i -= 2) if (isName(raw[i]!, lowerName)) raw.splice(i, 2);
 }
 
 function replaceRaw(raw: string[], lowerName: string, value: string): void {

@@ -15,10 +15,19 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 
+/**
+ * `name` equals `lower` (a lower-case field name) ignoring case. Most names differ in
+ * length, so most comparisons allocate no lower-cased copy (Node's own servers send
+ * `Transfer-Encoding`, `Keep-Alive`, ...: ~2 KiB of garbage per request before).
+ */
+export function isName(name: string, lower: string): boolean {
+  return name.length === lower.length && (name === lower || name.toLowerCase() === lower);
+}
+
 function connectionTokens(raw: readonly string[]): Set<string> | undefined {
   let tokens: Set<string> | undefined;
   for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.toLowerCase() === 'connection') {
+    if (isName(raw[i]!, 'connection')) {
       for (const t of raw[i + 1]!.split(',')) {
         const n = t.trim().toLowerCase();
         if (n !== '') (tokens ??= new Set()).add(n);
@@ -43,7 +52,7 @@ export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<strin
 
 /** First value of a header in a flat raw array. */
 export function rawHeader(raw: readonly string[], lowerName: string): string | undefined {
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === lowerName) return raw[i + 1];
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) return raw[i + 1];
   return undefined;
 }
 

@@ -5,6 +5,8 @@
  * obs-fold, no conflicting lengths, no control characters that Node would
  * refuse to forward); headers keep their case and order (Node's rawHeaders form).
  */
+import { isName } from './headers.js';
+
 export class HttpParseError extends Error {}
 
 export interface ResponseHead {
@@ -65,30 +67,33 @@ export function parseResponseHead(head: Buffer): ResponseHead {
   return { minor: Number(m[1]), status: Number(m[2]), statusText, rawHeaders };
 }
 
-function values(raw: readonly string[], lower: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === lower) out.push(raw[i + 1]!);
+/**
+ * A field's values as one list (RFC 9110 §5.3: repeated fields combine with commas),
+ * or undefined when absent. A field sent once is returned as is, without a copy.
+ */
+function combined(raw: readonly string[], lower: string): string | undefined {
+  let out: string | undefined;
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lower)) out = out === undefined ? raw[i + 1]! : `${out},${raw[i + 1]!}`;
   return out;
 }
 
 /** Whether the response carries a chunked body (the transfer coding decides over Content-Length). */
 export function isChunked(head: ResponseHead): boolean {
-  const te = values(head.rawHeaders, 'transfer-encoding');
-  if (te.length === 0) return false;
-  const codings = te.join(',').split(',');
-  return codings[codings.length - 1]!.trim().toLowerCase() === 'chunked';
+  const te = combined(head.rawHeaders, 'transfer-encoding');
+  if (te === undefined) return false;
+  return te.slice(te.lastIndexOf(',') + 1).trim().toLowerCase() === 'chunked';
 }
 
 /** How the body of `head`, the answer to a `method` request, is delimited (RFC 9112 §6.3). */
 export function responseFraming(head: ResponseHead, method: string): BodyFraming {
   const s = head.status;
   if (method === 'HEAD' || s === 204 || s === 304 || (s >= 100 && s < 200)) return { kind: 'none' };
-  if (values(head.rawHeaders, 'transfer-encoding').length > 0) {
+  if (combined(head.rawHeaders, 'transfer-encoding') !== undefined) {
     return isChunked(head) ? { kind: 'chunked' } : { kind: 'close' };
   }
-  const cl = values(head.rawHeaders, 'content-length');
-  if (cl.length > 0) {
-    const all = cl.join(',').split(',').map((v) => v.trim());
+  const cl = combined(head.rawHeaders, 'content-length');
+  if (cl !== undefined) {
+    const all = cl.split(',').map((v) => v.trim());
     if (!all.every((v) => /^[0-9]{1,15}$/.test(v)) || new Set(all).size !== 1) {
       throw new HttpParseError('invalid content-length');
     }
@@ -100,15 +105,15 @@ export function responseFraming(head: ResponseHead, method: string): BodyFraming
 /** Whether the connection may carry another request after this response. */
 export function reusable(head: ResponseHead, framing: BodyFraming): boolean {
   if (framing.kind === 'close') return false;
-  const tokens = values(head.rawHeaders, 'connection').join(',').toLowerCase();
+  const tokens = combined(head.rawHeaders, 'connection')?.toLowerCase() ?? '';
   if (head.minor === 0) return /(^|,)\s*keep-alive\s*(,|$)/.test(tokens);
   return !/(^|,)\s*close\s*(,|$)/.test(tokens);
 }
 
 /** The server's `Keep-Alive: timeout=N` hint in ms, if any. */
 export function keepAliveHintMs(head: ResponseHead): number | undefined {
-  const v = values(head.rawHeaders, 'keep-alive').join(',');
-  const m = /(?:^|[,\s])timeout\s*=\s*([0-9]+)/i.exec(v);
+  const v = combined(head.rawHeaders, 'keep-alive');
+  const m = v === undefined ? null : /(?:^|[,\s])timeout\s*=\s*([0-9]+)/i.exec(v);
   return m ? Number(m[1]) * 1000 : undefined;
 }
 

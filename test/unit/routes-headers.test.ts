@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { endToEndHeaders } from '../../src/proxy/headers.js';
+import { endToEndHeaders, isName, rawHeader } from '../../src/proxy/headers.js';
 import { Router } from '../../src/proxy/routes.js';
 import { RequestBodyTap } from '../../src/proxy/request-info.js';
 import { CardinalityLimiter, OTHER } from '../../src/metrics/labels.js';
@@ -49,6 +49,16 @@ describe('endToEndHeaders', () => {
       'Proxy-Authorization', 'x',
     ];
     expect(endToEndHeaders(raw)).toEqual(['Set-Cookie', 'a=1', 'Content-Type', 'text/event-stream', 'Set-Cookie', 'b=2']);
+  });
+});
+
+describe('isName / rawHeader', () => {
+  it('compare field names ignoring case, and only whole names', () => {
+    for (const n of ['content-type', 'Content-Type', 'CONTENT-TYPE', 'cOnTeNt-TyPe']) expect(isName(n, 'content-type')).toBe(true);
+    for (const n of ['content-typ', 'content-types', 'x-content-type', 'content_type', 'content-type ', '']) expect(isName(n, 'content-type')).toBe(false);
+    const raw = ['X-A', '1', 'Content-Type', 'text/event-stream', 'content-type', 'second'];
+    expect(rawHeader(raw, 'content-type')).toBe('text/event-stream'); // the first wins
+    expect(rawHeader(raw, 'content-length')).toBeUndefined();
   });
 });
 

@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import { HttpParseError, keepAliveHintMs, parseResponseHead, responseFraming, reusable } from '../../src/proxy/http1.js';
+
+const head = (lines: string[], status = 'HTTP/1.1 200 OK') => parseResponseHead(Buffer.from(`${status}\r\n${lines.map((l) => `${l}\r\n`).join('')}\r\n`, 'latin1'));
+
+describe('response head: framing and reuse read repeated fields as one list, names in any case', () => {
+  it('Transfer-Encoding: the last coding decides, across repeated fields', () => {
+    expect(responseFraming(head(['Transfer-Encoding: chunked']), 'POST')).toEqual({ kind: 'chunked' });
+    expect(responseFraming(head(['TRANSFER-ENCODING: gzip', 'transfer-encoding: Chunked']), 'POST')).toEqual({ kind: 'chunked' });
+    expect(responseFraming(head(['Transfer-Encoding: chunked, gzip']), 'POST')).toEqual({ kind: 'close' });
+    expect(responseFraming(head(['Transfer-Encoding: chunked', 'Transfer-Encoding: gzip']), 'POST')).toEqual({ kind: 'close' });
+    // The transfer coding wins over a Content-Length.
+    expect(responseFraming(head(['Content-Length: 5', 'Transfer-Encoding: chunked']), 'POST')).toEqual({ kind: 'chunked' });
+  });
+
+  it('Content-Length: repeated equal values are one length, different ones are an error', () => {
+    expect(responseFraming(head(['Content-Length: 5']), 'POST')).toEqual({ kind: 'length', length: 5 });
+    expect(responseFraming(head(['content-length: 5', 'CONTENT-LENGTH: 5, 5']), 'POST')).toEqual({ kind: 'length', length: 5 });
+    expect(() => responseFraming(head(['Content-Length: 5', 'Content-Length: 6']), 'POST')).toThrow(HttpParseError);
+    expect(() => responseFraming(head(['Content-Length: -1']), 'POST')).toThrow(HttpParseError);
+    expect(responseFraming(head([]), 'POST')).toEqual({ kind: 'close' });
+  });
+
+  it('Connection: close in any field or case ends reuse; HTTP/1.0 needs keep-alive', () => {
+    const chunked = { kind: 'chunked' } as const;
+    expect(reusable(head(['Transfer-Encoding: chunked']), chunked)).toBe(true);
+    expect(reusable(head(['Connection: Keep-Alive', 'connection: X-Foo, Close']), chunked)).toBe(false);
+    expect(reusable(head(['Connection: closed']), chunked)).toBe(true); // a different token
+    expect(reusable(head([], 'HTTP/1.0 200 OK'), { kind: 'length', length: 0 })).toBe(false);
+    expect(reusable(head(['CONNECTION: keep-alive'], 'HTTP/1.0 200 OK'), { kind: 'length', length: 0 })).toBe(true);
+  });
+
+  it('Keep-Alive timeout hint, from any of repeated fields', () => {
+    expect(keepAliveHintMs(head(['Keep-Alive: timeout=5']))).toBe(5000);
+    expect(keepAliveHintMs(head(['keep-alive: max=100', 'KEEP-ALIVE: Timeout=60']))).toBe(60000);
+    expect(keepAliveHintMs(head(['Keep-Alive: max=100']))).toBeUndefined();
+    expect(keepAliveHintMs(head([]))).toBeUndefined();
+  });
+});
