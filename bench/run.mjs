@@ -296,6 +296,18 @@ function alivePaths() {
   return PATHS.filter((n) => pathStatus[n]?.ok);
 }
 
+/**
+ * The order of one repetition: direct first (the others are measured against it), then
+ * the others rotated by one place per repetition, so that no path always runs right
+ * after the same one (the machine's state after a run, e.g. the emitter's and client's
+ * heaps, is part of what the next run meets).
+ */
+function repOrder(rep, names = alivePaths()) {
+  const others = names.filter((n) => n !== 'direct');
+  const k = others.length ? (rep - 1) % others.length : 0;
+  return [...(names.includes('direct') ? ['direct'] : []), ...others.slice(k), ...others.slice(0, k)];
+}
+
 async function runOne(phase, key, rep, name, sc) {
   const p = inst[name];
   try {
@@ -322,7 +334,7 @@ async function phaseTtft() {
   for (const t of PLAN.ttft) {
     const key = `ttft c=${t.c}`;
     for (let rep = 1; rep <= REPS; rep++) {
-      for (const name of alivePaths()) {
+      for (const name of repOrder(rep)) {
         await runOne('ttft', key, rep, name, {
           mode: 'staggered',
           c: t.c,
@@ -345,7 +357,7 @@ async function phaseGap() {
     const key = gapKey(g.delta, g.c);
     const n = Math.max(5, Math.round(g.ms / g.delta));
     for (let rep = 1; rep <= REPS; rep++) {
-      for (const name of alivePaths()) {
+      for (const name of repOrder(rep)) {
         await runOne('gap', key, rep, name, { mode: 'batched', c: g.c, n, delta: g.delta });
       }
     }
@@ -380,7 +392,7 @@ async function phaseSustain() {
       if (fromGap.has(L)) {
         for (const r of runs) if (r.key === gapKey(20, L) && r.rep === rep) recs[r.path] = r;
       } else {
-        const todo = ['direct', ...[...alive].filter((x) => x !== 'direct')];
+        const todo = repOrder(rep, ['direct', ...alive]);
         for (const name of todo) {
           recs[name] = await runOne('sustain', key, rep, name, { mode: 'batched', c: L, n: Math.round(PLAN.sustainMs / 20), delta: 20 });
         }
@@ -430,7 +442,7 @@ async function memMeasure(p, mem) {
 async function phaseMem() {
   const mem = PLAN.mem;
   for (let rep = 1; rep <= REPS; rep++) {
-    for (const name of alivePaths()) {
+    for (const name of repOrder(rep)) {
       if (name === 'direct') continue;
       let p = inst[name];
       let fresh = null;
@@ -469,7 +481,7 @@ async function phaseMem() {
 async function phaseCancel() {
   const c = PLAN.cancel.c;
   for (let rep = 1; rep <= REPS; rep++) {
-    for (const name of alivePaths()) {
+    for (const name of repOrder(rep)) {
       const p = inst[name];
       try {
         await emitter.call('config', { cfg: { mode: 'cancel', n: 1000, delta: 20, ttft: 5 } });
