@@ -298,14 +298,17 @@ function alivePaths() {
 
 /**
  * The order of one repetition: direct first (the others are measured against it), then
- * the others rotated by one place per repetition, so that no path always runs right
- * after the same one (the machine's state after a run, e.g. the emitter's and client's
- * heaps, is part of what the next run meets).
+ * the others, in reverse order in every second repetition (A B C, C B A, A B C, ...).
+ * A drift within a repetition then hits the first and the last path alike over each
+ * pair of repetitions, and each path meets a different predecessor in turn (the
+ * machine's state after a run, e.g. the emitter's and client's heaps, is part of
+ * what the next run meets). With an odd number of repetitions the first order counts
+ * once more.
  */
 function repOrder(rep, names = alivePaths()) {
   const others = names.filter((n) => n !== 'direct');
-  const k = others.length ? (rep - 1) % others.length : 0;
-  return [...(names.includes('direct') ? ['direct'] : []), ...others.slice(k), ...others.slice(0, k)];
+  if (rep % 2 === 0) others.reverse();
+  return [...(names.includes('direct') ? ['direct'] : []), ...others];
 }
 
 async function runOne(phase, key, rep, name, sc) {

@@ -326,7 +326,7 @@ export function writeReports({ meta, runs, out }) {
   parts.push(`# llm-latency-proxy streaming benchmark — ${meta.mode} run, ${meta.date}`);
   parts.push(
     `Node ${meta.node}, ${meta.cpus} × ${meta.cpuModel}, ${meta.memGiB} GiB, Linux ${meta.kernel}; loopback; emitter, client and path in separate processes competing for ${meta.cpus} cores (a worst case). ` +
-      `Each figure: median [min–max] over ${meta.reps} repetition(s), paths alternated within each repetition (direct first, the order of the others rotated by one per repetition). "Added" = path − direct in the same repetition. Times in ms. Run took ${meta.durationS.toFixed(0)} s.`,
+      `Each figure: median [min–max] over ${meta.reps} repetition(s), paths alternated within each repetition (direct first, the others in reverse order in every second repetition). "Added" = path − direct in the same repetition. Times in ms. Run took ${meta.durationS.toFixed(0)} s.`,
   );
   parts.push('## Paths\n\n' + table(['path', 'status'], Object.entries(meta.paths).map(([p, s]) => [p, s.ok ? 'ran' : `FAILED: ${s.error.slice(0, 300)}`])));
 

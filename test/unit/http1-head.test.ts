@@ -9,8 +9,10 @@ describe('response head: framing and reuse read repeated fields as one list, nam
     expect(responseFraming(head(['TRANSFER-ENCODING: gzip', 'transfer-encoding: Chunked']), 'POST')).toEqual({ kind: 'chunked' });
     expect(responseFraming(head(['Transfer-Encoding: chunked, gzip']), 'POST')).toEqual({ kind: 'close' });
     expect(responseFraming(head(['Transfer-Encoding: chunked', 'Transfer-Encoding: gzip']), 'POST')).toEqual({ kind: 'close' });
-    // The transfer coding wins over a Content-Length.
+    expect(responseFraming(head(['Transfer-Encoding: gzip, chunked']), 'POST')).toEqual({ kind: 'chunked' });
+    // The transfer coding wins over a Content-Length, even an empty one (present, not chunked: read to close).
     expect(responseFraming(head(['Content-Length: 5', 'Transfer-Encoding: chunked']), 'POST')).toEqual({ kind: 'chunked' });
+    expect(responseFraming(head(['Transfer-Encoding:', 'Content-Length: 5']), 'POST')).toEqual({ kind: 'close' });
   });
 
   it('Content-Length: repeated equal values are one length, different ones are an error', () => {
@@ -18,6 +20,7 @@ describe('response head: framing and reuse read repeated fields as one list, nam
     expect(responseFraming(head(['content-length: 5', 'CONTENT-LENGTH: 5, 5']), 'POST')).toEqual({ kind: 'length', length: 5 });
     expect(() => responseFraming(head(['Content-Length: 5', 'Content-Length: 6']), 'POST')).toThrow(HttpParseError);
     expect(() => responseFraming(head(['Content-Length: -1']), 'POST')).toThrow(HttpParseError);
+    expect(() => responseFraming(head(['Content-Length:']), 'POST')).toThrow(HttpParseError); // present but empty
     expect(responseFraming(head([]), 'POST')).toEqual({ kind: 'close' });
   });
 
