@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Streaming-overhead benchmark for llm-latency-proxy (issue #5).
 //
-//   npm run bench               full run (~10-15 min on 2 cores)
+//   npm run bench               full run (~23 min on 2 cores)
 //   npm run bench -- --quick    CI smoke run (< 2 min)
 //
 // Options: --quick, --reps=N, --paths=direct,proxy,...  --phases=ttft,gap,sustain,mem,cancel, --gap=1.4x1000,20x100
@@ -234,6 +234,8 @@ async function streamRun(p, sc) {
     lead: sc.c >= 1000 ? 200 : 30,
     startTimeoutMs: 8000,
   };
+  // Every run (with its warm-up) opens its own client connections: see dropIdle in client.mjs.
+  await client.call('dropIdle', {});
   if (sc.warmup) {
     // unrecorded: open (and keep alive) the client's connections first, so
     // that TTFT is not dominated by the TCP handshake of the first request

@@ -101,6 +101,23 @@ function openStream(url, headers, n, onEvent) {
   return rec;
 }
 
+/**
+ * Closes the agent's idle connections, so that a run opens its own. A connection kept
+ * from an earlier run can meet the server's keep-alive timeout (Node's default: 5 s) just
+ * as it is reused, and the request fails with ECONNRESET: a race of the harness, not of
+ * the path. Runs of one path can be ~5 s apart (another path's run in between).
+ */
+function dropIdle() {
+  let n = 0;
+  for (const list of Object.values(agent.freeSockets)) {
+    for (const s of [...list]) {
+      s.destroy();
+      n++;
+    }
+  }
+  return n;
+}
+
 function withDeadline(promises, ms) {
   let t;
   return Promise.race([
@@ -346,6 +363,7 @@ process.on('message', async (m) => {
     else if (m.cmd === 'holdWait') res = await holdWait(m);
     else if (m.cmd === 'cancel') res = await cancelRun(m);
     else if (m.cmd === 'clock') res = { now: origin + performance.now() };
+    else if (m.cmd === 'dropIdle') res = { dropped: dropIdle() };
     else if (m.cmd === 'exit') process.exit(0);
     else res = { error: 'unknown cmd ' + m.cmd };
   } catch (err) {

@@ -7,12 +7,15 @@
 //   node --expose-gc bench/micro/meter.mjs                 this build
 //   node --expose-gc bench/micro/meter.mjs --ab=/other/dist  this build vs another, interleaved
 //   ... --format=openai                                     one chunk shape only (e.g. with --cpu-prof)
+// Last, µs per whole request: meter set-up, responseStart, a bench-shaped stream of
+// 10 events (role, 8 contents, [DONE]) one per read, finish; and the same plus the body
+// tap that reads the model from the bench's request body.
 // Machine drift between two invocations is as large as most effects here
 // (±15 %), so compare builds with --ab: both run in one process, alternately.
 import path from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { pathToFileURL } from 'node:url';
-import { contentEvent, roleEvent } from '../lib/sse.mjs';
+import { buildRequestBody, contentEvent, DONE_EVENT, roleEvent } from '../lib/sse.mjs';
 
 const HERE = path.dirname(new URL(import.meta.url).pathname);
 const abArg = process.argv.find((a) => a.startsWith('--ab='));
@@ -20,15 +23,16 @@ const dists = [path.resolve(HERE, '../../dist'), ...(abArg ? [path.resolve(abArg
 
 async function load(dist) {
   const imp = (p) => import(pathToFileURL(path.join(dist, p)).href);
-  const [{ createTelemetry, SCOPE_NAME }, { Instruments }, { RequestMeter }, { openaiChat }] = await Promise.all([
+  const [{ createTelemetry, SCOPE_NAME }, { Instruments }, { RequestMeter }, { openaiChat }, { RequestBodyTap }] = await Promise.all([
     imp('metrics/exporter.js'),
     imp('metrics/instruments.js'),
     imp('measure/request-meter.js'),
     imp('providers/openai-chat.js'),
+    imp('proxy/request-info.js'),
   ]);
   const telemetry = createTelemetry({ prometheus: true });
   const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME), undefined, { fast: telemetry.fast });
-  return { name: dist, RequestMeter, openaiChat, ins };
+  return { name: dist, RequestMeter, openaiChat, RequestBodyTap, ins };
 }
 
 const labels = { provider: 'openai', operation: 'chat', requestModel: 'bench', serverAddress: '127.0.0.1' };
@@ -84,4 +88,40 @@ for (const format of formatArg ? [formatArg] : Object.keys(FORMATS)) {
     });
     console.log(`${format.padEnd(6)} ${String(perRead).padStart(2)} event(s)/read: ns/event ${line.join(' | ')}`);
   }
+}
+
+// ---- per request
+const REQUEST_READS = [roleEvent(7), ...Array.from({ length: 8 }, (_, k) => contentEvent(7, k + 1)), DONE_EVENT].map((e) => Buffer.from(e));
+const REQUEST_BODY = Buffer.from(buildRequestBody());
+function runRequests(impl, withTap, count) {
+  const t0 = performance.now();
+  for (let i = 0; i < count; i++) {
+    if (withTap) {
+      const tap = new impl.RequestBodyTap(opts.maxBodyBytes);
+      tap.push(REQUEST_BODY);
+      tap.model();
+    }
+    const m = new impl.RequestMeter(impl.ins, impl.openaiChat.newAdapter(), labels, 0, opts);
+    m.responseStart(200, 'text/event-stream', undefined);
+    let t = 10;
+    for (const r of REQUEST_READS) m.chunk(r, (t += 1.4));
+    m.finish(t + 1);
+  }
+  return ((performance.now() - t0) * 1000) / count;
+}
+const REQUESTS = 20_000;
+for (const withTap of [false, true]) {
+  for (const impl of impls) runRequests(impl, withTap, REQUESTS); // warm-up
+  const res = impls.map(() => []);
+  for (let i = 0; i < ROUNDS; i++) {
+    impls.forEach((impl, j) => {
+      globalThis.gc?.();
+      res[j].push(runRequests(impl, withTap, REQUESTS));
+    });
+  }
+  const line = res.map((r, j) => {
+    r.sort((a, b) => a - b);
+    return `${impls.length > 1 ? `${j === 0 ? 'this' : 'other'} ` : ''}median ${r[ROUNDS >> 1].toFixed(1)} min ${r[0].toFixed(1)}`;
+  });
+  console.log(`request (10 events${withTap ? `, body tap on ${REQUEST_BODY.length} B` : ''}): µs/request ${line.join(' | ')}`);
 }
