@@ -71,22 +71,30 @@ function run(impl, reads, events) {
 const impls = await Promise.all(dists.map(load));
 const EVENTS = 100_000;
 const ROUNDS = 7;
+
+/** `measure(impl)` for every build, warmed up, then ROUNDS times alternately: "median .. min .." per build. */
+function interleaved(measure, warmups, digits) {
+  for (const impl of impls) for (let i = 0; i < warmups; i++) measure(impl);
+  const res = impls.map(() => []);
+  for (let i = 0; i < ROUNDS; i++) {
+    impls.forEach((impl, j) => {
+      globalThis.gc?.();
+      res[j].push(measure(impl));
+    });
+  }
+  return res
+    .map((r, j) => {
+      r.sort((a, b) => a - b);
+      return `${impls.length > 1 ? `${j === 0 ? 'this' : 'other'} ` : ''}median ${r[ROUNDS >> 1].toFixed(digits)} min ${r[0].toFixed(digits)}`;
+    })
+    .join(' | ');
+}
+
 for (const format of formatArg ? [formatArg] : Object.keys(FORMATS)) {
   for (const perRead of [1, 20]) {
     const reads = readsOf(format, perRead, EVENTS);
-    for (const impl of impls) for (let i = 0; i < 3; i++) run(impl, reads, EVENTS); // warm-up
-    const res = impls.map(() => []);
-    for (let i = 0; i < ROUNDS; i++) {
-      impls.forEach((impl, j) => {
-        globalThis.gc?.();
-        res[j].push(run(impl, reads, EVENTS));
-      });
-    }
-    const line = res.map((r, j) => {
-      r.sort((a, b) => a - b);
-      return `${impls.length > 1 ? `${j === 0 ? 'this' : 'other'} ` : ''}median ${r[ROUNDS >> 1].toFixed(0)} min ${r[0].toFixed(0)}`;
-    });
-    console.log(`${format.padEnd(6)} ${String(perRead).padStart(2)} event(s)/read: ns/event ${line.join(' | ')}`);
+    const line = interleaved((impl) => run(impl, reads, EVENTS), 3, 0);
+    console.log(`${format.padEnd(6)} ${String(perRead).padStart(2)} event(s)/read: ns/event ${line}`);
   }
 }
 
@@ -111,17 +119,6 @@ function runRequests(impl, withTap, count) {
 }
 const REQUESTS = 20_000;
 for (const withTap of [false, true]) {
-  for (const impl of impls) runRequests(impl, withTap, REQUESTS); // warm-up
-  const res = impls.map(() => []);
-  for (let i = 0; i < ROUNDS; i++) {
-    impls.forEach((impl, j) => {
-      globalThis.gc?.();
-      res[j].push(runRequests(impl, withTap, REQUESTS));
-    });
-  }
-  const line = res.map((r, j) => {
-    r.sort((a, b) => a - b);
-    return `${impls.length > 1 ? `${j === 0 ? 'this' : 'other'} ` : ''}median ${r[ROUNDS >> 1].toFixed(1)} min ${r[0].toFixed(1)}`;
-  });
-  console.log(`request (10 events${withTap ? `, body tap on ${REQUEST_BODY.length} B` : ''}): µs/request ${line.join(' | ')}`);
+  const line = interleaved((impl) => runRequests(impl, withTap, REQUESTS), 1, 1);
+  console.log(`request (10 events${withTap ? `, body tap on ${REQUEST_BODY.length} B` : ''}): µs/request ${line}`);
 }
