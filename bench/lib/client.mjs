@@ -184,16 +184,14 @@ function summarize(values) {
 }
 
 /**
- * Where the events above the latency p99 sit: in how many distinct ticks (event
+ * Where the events above the reported latency p99 sit: in how many distinct ticks (event
  * indexes k), and how many in the first three ticks of their stream. Few ticks
  * means stalls that hit every stream at once (GC, the path descheduled); many
  * means a cost paid in most ticks (draining a burst); many in the first ticks
  * means the start-up of the run.
  */
-function tailShape(lat, latTick, n) {
+function tailShape(lat, latTick, n, p99) {
   if (lat.length < 100) return null;
-  const sorted = Float64Array.from(lat).sort();
-  const p99 = sorted[Math.floor(0.99 * (sorted.length - 1))];
   const ticks = new Set();
   let events = 0;
   let first3 = 0;
@@ -267,6 +265,7 @@ function analyze(m) {
       tpotCount++;
     }
   }
+  const latency = summarize(lat);
   return {
     streams: recs.length,
     events,
@@ -283,8 +282,8 @@ function analyze(m) {
     timedOut: last.timedOut,
     wallMs: last.wallMs,
     cpuMs: last.cpuMs,
-    latency: summarize(lat),
-    latencyTail: tailShape(lat, latTick, n),
+    latency,
+    latencyTail: tailShape(lat, latTick, n, latency.p99),
     gap: summarize(gaps),
     maxGap,
     ttft: summarize(ttft),

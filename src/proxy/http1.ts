@@ -77,19 +77,14 @@ function combined(raw: readonly string[], lower: string): string | undefined {
   return out;
 }
 
-/** Whether the response carries a chunked body (the transfer coding decides over Content-Length). */
-export function isChunked(head: ResponseHead): boolean {
-  const te = combined(head.rawHeaders, 'transfer-encoding');
-  if (te === undefined) return false;
-  return te.slice(te.lastIndexOf(',') + 1).trim().toLowerCase() === 'chunked';
-}
-
 /** How the body of `head`, the answer to a `method` request, is delimited (RFC 9112 §6.3). */
 export function responseFraming(head: ResponseHead, method: string): BodyFraming {
   const s = head.status;
   if (method === 'HEAD' || s === 204 || s === 304 || (s >= 100 && s < 200)) return { kind: 'none' };
-  if (combined(head.rawHeaders, 'transfer-encoding') !== undefined) {
-    return isChunked(head) ? { kind: 'chunked' } : { kind: 'close' };
+  // A transfer coding decides over Content-Length: chunked if it is the last one, else read to close.
+  const te = combined(head.rawHeaders, 'transfer-encoding');
+  if (te !== undefined) {
+    return te.slice(te.lastIndexOf(',') + 1).trim().toLowerCase() === 'chunked' ? { kind: 'chunked' } : { kind: 'close' };
   }
   const cl = combined(head.rawHeaders, 'content-length');
   if (cl !== undefined) {
