@@ -7,6 +7,8 @@
 //   node --expose-gc bench/micro/meter.mjs                 this build
 //   node --expose-gc bench/micro/meter.mjs --ab=/other/dist  this build vs another, interleaved
 //   ... --format=openai                                     one chunk shape only (e.g. with --cpu-prof)
+// Then the proxy's own shape: reads of a chunked body, one HTTP chunk per event, through
+// the ChunkedDecoder alone (what metrics off pays too) and with the meter on its payload.
 // Last, µs per whole request: meter set-up, responseStart, a bench-shaped stream of
 // 10 events (role, 8 contents, [DONE]) one per read, finish; and the same plus the body
 // tap that reads the model from the bench's request body.
@@ -23,16 +25,17 @@ const dists = [path.resolve(HERE, '../../dist'), ...(abArg ? [path.resolve(abArg
 
 async function load(dist) {
   const imp = (p) => import(pathToFileURL(path.join(dist, p)).href);
-  const [{ createTelemetry, SCOPE_NAME }, { Instruments }, { RequestMeter }, { openaiChat }, { RequestBodyTap }] = await Promise.all([
+  const [{ createTelemetry, SCOPE_NAME }, { Instruments }, { RequestMeter }, { openaiChat }, { RequestBodyTap }, { ChunkedDecoder }] = await Promise.all([
     imp('metrics/exporter.js'),
     imp('metrics/instruments.js'),
     imp('measure/request-meter.js'),
     imp('providers/openai-chat.js'),
     imp('proxy/request-info.js'),
+    imp('proxy/chunked.js'),
   ]);
   const telemetry = createTelemetry({ prometheus: true });
   const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME), undefined, { fast: telemetry.fast });
-  return { name: dist, RequestMeter, openaiChat, RequestBodyTap, ins };
+  return { name: dist, RequestMeter, openaiChat, RequestBodyTap, ChunkedDecoder, ins };
 }
 
 const labels = { provider: 'openai', operation: 'chat', requestModel: 'bench', serverAddress: '127.0.0.1' };
@@ -95,6 +98,40 @@ for (const format of formatArg ? [formatArg] : Object.keys(FORMATS)) {
     const reads = readsOf(format, perRead, EVENTS);
     const line = interleaved((impl) => run(impl, reads, EVENTS), 3, 0);
     console.log(`${format.padEnd(6)} ${String(perRead).padStart(2)} event(s)/read: ns/event ${line}`);
+  }
+}
+
+// ---- chunked reads, decoded and measured as the proxy does
+function chunkedReadsOf(perRead, events) {
+  return readsOf('bench', perRead, events).map((r) => {
+    const evs = r.toString('latin1').split(/(?<=\n\n)/);
+    return Buffer.from(evs.map((e) => `${e.length.toString(16)}\r\n${e}\r\n`).join(''), 'latin1');
+  });
+}
+function runChunked(impl, reads, events, withMeter) {
+  const dec = new impl.ChunkedDecoder();
+  const m = new impl.RequestMeter(impl.ins, impl.openaiChat.newAdapter(), labels, 0, opts);
+  m.responseStart(200, 'text/event-stream', undefined);
+  m.chunk(Buffer.from(roleEvent(7)), 1);
+  const t0 = performance.now();
+  let t = 2;
+  for (const r of reads) {
+    dec.push(r);
+    if (!withMeter) continue;
+    t += 1.4;
+    const g = dec.ranges;
+    if (g !== undefined) for (let i = 0; i < g.length; i += 2) m.chunk(r, t, g[i], g[i + 1]);
+    else for (const d of dec.data) m.chunk(d, t); // builds before ranges (--ab)
+  }
+  const ns = ((performance.now() - t0) * 1e6) / events;
+  m.finish(t + 1);
+  return ns;
+}
+for (const perRead of [1, 20]) {
+  const reads = chunkedReadsOf(perRead, EVENTS);
+  for (const withMeter of [false, true]) {
+    const line = interleaved((impl) => runChunked(impl, reads, EVENTS, withMeter), 3, 0);
+    console.log(`chunked ${String(perRead).padStart(2)} event(s)/read, ${withMeter ? 'decoder + meter' : 'decoder only   '}: ns/event ${line}`);
   }
 }
 

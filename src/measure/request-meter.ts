@@ -156,8 +156,12 @@ export class RequestMeter {
     }
   }
 
-  /** A chunk that has already been written to the client, with its arrival time (ms). */
-  chunk(buf: Buffer, arrival: number): void {
+  /**
+   * Body bytes `buf[start, end)` that were already written to the client, with
+   * their arrival time (ms). A range, not a view: one read of a chunked body
+   * holds many events, and the parser keeps working on the read's own buffer.
+   */
+  chunk(buf: Buffer, arrival: number, start = 0, end = buf.length): void {
     if (this.finished || this.disabled) return;
     this.now = arrival;
     if (!this.firstByteSeen) {
@@ -166,12 +170,15 @@ export class RequestMeter {
       this.defer(() => this.ins.timeToFirstByte.record(ttfb, this.labels));
     }
     try {
-      if (this.parser !== undefined) {
-        this.parser.push(buf);
+      const parser = this.parser;
+      if (parser instanceof SseParser) {
+        parser.push(buf, start, end);
+      } else if (parser !== undefined) {
+        parser.push(start === 0 && end === buf.length ? buf : buf.subarray(start, end));
       } else if (this.framing === 'json') {
-        if (this.bodyBytes + buf.length <= this.opts.maxBodyBytes) {
-          this.body!.push(buf);
-          this.bodyBytes += buf.length;
+        if (this.bodyBytes + end - start <= this.opts.maxBodyBytes) {
+          this.body!.push(start === 0 && end === buf.length ? buf : buf.subarray(start, end));
+          this.bodyBytes += end - start;
         } else {
           this.framing = 'none';
           this.body = undefined;

@@ -52,7 +52,7 @@ export class ContentPrefix {
     let i = start + n;
     // At least one byte of text, its closing quote and the closing braces.
     if (end - i < 3 || buf[i] === 0x22 /* " */) return -1;
-    if (buf[i - 2] !== p[n - 2] || !samePrefix(buf, start, end, p, this.words)) return -1;
+    if (buf[i - 2] !== p[n - 2] || !samePrefix(buf, start, p, this.words)) return -1;
     // The text: to its closing quote, as JSON.parse would read it.
     for (; i < end; i++) {
       const c = buf[i]!;
@@ -156,13 +156,15 @@ const SIMPLE_ESCAPES = new Set([0x22, 0x5c, 0x2f, 0x62, 0x66, 0x6e, 0x72, 0x74])
 // four bytes at a time through it costs ~40 ns where Buffer#compare's call
 // costs ~115 ns (bench/README.md), but making the view costs about as much as
 // one compare, so a read with room for one event only uses Buffer#compare.
+// The read is the whole buffer, not the range offered: a chunked read offers
+// its events one HTTP chunk at a time, and they share the one view.
 let viewOf: Buffer | undefined;
 let view: DataView | undefined;
 
-function samePrefix(buf: Buffer, start: number, limit: number, p: Buffer, words: Uint32Array): boolean {
+function samePrefix(buf: Buffer, start: number, p: Buffer, words: Uint32Array): boolean {
   const n = p.length;
-  if (limit - start < 2 * n) return buf.compare(p, 0, n, start, start + n) === 0;
   if (buf !== viewOf) {
+    if (buf.length < 2 * n) return buf.compare(p, 0, n, start, start + n) === 0;
     viewOf = buf;
     view = new DataView(buf.buffer, buf.byteOffset, buf.length);
   }

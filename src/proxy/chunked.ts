@@ -7,8 +7,8 @@
  * (held back, because only its end says whether it is the last chunk) and
  * (b) the last chunk and trailer section, which the proxy's own HTTP server
  * writes when it ends the response. The decoded payload of the same call is in
- * `data` (slices of `buf`, no copies), for the measurement that runs after the
- * bytes were forwarded.
+ * `ranges` (offsets into `buf`: no views, no copies), for the measurement that
+ * runs after the bytes were forwarded.
  */
 export class ChunkedError extends Error {}
 
@@ -49,8 +49,12 @@ export class ChunkedDecoder {
   private pending: Buffer | undefined;
   /** The last chunk was seen: nothing more is forwarded. */
   private last = false;
-  /** Decoded payload of the latest push (slices of its buffer). */
-  readonly data: Buffer[] = [];
+  /**
+   * Decoded payload of the latest push, as offsets into its buffer: start and
+   * end of each piece, flat ([s0, e0, s1, e1, ...]). Offsets, not views: a read
+   * holds one piece per event, and a view each was most of the decoder's garbage.
+   */
+  readonly ranges: number[] = [];
   /** Offset just past the end of the message in the latest buffer, or -1. */
   messageEnd = -1;
   /**
@@ -64,7 +68,7 @@ export class ChunkedDecoder {
   }
 
   push(buf: Buffer): Buffer {
-    this.data.length = 0;
+    this.ranges.length = 0;
     this.messageEnd = -1;
     if (this.state === S.Done || this.error !== undefined) return buf.subarray(0, 0);
     let len = buf.length;
@@ -113,7 +117,7 @@ export class ChunkedDecoder {
       switch (this.state) {
         case S.Data: {
           const take = Math.min(this.remaining, len - i);
-          this.data.push(buf.subarray(i, i + take));
+          this.ranges.push(i, i + take);
           this.remaining -= take;
           i += take;
           if (this.remaining === 0) this.state = S.DataCr;
@@ -235,4 +239,15 @@ export class ChunkedDecoder {
     this.state = S.Done;
     this.messageEnd = i;
   }
+}
+
+/** The pieces `ranges` (flat start/end pairs) of `buf` as views; the whole of `buf` is `buf` itself. */
+export function views(buf: Buffer, ranges: readonly number[]): Buffer[] {
+  const out: Buffer[] = [];
+  for (let k = 0; k < ranges.length; k += 2) {
+    const s = ranges[k]!;
+    const e = ranges[k + 1]!;
+    out.push(s === 0 && e === buf.length ? buf : buf.subarray(s, e));
+  }
+  return out;
 }

@@ -11,7 +11,7 @@ import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
 import { endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
-import { ChunkedError } from './chunked.js';
+import { ChunkedError, views } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
 import { Router, type RouteMatch } from './routes.js';
@@ -232,7 +232,7 @@ class InFlight implements ExchangeHandler {
     this.exchange?.setIdleTimeout(this.deps.config.timeouts.idle * 1000);
   }
 
-  onData(wire: Buffer, data: readonly Buffer[], arrival: number, last: boolean): void {
+  onData(wire: Buffer, body: Buffer, ranges: readonly number[], arrival: number, last: boolean): void {
     if (this.done) return;
     const raw = this.raw;
     // The last bytes and the terminating chunk that res.end() writes: one write.
@@ -240,13 +240,14 @@ class InFlight implements ExchangeHandler {
     if (raw !== undefined) {
       if (wire.length > 0 && !raw.write(wire) && !this.paused) this.waitFor(raw);
     } else {
-      for (let i = 0; i < data.length; i++) if (!this.res.write(data[i]) && !this.paused) this.waitFor(this.res);
+      const pieces = views(body, ranges);
+      for (let i = 0; i < pieces.length; i++) if (!this.res.write(pieces[i]) && !this.paused) this.waitFor(this.res);
     }
     // Forward first, then measure: the bytes leave before the meter runs.
     if (last) this.res.end();
     else if (this.corked) this.uncork();
     const meter = this.meter;
-    if (meter !== undefined) for (let i = 0; i < data.length; i++) meter.chunk(data[i]!, arrival);
+    if (meter !== undefined) for (let i = 0; i < ranges.length; i += 2) meter.chunk(body, arrival, ranges[i], ranges[i + 1]);
   }
 
   private corked = false;

@@ -54,9 +54,11 @@ export interface ExchangeHandler {
    * Body bytes that arrived at `arrival` (ms, performance.now()). `wire`: the
    * bytes as they may be forwarded verbatim (for a chunked body, its chunk
    * framing, less a size line still incomplete and less the last chunk);
-   * `data`: the payload in them; `last`: the response is complete with these.
+   * the payload in them is `ranges` of `body` (flat start/end pairs; `views()`
+   * in chunked.ts makes buffers of them); `last`: the response is complete
+   * with these. `ranges` is reused: valid during the call only.
    */
-  onData(wire: Buffer, data: readonly Buffer[], arrival: number, last: boolean): void;
+  onData(wire: Buffer, body: Buffer, ranges: readonly number[], arrival: number, last: boolean): void;
   onEnd(): void;
   onError(err: Error): void;
 }
@@ -253,7 +255,7 @@ export class Exchange {
   private finished = false;
   private requestDone = false;
   private onDrain: (() => void) | undefined;
-  private readonly one: Buffer[] = [];
+  private readonly one: number[] = [0, 0];
 
   constructor(
     private readonly conn: Connection,
@@ -374,7 +376,7 @@ export class Exchange {
       const dec = this.chunked!;
       const wire = dec.push(buf);
       // Bytes before a framing fault are forwarded (and measured) first.
-      this.handler.onData(wire, dec.data, arrival, dec.done);
+      this.handler.onData(wire, buf, dec.ranges, arrival, dec.done);
       if (dec.error !== undefined) this.fail(dec.error);
       else if (dec.done && !this.finished) this.complete(dec.messageEnd === buf.length);
       return;
@@ -384,9 +386,8 @@ export class Exchange {
       if (buf.length > this.remaining) slice = buf.subarray(0, this.remaining);
       this.remaining -= slice.length;
     }
-    const one = this.one;
-    one[0] = slice;
-    this.handler.onData(slice, one, arrival, kind === 'length' && this.remaining === 0);
+    this.one[1] = slice.length;
+    this.handler.onData(slice, slice, this.one, arrival, kind === 'length' && this.remaining === 0);
     if (kind === 'length' && this.remaining === 0 && !this.finished) this.complete(slice.length === buf.length);
   }
 

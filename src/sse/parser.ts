@@ -105,10 +105,18 @@ export class SseParser {
     this.lane = opts.lane;
   }
 
-  push(chunk: Uint8Array): void {
+  /** Parses `chunk[start, end)` (default: all of it). */
+  push(chunk: Uint8Array, start = 0, end = chunk.byteLength): void {
     // An empty read must not consume pending state (a CR waiting for its LF).
-    if (chunk.byteLength === 0) return;
-    this.scan(chunk);
+    if (end <= start) return;
+    let buf = chunk instanceof Buffer ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    if (this.atStart && (start !== 0 || end !== buf.length)) {
+      // The BOM check at the very start works on whole buffers: a view, once per stream.
+      buf = buf.subarray(start, end);
+      start = 0;
+      end = buf.length;
+    }
+    this.scan(buf, start, end);
     if (this.oneBuf !== undefined) this.own();
     if (this.viewsFrom >= 0) {
       // The caller may reuse its buffer after push() returns: own the open event's bytes.
@@ -118,9 +126,7 @@ export class SseParser {
     }
   }
 
-  private scan(chunk: Uint8Array): void {
-    let buf = chunk instanceof Buffer ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-    let start = 0;
+  private scan(buf: Buffer, start: number, len: number): void {
     if (this.atStart) {
       // Skip a UTF-8 BOM (EF BB BF), even if split across chunks.
       const bom = [0xef, 0xbb, 0xbf];
@@ -134,6 +140,7 @@ export class SseParser {
         const partial = Buffer.from(bom.slice(0, this.bomSeen));
         buf = Buffer.concat([partial, buf.subarray(start)]);
         start = 0;
+        len = buf.length;
       }
       this.atStart = false;
     }
@@ -141,7 +148,6 @@ export class SseParser {
       this.afterCR = false;
       if (start < buf.length && buf[start] === LF) start++;
     }
-    const len = buf.length;
     let i = start;
     // Native memchr for both line-end bytes; most streams have no CR at all, so
     // its position is searched once per chunk and only re-searched once passed.
@@ -156,8 +162,9 @@ export class SseParser {
           continue;
         }
       }
-      if (nextLF !== -1 && nextLF < i) nextLF = buf.indexOf(LF, i);
-      if (nextCR !== -1 && nextCR < i) nextCR = buf.indexOf(CR, i);
+      // A line end past `len` is outside the range: as good as none.
+      if (nextLF !== -1 && nextLF < i && (nextLF = buf.indexOf(LF, i)) >= len) nextLF = -1;
+      if (nextCR !== -1 && nextCR < i && (nextCR = buf.indexOf(CR, i)) >= len) nextCR = -1;
       const j = nextLF === -1 ? (nextCR === -1 ? len : nextCR) : nextCR === -1 ? nextLF : Math.min(nextLF, nextCR);
       if (j === len) {
         this.stash(buf.subarray(i, len));
@@ -183,7 +190,7 @@ export class SseParser {
    * blank line when it was taken whole, else -1 (nothing consumed).
    */
   private fastLane(lane: SseLane, buf: Buffer, i: number, len: number): number {
-    if (buf[i + 1] !== 0x61 || buf[i + 2] !== 0x74 || buf[i + 3] !== 0x61 || buf[i + 4] !== COLON) return -1;
+    if (i + 5 >= len || buf[i + 1] !== 0x61 || buf[i + 2] !== 0x74 || buf[i + 3] !== 0x61 || buf[i + 4] !== COLON) return -1;
     const vs = buf[i + 5] === SPACE ? i + 6 : i + 5;
     const e = lane.find(buf, vs, len);
     if (e < 0) return -1;

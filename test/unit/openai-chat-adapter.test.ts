@@ -304,20 +304,32 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     expect(q.learned).toBe(chunk(4, '').slice(0, -5));
   });
 
-  it('matchFrom: every byte of the prefix is compared, in a read with one event and in one with many', () => {
+  it('matchFrom: every byte of the prefix is compared, in a read with one event, in one with many, and in a range of a chunked read', () => {
     const data = '{"id":"chatcmpl-A","object":"chat.completion.chunk","created":1,"model":"gpt-4o","choices":[{"index":0,"delta":{"content":"Hi"}}]}';
     const p = new ContentPrefix();
     p.learn(data);
     const n = p.learned!.length;
     expect(n % 4).not.toBe(0); // so the bytes after the last whole word are checked too
-    const other = `data: ${data}\n\n`.repeat(3);
-    for (const room of ['', other]) {
-      const ok = Buffer.from(`data: ${data}\n\n${room}`);
-      expect(p.matchFrom(ok, 6, ok.length)).toBe(6 + data.length);
+    const event = `data: ${data}\n\n`;
+    const other = event.repeat(3);
+    const framed = (e: string) => `${Buffer.byteLength(e).toString(16)}\r\n${e}\r\n`;
+    // [bytes before the event, bytes after it, whether the search may run to the read's end]
+    const reads: [string, string, boolean][] = [
+      ['', '', true],
+      ['', other, true],
+      // One HTTP chunk of several in a read: the range ends at the chunk's payload end.
+      [`${framed(event)}${framed(event)}${Buffer.byteLength(event).toString(16)}\r\n`, `\r\n${framed(event)}`, false],
+    ];
+    for (const [before, after, toEnd] of reads) {
+      const ok = Buffer.from(`${before}${event}${after}`);
+      const s = Buffer.byteLength(before) + 6;
+      const limit = toEnd ? ok.length : Buffer.byteLength(before) + Buffer.byteLength(event);
+      const what = `${before.length} bytes before, ${after.length} after`;
+      expect(p.matchFrom(ok, s, limit), what).toBe(s + data.length);
       for (let k = 0; k < n; k++) {
         const bad = Buffer.from(ok);
-        bad[6 + k] = bad[6 + k] === 0x5a ? 0x59 : 0x5a; // Z, or Y where it was Z
-        expect(p.matchFrom(bad, 6, bad.length), `byte ${k}, ${room ? 'many events' : 'one event'}`).toBe(-1);
+        bad[s + k] = bad[s + k] === 0x5a ? 0x59 : 0x5a; // Z, or Y where it was Z
+        expect(p.matchFrom(bad, s, limit), `byte ${k}, ${what}`).toBe(-1);
       }
     }
   });

@@ -1,5 +1,7 @@
+import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RequestMeter } from '../../src/measure/request-meter.js';
+import { ChunkedDecoder, views } from '../../src/proxy/chunked.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { AnthropicAdapter } from '../../src/providers/anthropic.js';
 import { BedrockAdapter } from '../../src/providers/bedrock.js';
@@ -8,6 +10,7 @@ import { GeminiAdapter } from '../../src/providers/gemini.js';
 import { GenericAdapter } from '../../src/providers/generic.js';
 import { OllamaAdapter } from '../../src/providers/ollama.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
+import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
 import type { ResponseAdapter } from '../../src/providers/types.js';
 import { encodeEventStreamFrame } from '../../src/sse/eventstream.js';
 import { fixture } from '../helpers/fixtures.js';
@@ -245,3 +248,82 @@ describe('detection', () => {
     expect(detectApi('/x', 'vllm')).toMatchObject({ api: 'openai-chat', defaultProviderName: 'vllm' });
   });
 });
+
+describe('a chunked read measured as ranges of its own buffer', () => {
+  const SSE = 'text/event-stream';
+  const CASES: [string, string, () => ResponseAdapter][] = [
+    ['openai-chat.sse', SSE, () => new OpenAIChatAdapter()],
+    ['openai-chat-usage.sse', SSE, () => new OpenAIChatAdapter()],
+    ['openai-chat-tools.sse', SSE, () => new OpenAIChatAdapter()],
+    ['vllm-continuous-usage.sse', SSE, () => new OpenAIChatAdapter()],
+    ['llamacpp-chat.sse', SSE, () => new OpenAIChatAdapter()],
+    ['tgi-chat.sse', SSE, () => new OpenAIChatAdapter()],
+    ['openai-compat-reasoning.sse', SSE, () => new OpenAIChatAdapter()],
+    ['openai-responses.sse', SSE, () => new OpenAIResponsesAdapter()],
+    ['anthropic-messages.sse', SSE, () => new AnthropicAdapter()],
+    ['anthropic-error.sse', SSE, () => new AnthropicAdapter()],
+    ['gemini.sse', SSE, () => new GeminiAdapter()],
+    ['ollama-chat.ndjson', 'application/x-ndjson', () => new OllamaAdapter()],
+    ['bedrock-converse-stream.bin', 'application/vnd.amazon.eventstream', () => new BedrockAdapter()],
+  ];
+
+  /** The body as HTTP chunks of the given sizes (cycled), as an upstream frames it. */
+  function chunkFramed(body: Buffer, sizes: number[]): Buffer {
+    const parts: Buffer[] = [];
+    for (let i = 0, k = 0; i < body.length; k++) {
+      const n = Math.min(sizes.length ? 1 + (sizes[k % sizes.length]! % 400) : body.length, body.length - i);
+      parts.push(Buffer.from(`${n.toString(16)}\r\n`), body.subarray(i, i + n), Buffer.from('\r\n'));
+      i += n;
+    }
+    parts.push(Buffer.from('0\r\n\r\n'));
+    return Buffer.concat(parts);
+  }
+
+  /** The measurement of `wire` read in the given pieces: every payload range offered as a range, or as a copy of its own. */
+  function measure(file: string, type: string, adapter: () => ResponseAdapter, wire: Buffer, cuts: number[], asRanges: boolean) {
+    const m = meter(adapter(), 0);
+    m.responseStart(200, type, undefined);
+    const dec = new ChunkedDecoder();
+    const at = [0, ...[...new Set(cuts.map((c) => c % (wire.length + 1)))].sort((a, b) => a - b), wire.length];
+    for (let k = 1; k < at.length; k++) {
+      const read = Buffer.from(wire.subarray(at[k - 1], at[k]));
+      dec.push(read);
+      const arrival = 10 * k;
+      if (asRanges) for (let i = 0; i < dec.ranges.length; i += 2) m.chunk(read, arrival, dec.ranges[i], dec.ranges[i + 1]);
+      else for (const v of views(read, dec.ranges)) m.chunk(Buffer.from(v), arrival);
+      read.fill(0x0a); // the upstream client's reads are not reused, but nothing may depend on that
+    }
+    expect(dec.done, file).toBe(true);
+    return m.finish(10 * at.length)!;
+  }
+
+  it('gives the measurement of the same payload offered piece by piece, for every framing and every split (property)', async () => {
+    t = setup();
+    for (const [file, type, adapter] of CASES) {
+      const body = fixture(file);
+      // Reference: the payload pieces as buffers of their own, as before ranges.
+      fc.assert(
+        fc.property(fc.array(fc.nat(), { maxLength: 6 }), fc.array(fc.nat(), { maxLength: 12 }), (sizes, cuts) => {
+          const wire = chunkFramed(body, sizes);
+          expect(measure(file, type, adapter, wire, cuts, true)).toEqual(measure(file, type, adapter, wire, cuts, false));
+        }),
+        { numRuns: 60, examples: [[[], []], [[0], []], [[5000], [7, 300]]] },
+      );
+    }
+  });
+
+  it('one read holding a whole OpenAI stream, one HTTP chunk per event: every content event counted', async () => {
+    t = setup();
+    const body = fixture('openai-chat.sse');
+    const events = sseChunks(body);
+    const wire = Buffer.concat([...events.flatMap((e) => [Buffer.from(`${e.length.toString(16)}\r\n`), e, Buffer.from('\r\n')]), Buffer.from('0\r\n\r\n')]);
+    const s = measure('openai-chat.sse', SSE, () => new OpenAIChatAdapter(), wire, [], true);
+    const whole = meter(new OpenAIChatAdapter(), 0);
+    whole.responseStart(200, SSE, undefined);
+    whole.chunk(body, 10);
+    const w = whole.finish(20)!;
+    expect(s.contentEvents).toBeGreaterThan(5);
+    expect(s).toEqual(w);
+  });
+});
+

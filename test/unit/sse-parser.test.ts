@@ -57,8 +57,32 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
   for (const c of chunks) laned.push(c);
   laned.end();
   expect(mixed).toEqual(events.map((e) => ({ type: e.type, data: e.data })));
+
+  // And offered as ranges of larger buffers whose other bytes are line ends and
+  // events (as a chunked read holds its events between framing bytes): the same
+  // events, plainly and with the byte hook.
+  const ranged: SseEvent[] = [];
+  const rangedParser = new SseParser((e) => ranged.push(e), maxEventBytes ? { maxEventBytes } : {});
+  const rangedOffered: string[] = [];
+  const rangedHooked = new SseParser(() => {}, {
+    ...(maxEventBytes ? { maxEventBytes } : {}),
+    onData: (buf, start, end) => rangedOffered.push(buf.toString('utf8', start, end)) > 0,
+  });
+  for (const c of chunks) {
+    const big = Buffer.concat([NOISE, c, NOISE]);
+    rangedParser.push(big, NOISE.length, NOISE.length + c.byteLength);
+    rangedHooked.push(big, NOISE.length, NOISE.length + c.byteLength);
+    big.fill(0x0a); // the caller may reuse its buffer once push() returns
+  }
+  rangedParser.end();
+  rangedHooked.end();
+  expect(plain(ranged)).toEqual(plain(events));
+  expect(rangedOffered).toEqual(events.map((e) => e.data));
   return { events, parser };
 }
+
+/** Bytes around a range that must not be read as part of it. */
+const NOISE = Buffer.from('\r\n\ndata: {"x":1}\n\n\r');
 
 /** Events the test lane took, over the whole file (checked at its end). */
 const lanes = { taken: 0 };
