@@ -240,14 +240,3 @@ export class ChunkedDecoder {
     this.messageEnd = i;
   }
 }
-
-/** The pieces `ranges` (flat start/end pairs) of `buf` as views; the whole of `buf` is `buf` itself. */
-export function views(buf: Buffer, ranges: readonly number[]): Buffer[] {
-  const out: Buffer[] = [];
-  for (let k = 0; k < ranges.length; k += 2) {
-    const s = ranges[k]!;
-    const e = ranges[k + 1]!;
-    out.push(s === 0 && e === buf.length ? buf : buf.subarray(s, e));
-  }
-  return out;
-}

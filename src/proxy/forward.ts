@@ -11,7 +11,7 @@ import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
 import { endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
-import { ChunkedError, views } from './chunked.js';
+import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
 import { Router, type RouteMatch } from './routes.js';
@@ -240,8 +240,11 @@ class InFlight implements ExchangeHandler {
     if (raw !== undefined) {
       if (wire.length > 0 && !raw.write(wire) && !this.paused) this.waitFor(raw);
     } else {
-      const pieces = views(body, ranges);
-      for (let i = 0; i < pieces.length; i++) if (!this.res.write(pieces[i]) && !this.paused) this.waitFor(this.res);
+      for (let i = 0; i < ranges.length; i += 2) {
+        const s = ranges[i]!;
+        const e = ranges[i + 1]!;
+        if (!this.res.write(s === 0 && e === body.length ? body : body.subarray(s, e)) && !this.paused) this.waitFor(this.res);
+      }
     }
     // Forward first, then measure: the bytes leave before the meter runs.
     if (last) this.res.end();

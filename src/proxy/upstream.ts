@@ -54,9 +54,9 @@ export interface ExchangeHandler {
    * Body bytes that arrived at `arrival` (ms, performance.now()). `wire`: the
    * bytes as they may be forwarded verbatim (for a chunked body, its chunk
    * framing, less a size line still incomplete and less the last chunk);
-   * the payload in them is `ranges` of `body` (flat start/end pairs; `views()`
-   * in chunked.ts makes buffers of them); `last`: the response is complete
-   * with these. `ranges` is reused: valid during the call only.
+   * the payload in them is `ranges` of `body` (flat start/end pairs);
+   * `last`: the response is complete with these. `ranges` is reused: valid
+   * during the call only.
    */
   onData(wire: Buffer, body: Buffer, ranges: readonly number[], arrival: number, last: boolean): void;
   onEnd(): void;

@@ -99,6 +99,42 @@ describe('transparent forwarding', () => {
     expect(pairs.some(([n]) => n === 'x-secret' || n === 'keep-alive')).toBe(false);
   });
 
+  it('an HTTP/1.0 client gets a chunked stream unframed, to the close, and its events are measured', async () => {
+    // Eight events per tick, each its own HTTP chunk: one read holds several, and the proxy,
+    // which cannot pass the chunk framing on to HTTP/1.0, writes each payload piece.
+    const event = (k: number) => `data: {"id":"c","choices":[{"index":0,"delta":{"content":"t${k}"}}]}\n\n`;
+    const events = Array.from({ length: 24 }, (_, k) => event(k));
+    const up = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let i = 0; i < events.length; i += 8) {
+        for (const e of events.slice(i, i + 8)) res.write(e);
+        await sleep(20);
+      }
+      res.end();
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const { port } = new URL(proxy.proxyUrl);
+    const body = '{"model":"m","stream":true}';
+    const raw = await new Promise<Buffer>((resolve, reject) => {
+      const parts: Buffer[] = [];
+      const s = net.connect(Number(port), '127.0.0.1', () =>
+        s.write(`POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
+      );
+      s.on('data', (d: Buffer) => parts.push(d));
+      s.on('end', () => resolve(Buffer.concat(parts)));
+      s.on('error', reject);
+    });
+    const sep = raw.indexOf('\r\n\r\n');
+    const head = raw.subarray(0, sep).toString('latin1').toLowerCase();
+    expect(head.startsWith('http/1.1 200')).toBe(true);
+    expect(head).not.toContain('transfer-encoding');
+    expect(raw.subarray(sep + 4).toString()).toBe(events.join(''));
+    const samples = await scrape(proxy.metricsUrl);
+    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(1);
+    expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds').count).toBe(events.length - 1);
+  });
+
   it('passes a gzip body through compressed, with its Content-Encoding', async () => {
     const plain = Buffer.from('data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'.repeat(100));
     const gz = gzipSync(plain);

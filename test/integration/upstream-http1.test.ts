@@ -15,7 +15,7 @@ import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { UpstreamClient, type Exchange } from '../../src/proxy/upstream.js';
-import { views } from '../../src/proxy/chunked.js';
+import { views } from '../helpers/ranges.js';
 
 type Script = (sock: net.Socket, head: string, index: number) => void | Promise<void>;
 

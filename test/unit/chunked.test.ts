@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { ChunkedDecoder, ChunkedError, views } from '../../src/proxy/chunked.js';
+import { ChunkedDecoder, ChunkedError } from '../../src/proxy/chunked.js';
+import { views } from '../helpers/ranges.js';
 
 interface Encoded {
   wire: Buffer;

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { RequestMeter } from '../../src/measure/request-meter.js';
-import { ChunkedDecoder, views } from '../../src/proxy/chunked.js';
+import { ChunkedDecoder } from '../../src/proxy/chunked.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { AnthropicAdapter } from '../../src/providers/anthropic.js';
 import { BedrockAdapter } from '../../src/providers/bedrock.js';
@@ -14,6 +14,7 @@ import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js'
 import type { ResponseAdapter } from '../../src/providers/types.js';
 import { encodeEventStreamFrame } from '../../src/sse/eventstream.js';
 import { fixture } from '../helpers/fixtures.js';
+import { views } from '../helpers/ranges.js';
 import { testInstruments } from '../helpers/metrics.js';
 
 // The production wiring: per-event histograms through the fast producer, the rest through the SDK.
