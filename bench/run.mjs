@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Streaming-overhead benchmark for llm-latency-proxy (issue #5).
 //
-//   npm run bench               full run (~23 min on 2 cores)
+//   npm run bench               full run (~22 min on 2 cores)
 //   npm run bench -- --quick    CI smoke run (< 2 min)
 //
 // Options: --quick, --reps=N, --paths=direct,proxy,...  --phases=ttft,gap,sustain,mem,cancel, --gap=1.4x1000,20x100
