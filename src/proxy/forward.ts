@@ -158,16 +158,15 @@ class InFlight implements ExchangeHandler {
       if (!res.writableFinished) this.cancel();
     });
     // The request head (and a body already read) leaves on a tick queued above;
-    // what only measurement needs is set up on the next one, off the TTFT path.
-    if (deps.instruments) process.nextTick(InFlight.setUpMeterOf, this);
-  }
-
-  /** A static function for nextTick: no closure per request. */
-  private static setUpMeterOf(f: InFlight): void {
-    f.setUpMeter();
+    // what only measurement needs is set up after this loop iteration's I/O
+    // callbacks, so that in a burst of new requests every head leaves first.
+    // Whatever needs the meter earlier (the response head, the end) sets it up
+    // then: `bodySeen` stands for "not set up yet".
+    if (deps.instruments) afterIo(() => this.setUpMeter());
   }
 
   private setUpMeter(): void {
+    if (this.bodySeen === undefined) return; // done already
     const seen = this.bodySeen;
     this.bodySeen = undefined;
     try {
@@ -200,7 +199,7 @@ class InFlight implements ExchangeHandler {
     if (pathModel !== undefined) return;
     const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxBodyBytes));
     if (seen !== undefined) for (const c of seen) tap.push(c);
-    this.takeModel(); // in case the body's end came first (Node emits it later today)
+    this.takeModel(); // the body's end may have come first
   }
 
   /** The body ended and was read by the tap: its model becomes the request's label. */
@@ -210,6 +209,7 @@ class InFlight implements ExchangeHandler {
 
   onHead(head: ResponseHead, framing: BodyFraming): void {
     clearTimeout(this.timer);
+    if (this.bodySeen !== undefined) this.setUpMeter();
     const { res, meter } = this;
     if (this.done) return;
     this.upstreamStatus = head.status;
@@ -327,6 +327,7 @@ class InFlight implements ExchangeHandler {
   }
 
   private record(end: number, errorType: string | undefined): void {
+    if (this.bodySeen !== undefined) this.setUpMeter();
     let summary: MeterSummary | undefined;
     try {
       summary = this.meter?.finish(end, errorType);

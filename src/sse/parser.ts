@@ -146,7 +146,7 @@ export class SseParser {
     }
     if (this.afterCR) {
       this.afterCR = false;
-      if (start < buf.length && buf[start] === LF) start++;
+      if (start < len && buf[start] === LF) start++;
     }
     let i = start;
     // Native memchr for both line-end bytes; most streams have no CR at all, so
