@@ -59,7 +59,7 @@ export class ContentPrefix {
       if (c === 0x22) break;
       if (c < 0x20) return -1;
       if (c === 0x5c /* \ */) {
-        const e = buf[i + 1];
+        const e = i + 1 < end ? buf[i + 1] : undefined;
         if (e === 0x75 /* u */) {
           if (i + 5 >= end || !hex(buf[i + 2]!) || !hex(buf[i + 3]!) || !hex(buf[i + 4]!) || !hex(buf[i + 5]!)) return -1;
           i += 5;
@@ -89,11 +89,11 @@ export class ContentPrefix {
         inString = true;
         const k = buf[i + 1];
         if (k === 0x75 /* u */) {
-          if (is(buf, i + 1, 'usage"') && !is(buf, i + 7, ':null')) return -1;
+          if (is(buf, i + 1, end, 'usage"') && !is(buf, i + 7, end, ':null')) return -1;
         } else if (k === 0x65 /* e */) {
-          if (is(buf, i + 1, 'error"')) return -1;
+          if (is(buf, i + 1, end, 'error"')) return -1;
         } else if (k === 0x74 /* t */) {
-          if (is(buf, i + 1, 'timings"')) return -1;
+          if (is(buf, i + 1, end, 'timings"')) return -1;
         }
       } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
         if (depth === MAX_DEPTH) return -1;
@@ -179,8 +179,9 @@ function hex(c: number): boolean {
   return (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x46) || (c >= 0x61 && c <= 0x66);
 }
 
-function is(buf: Buffer, at: number, s: string): boolean {
-  if (at + s.length > buf.length) return false;
+/** `buf[at, end)` starts with `s`. */
+function is(buf: Buffer, at: number, end: number, s: string): boolean {
+  if (at + s.length > end) return false;
   for (let k = 0; k < s.length; k++) if (buf[at + k] !== s.charCodeAt(k)) return false;
   return true;
 }

@@ -59,7 +59,7 @@ export class ChunkedDecoder {
   messageEnd = -1;
   /**
    * The framing broke: set by the push that found it, whose return value and
-   * `data` still hold what came before the fault. Nothing is decoded after it.
+   * `ranges` still hold what came before the fault. Nothing is decoded after it.
    */
   error: ChunkedError | undefined;
 

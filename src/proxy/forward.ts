@@ -172,7 +172,8 @@ class InFlight implements ExchangeHandler {
     try {
       this.measure(seen);
     } catch (e) {
-      // A bare tick: a throw here would end the process. The request goes on unmeasured.
+      // Measurement only: a throw must not end the process (afterIo) or fail the request (onHead).
+      // The request goes on unmeasured.
       this.meter = undefined;
       this.tap = undefined;
       this.deps.log.error({ reqId: this.requestId, err: (e as Error).message }, 'measurement set-up failed');

@@ -1,8 +1,9 @@
-import http, { type AddressInfo } from 'node:http';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, expect, it, vi } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
-import { hist, scrape } from '../helpers/prom.js';
+import { hist, scrape, total } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 
 // The proxy sets up a request's measurement after the loop iteration's I/O callbacks
@@ -73,4 +74,5 @@ it('a response that arrives before the deferred measurement set-up is measured w
   expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds', { gen_ai_request_model: 'm-body' }).count).toBe(1);
   expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds', { gen_ai_request_model: 'm-body' }).count).toBe(4);
   expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'm-body' }).count).toBe(1);
+  expect(total(samples, 'llm_proxy_streams_active')).toBe(0); // set up once: one +1, one -1
 });

@@ -331,6 +331,8 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
         bad[s + k] = bad[s + k] === 0x5a ? 0x59 : 0x5a; // Z, or Y where it was Z
         expect(p.matchFrom(bad, s, limit), `byte ${k}, ${what}`).toBe(-1);
       }
+      // A range that ends before the event does is not the event, whatever follows the range.
+      for (const cut of [1, 2, 5, 8]) expect(p.matchFrom(ok, s, s + data.length - cut), `${what}, ${cut} bytes short`).toBe(-1);
     }
   });
 

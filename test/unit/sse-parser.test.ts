@@ -58,9 +58,10 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
   laned.end();
   expect(mixed).toEqual(events.map((e) => ({ type: e.type, data: e.data })));
 
-  // And offered as ranges of larger buffers whose other bytes are line ends and
-  // events (as a chunked read holds its events between framing bytes): the same
-  // events, plainly and with the byte hook.
+  // And offered as ranges of larger buffers (as a chunked read holds its events
+  // between framing bytes), with line ends and events before the range and an
+  // event that does not start with a line end after it: the same events, plainly,
+  // with the byte hook and with the lane.
   const ranged: SseEvent[] = [];
   const rangedParser = new SseParser((e) => ranged.push(e), maxEventBytes ? { maxEventBytes } : {});
   const rangedOffered: string[] = [];
@@ -68,21 +69,36 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
     ...(maxEventBytes ? { maxEventBytes } : {}),
     onData: (buf, start, end) => rangedOffered.push(buf.toString('utf8', start, end)) > 0,
   });
+  const rangedMixed: string[] = [];
+  let rangedFound = '';
+  const rangedLaned = new SseParser((e) => rangedMixed.push(e.data), {
+    ...(maxEventBytes ? { maxEventBytes } : {}),
+    lane: {
+      find(buf, start, limit) {
+        let e = start;
+        while (e < limit && buf[e] !== 0x0a && buf[e] !== 0x0d) e++;
+        if (e === limit) return -1;
+        rangedFound = buf.toString('utf8', start, e);
+        return e;
+      },
+      taken: () => void rangedMixed.push(rangedFound),
+    },
+  });
   for (const c of chunks) {
-    const big = Buffer.concat([NOISE, c, NOISE]);
-    rangedParser.push(big, NOISE.length, NOISE.length + c.byteLength);
-    rangedHooked.push(big, NOISE.length, NOISE.length + c.byteLength);
+    const big = Buffer.concat([BEFORE, c, AFTER]);
+    for (const p of [rangedParser, rangedHooked, rangedLaned]) p.push(big, BEFORE.length, BEFORE.length + c.byteLength);
     big.fill(0x0a); // the caller may reuse its buffer once push() returns
   }
-  rangedParser.end();
-  rangedHooked.end();
+  for (const p of [rangedParser, rangedHooked, rangedLaned]) p.end();
   expect(plain(ranged)).toEqual(plain(events));
   expect(rangedOffered).toEqual(events.map((e) => e.data));
+  expect(rangedMixed).toEqual(events.map((e) => e.data));
   return { events, parser };
 }
 
-/** Bytes around a range that must not be read as part of it. */
-const NOISE = Buffer.from('\r\n\ndata: {"x":1}\n\n\r');
+/** Bytes around a range that must not be read as part of it (after it: no line end first). */
+const BEFORE = Buffer.from('\r\n\ndata: {"x":1}\n\n\r');
+const AFTER = Buffer.from('x\n\ndata: {"x":1}\n\n\r');
 
 /** Events the test lane took, over the whole file (checked at its end). */
 const lanes = { taken: 0 };
