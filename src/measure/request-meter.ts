@@ -31,6 +31,9 @@ export interface MeterOptions {
 
 const runNow = (fn: () => void): void => fn();
 
+/** `buf[start, end)`: the buffer itself when that is all of it, else a view. */
+const piece = (buf: Buffer, start: number, end: number): Buffer => (start === 0 && end === buf.length ? buf : buf.subarray(start, end));
+
 /** What a finished request looked like; used for the log line and tests. */
 export interface MeterSummary {
   status: number;
@@ -174,10 +177,10 @@ export class RequestMeter {
       if (parser instanceof SseParser) {
         parser.push(buf, start, end);
       } else if (parser !== undefined) {
-        parser.push(start === 0 && end === buf.length ? buf : buf.subarray(start, end));
+        parser.push(piece(buf, start, end));
       } else if (this.framing === 'json') {
         if (this.bodyBytes + end - start <= this.opts.maxBodyBytes) {
-          this.body!.push(start === 0 && end === buf.length ? buf : buf.subarray(start, end));
+          this.body!.push(piece(buf, start, end));
           this.bodyBytes += end - start;
         } else {
           this.framing = 'none';

@@ -165,8 +165,9 @@ class InFlight implements ExchangeHandler {
     if (deps.instruments) afterIo(() => this.setUpMeter());
   }
 
+  /** Idempotent: `bodySeen` is undefined once set up (or without instruments). */
   private setUpMeter(): void {
-    if (this.bodySeen === undefined) return; // done already
+    if (this.bodySeen === undefined) return;
     const seen = this.bodySeen;
     this.bodySeen = undefined;
     try {
@@ -210,7 +211,7 @@ class InFlight implements ExchangeHandler {
 
   onHead(head: ResponseHead, framing: BodyFraming): void {
     clearTimeout(this.timer);
-    if (this.bodySeen !== undefined) this.setUpMeter();
+    this.setUpMeter();
     const { res, meter } = this;
     if (this.done) return;
     this.upstreamStatus = head.status;
@@ -328,7 +329,7 @@ class InFlight implements ExchangeHandler {
   }
 
   private record(end: number, errorType: string | undefined): void {
-    if (this.bodySeen !== undefined) this.setUpMeter();
+    this.setUpMeter();
     let summary: MeterSummary | undefined;
     try {
       summary = this.meter?.finish(end, errorType);

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { SseParser, type SseEvent } from '../../src/sse/parser.js';
+import { SseParser, type SseEvent, type SseLane } from '../../src/sse/parser.js';
 import { referenceParse } from '../helpers/reference-sse.js';
 
 const FIXTURES = join(__dirname, '../fixtures/sse');
@@ -37,22 +37,12 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
   // or not at all when its length is odd: lane and normal path together must
   // deliver the plain parse's events, in order.
   const mixed: { type: string; data: string }[] = [];
-  let found = '';
   const laned = new SseParser((e) => mixed.push({ type: e.type, data: e.data }), {
     ...(maxEventBytes ? { maxEventBytes } : {}),
-    lane: {
-      find(buf, start, limit) {
-        let e = start;
-        while (e < limit && buf[e] !== 0x0a && buf[e] !== 0x0d) e++;
-        if (e === limit || (e - start) % 2 === 1) return -1;
-        found = buf.toString('utf8', start, e);
-        return e;
-      },
-      taken() {
-        mixed.push({ type: '', data: found });
-        lanes.taken++;
-      },
-    },
+    lane: lineLane((data) => {
+      mixed.push({ type: '', data });
+      lanes.taken++;
+    }, true),
   });
   for (const c of chunks) laned.push(c);
   laned.end();
@@ -70,19 +60,9 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
     onData: (buf, start, end) => rangedOffered.push(buf.toString('utf8', start, end)) > 0,
   });
   const rangedMixed: string[] = [];
-  let rangedFound = '';
   const rangedLaned = new SseParser((e) => rangedMixed.push(e.data), {
     ...(maxEventBytes ? { maxEventBytes } : {}),
-    lane: {
-      find(buf, start, limit) {
-        let e = start;
-        while (e < limit && buf[e] !== 0x0a && buf[e] !== 0x0d) e++;
-        if (e === limit) return -1;
-        rangedFound = buf.toString('utf8', start, e);
-        return e;
-      },
-      taken: () => void rangedMixed.push(rangedFound),
-    },
+    lane: lineLane((data) => void rangedMixed.push(data), false),
   });
   for (const c of chunks) {
     const big = Buffer.concat([BEFORE, c, AFTER]);
@@ -94,6 +74,21 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
   expect(rangedOffered).toEqual(events.map((e) => e.data));
   expect(rangedMixed).toEqual(events.map((e) => e.data));
   return { events, parser };
+}
+
+/** A test lane: a value is the bytes up to its line's end (not found: -1), declined when `skipOdd` and its length is odd. */
+function lineLane(taken: (data: string) => void, skipOdd: boolean): SseLane {
+  let found = '';
+  return {
+    find(buf, start, limit) {
+      let e = start;
+      while (e < limit && buf[e] !== 0x0a && buf[e] !== 0x0d) e++;
+      if (e === limit || (skipOdd && (e - start) % 2 === 1)) return -1;
+      found = buf.toString('utf8', start, e);
+      return e;
+    },
+    taken: () => taken(found),
+  };
 }
 
 /** Bytes around a range that must not be read as part of it (after it: no line end first). */
