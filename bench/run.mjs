@@ -290,12 +290,14 @@ async function streamRun(p, sc) {
     foreignCores,
     emitter: { lateness: em.lateness, cpuMs: em.cpuMs, startedIncomplete: em.startedIncomplete },
     metrics: mdiff,
+    // what the path logged, when it refused requests (nginx's error log says why)
+    pathLog: an.refused > 0 && p.logTail ? p.logTail() : undefined,
   };
 }
 
 function brief(r) {
   const bad = r.lost + r.merged + r.mismatched + r.extra;
-  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
+  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''}${r.refused ? ` REFUSED ${r.refused} ${r.refusedSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
 }
 
 function alivePaths() {
@@ -376,7 +378,7 @@ async function phaseGap() {
 // pass criterion for "streams sustained" at delta = 20 ms
 function sustainPass(r, direct) {
   if (!r || r.failed || !direct || direct.failed) return false;
-  if (r.lost + r.undelivered + r.merged + r.mismatched + r.extra + r.errors > 0 || r.timedOut) return false;
+  if (r.lost + r.undelivered + r.merged + r.mismatched + r.extra + r.errors + r.refused > 0 || r.timedOut) return false;
   if (r.maxGap > 10 * 20) return false;
   if (r.path === 'direct') return true;
   return r.latency.p99 - direct.latency.p99 <= 5;
@@ -551,8 +553,8 @@ async function main() {
       inst[name] = await defs[name].start();
       // smoke: a few short streams must arrive intact
       const r = await streamRun(inst[name], { mode: 'staggered', c: 5, n: 5, delta: 1.4, ttft: 1 });
-      const bad = r.lost + r.merged + r.mismatched + r.extra + r.errors;
-      if (bad) throw new Error(`smoke stream broken: lost ${r.lost} merged ${r.merged} mismatched ${r.mismatched} extra ${r.extra} errors ${r.errors} ${r.errorSamples.join('; ')} statuses ${JSON.stringify(r.statuses)}`);
+      const bad = r.lost + r.merged + r.mismatched + r.extra + r.errors + r.refused;
+      if (bad) throw new Error(`smoke stream broken: lost ${r.lost} merged ${r.merged} mismatched ${r.mismatched} extra ${r.extra} errors ${r.errors} ${r.errorSamples.join('; ')} refused ${r.refused} ${r.refusedSamples.join('; ')} statuses ${JSON.stringify(r.statuses)}`);
       // warm-up (JIT, connection pools), unrecorded
       await streamRun(inst[name], { mode: 'staggered', c: 100, n: 20, delta: 1.4, ttft: 1 });
       pathStatus[name] = { ok: true };
@@ -597,8 +599,9 @@ async function main() {
     await client.call('exit', {}, 2000).catch(() => {});
   } catch {}
 
-  const { table, failures } = writeReports({ meta, runs, out: OUT });
+  const { table, failures, warnings } = writeReports({ meta, runs, out: OUT });
   process.stdout.write(table + '\n');
+  if (warnings.length) log(`WARNINGS (not failures):\n  ${warnings.join('\n  ')}`);
   log(`wrote ${path.relative(ROOT, OUT)}/latest.json, latest.md, added-gap.svg in ${meta.durationS.toFixed(0)} s`);
   if (failures.length) {
     log(`FAILURES:\n  ${failures.join('\n  ')}`);

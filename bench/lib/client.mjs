@@ -28,6 +28,8 @@ function openStream(url, headers, n, onEvent) {
     extra: 0,
     coalesced: 0,
     status: 0,
+    /** the start of the body of a non-200 answer (a path's error page) */
+    body: '',
     error: null,
     ended: false,
     req: null,
@@ -51,6 +53,22 @@ function openStream(url, headers, n, onEvent) {
       },
       (res) => {
         rec.status = res.statusCode;
+        if (res.statusCode !== 200) {
+          // The path answered with an error instead of the stream: keep what it said.
+          res.on('data', (chunk) => {
+            if (rec.body.length < 300) rec.body += chunk.toString('latin1').slice(0, 300 - rec.body.length);
+          });
+          res.on('end', () => {
+            rec.ended = true;
+            resolve(rec);
+          });
+          res.on('error', (err) => {
+            rec.error = rec.error || String(err.message || err);
+            resolve(rec);
+          });
+          res.on('close', () => resolve(rec));
+          return;
+        }
         const sp = new SseSplitter();
         const evs = [];
         res.on('data', (chunk) => {
@@ -223,11 +241,21 @@ function analyze(m) {
   let events = 0;
   let errors = 0;
   let incomplete = 0;
+  // Requests the path answered with an error status, or dropped before any answer: the
+  // path refused them. Counted apart from the events lost or altered in a stream it served.
+  let refused = 0;
+  const refusedSamples = [];
   let maxGap = 0;
   const statuses = {};
   const errorSamples = [];
   for (const r of recs) {
     statuses[r.status] = (statuses[r.status] || 0) + 1;
+    if (r.status !== 200 && !r.cutByDeadline) {
+      refused++;
+      if (refusedSamples.length < 3)
+        refusedSamples.push(r.status ? `HTTP ${r.status}: ${JSON.stringify(r.body.slice(0, 160))}` : `no answer: ${r.error ?? 'closed'}`);
+      continue;
+    }
     if (r.error) {
       errors++;
       if (errorSamples.length < 3) errorSamples.push(r.error);
@@ -278,6 +306,8 @@ function analyze(m) {
     errors,
     errorSamples,
     incomplete,
+    refused,
+    refusedSamples,
     statuses,
     timedOut: last.timedOut,
     wallMs: last.wallMs,

@@ -216,6 +216,7 @@ process.on('message', (m) => {
 });
 process.on('disconnect', () => process.exit(0));
 
-server.listen(0, '127.0.0.1', () => {
+// A deep accept queue, like nginx's `backlog=4096`: a level's 1,000+ connections arrive at once.
+server.listen(0, '127.0.0.1', 4096, () => {
   process.send({ ready: true, port: server.address().port });
 });

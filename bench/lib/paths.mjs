@@ -187,6 +187,7 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
         url: `http://127.0.0.1:${port}`,
         headers,
         log,
+        logTail: () => logTail(log),
         pids: () => [child.pid],
         mainPid: child.pid,
         metricsUrl: metrics ? `http://127.0.0.1:${metricsPort}/metrics` : null,
@@ -281,6 +282,7 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
           mainPid: child.pid,
           pids: () => [child.pid, ...childPids(child.pid)],
           metricsUrl: null,
+          logTail: () => logTail(path.join(tmp, 'error.log')),
           stop: () => stopChild(child),
         };
       },

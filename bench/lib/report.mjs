@@ -5,6 +5,8 @@ import path from 'node:path';
 import { agg, fmt, fmtAgg, ratio } from './stats.mjs';
 
 const ORDER = ['direct', 'proxy', 'proxy-alt', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
+/** The peers measured beside this proxy: their refusals are reported, not failed (writeReports). */
+const PEERS = new Set(['nginx', 'http-proxy', 'portkey']);
 const bad = (r) => r.lost + r.merged + r.mismatched + r.extra;
 
 function table(head, rows) {
@@ -76,6 +78,7 @@ export function computeFigures(meta, runs) {
         undelivered: mine.reduce((s, r) => s + (r.undelivered || 0), 0),
         merged: mine.reduce((s, r) => s + r.merged, 0),
         mismatched: mine.reduce((s, r) => s + r.mismatched + r.extra, 0),
+        refused: mine.reduce((s, r) => s + (r.refused || 0), 0),
         coalescedShare: over(recs, p, (r) => r.coalesced / Math.max(1, r.events)),
         eventsPerCoreSecond: over(recs, p, (r) => (r.pathCpuMs > 0 ? r.events / (r.pathCpuMs / 1000) : NaN)),
         pathCpuShare: over(recs, p, (r) => r.pathCpuMs / r.wallMs),
@@ -191,6 +194,7 @@ export function computeFigures(meta, runs) {
       undelivered: mine.reduce((s, r) => s + (r.undelivered || 0), 0),
       merged: mine.reduce((s, r) => s + r.merged, 0),
       mismatched: mine.reduce((s, r) => s + r.mismatched + r.extra, 0),
+      refused: mine.reduce((s, r) => s + (r.refused || 0), 0),
       failedRuns: runs.filter((r) => r.path === p && r.failed).length,
     };
   }
@@ -315,11 +319,22 @@ export function writeReports({ meta, runs, out }) {
   const T = targets(F);
   const paths = ORDER.filter((p) => meta.paths[p]);
   const failures = [];
+  const warnings = [];
   for (const [p, s] of Object.entries(meta.paths)) if (!s.ok) failures.push(`path ${p} did not run: ${s.error}`);
   for (const r of runs) {
     if (r.failed && r.phase !== 'mem' && r.phase !== 'cancel') failures.push(`${r.phase} ${r.key} rep${r.rep} ${r.path} failed: ${r.failed}`);
-    if (r.lost !== undefined && (r.phase === 'ttft' || r.phase === 'gap' || r.phase === 'sustain') && (r.merged > 0 || r.mismatched + r.extra > 0 || r.lost > 0))
-      failures.push(`${r.phase} ${r.key} rep${r.rep} ${r.path}: lost ${r.lost}, merged ${r.merged}, altered ${r.mismatched + r.extra}`);
+    if (r.lost === undefined || !(r.phase === 'ttft' || r.phase === 'gap' || r.phase === 'sustain')) continue;
+    const where = `${r.key.startsWith(r.phase) ? r.key : `${r.phase} ${r.key}`} rep${r.rep} ${r.path}`;
+    const answers = `answers ${JSON.stringify(r.statuses)}`;
+    if (r.merged > 0 || r.mismatched + r.extra > 0 || r.lost > 0)
+      failures.push(`${where}: lost ${r.lost}, merged ${r.merged}, altered ${r.mismatched + r.extra} (${answers}${r.errorSamples?.length ? `; errors: ${r.errorSamples.join('; ')}` : ''})`);
+    if (r.refused > 0) {
+      // A peer that answers a request with an error page under load is the peer's
+      // behaviour (or the machine's), not a fault of this proxy or of the bench: reported,
+      // not failed. This proxy and direct may refuse nothing.
+      const line = `${where}: refused ${r.refused} of ${r.streams} requests (${answers}): ${r.refusedSamples.join('; ')}${r.pathLog ? `; its log: ${JSON.stringify(r.pathLog)}` : ''}`;
+      (PEERS.has(r.path) ? warnings : failures).push(line);
+    }
   }
 
   const parts = [];
@@ -356,7 +371,7 @@ export function writeReports({ meta, runs, out }) {
         p === 'direct' ? `gap ${fmtAgg(x.gapP99)}` : fmtAgg(x.addedGapP99),
         fmt(x.maxGap?.median, 1),
         p === 'proxy' || p === 'direct' ? '' : `${fmt(px(byP, p, 'addedP50'), 1)} / ${fmt(px(byP, p, 'addedP99'), 1)}`,
-        `${x.lost}/${x.merged}/${x.mismatched}${x.undelivered ? ` (+${x.undelivered} undelivered by deadline)` : ''}`,
+        `${x.lost}/${x.merged}/${x.mismatched}${x.undelivered ? ` (+${x.undelivered} undelivered by deadline)` : ''}${x.refused ? ` (+${x.refused} requests refused)` : ''}`,
         fmt(x.emitterLatenessP99?.median, 2),
         fmt(x.foreignCores?.max, 2),
         x.failed.length ? `FAILED ${x.failed[0].slice(0, 60)}` : '',
@@ -437,16 +452,17 @@ export function writeReports({ meta, runs, out }) {
   parts.push(
     '## Integrity (all stream runs)\n\n' +
       table(
-        ['path', 'runs', 'events', 'lost', 'merged', 'altered', 'undelivered by deadline', 'failed runs'],
+        ['path', 'runs', 'events', 'lost', 'merged', 'altered', 'undelivered by deadline', 'requests refused', 'failed runs'],
         paths.map((p) => {
           const x = F.integrity[p];
-          return [p, x.runs, x.events, x.lost, x.merged, x.mismatched, x.undelivered, x.failedRuns];
+          return [p, x.runs, x.events, x.lost, x.merged, x.mismatched, x.undelivered, x.refused, x.failedRuns];
         }),
       ),
   );
   if (T.length)
     parts.push('## Targets (issue #5)\n\n' + table(['target', 'value', 'limit', 'met', 'detail'], T.map((t) => [t.target, fmt(t.value, 2), t.limit, t.met === null ? 'n/a' : t.met ? 'yes' : 'NO', t.note])));
   if (failures.length) parts.push('## Failures\n\n' + failures.map((f) => `- ${f}`).join('\n'));
+  if (warnings.length) parts.push('## Warnings (peers that refused requests; not failures)\n\n' + warnings.map((f) => `- ${f}`).join('\n'));
 
   const md = parts.join('\n\n') + '\n';
   fs.mkdirSync(out, { recursive: true });
@@ -455,8 +471,8 @@ export function writeReports({ meta, runs, out }) {
     const { errorSamples, ...rest } = r;
     return { ...rest, errorSamples };
   });
-  fs.writeFileSync(path.join(out, 'latest.json'), JSON.stringify({ meta, figures: F, targets: T, failures, runs: slimRuns }, null, 1));
+  fs.writeFileSync(path.join(out, 'latest.json'), JSON.stringify({ meta, figures: F, targets: T, failures, warnings, runs: slimRuns }, null, 1));
   fs.writeFileSync(path.join(out, 'latest.md'), md);
   fs.writeFileSync(path.join(out, 'added-gap.svg'), svgChart(F, meta));
-  return { table: md, failures, figures: F, targets: T };
+  return { table: md, failures, warnings, figures: F, targets: T };
 }
