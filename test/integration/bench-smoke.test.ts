@@ -6,6 +6,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+// @ts-expect-error: the bench is plain JavaScript (bench/lib/report.mjs), with no types
+import { writeReports } from '../../bench/lib/report.mjs';
 
 interface Integrity {
   runs: number;
@@ -13,35 +15,78 @@ interface Integrity {
   lost: number;
   merged: number;
   mismatched: number;
+  refused: number;
   failedRuns: number;
+}
+
+interface Results {
+  meta: { paths: Record<string, { ok: boolean; error?: string }> };
+  figures: { integrity: Record<string, Integrity> };
+  failures: string[];
+  warnings: string[];
+  runs: Array<{ path: string; phase: string; key: string; refused: number; lost: number; statuses: Record<string, number> }>;
+}
+
+function runBench(args: string[], env: NodeJS.ProcessEnv = {}): { status: number | null; stderr: string; res: Results } {
+  const out = mkdtempSync(join(tmpdir(), 'bench-smoke-'));
+  try {
+    const r = spawnSync(process.execPath, ['bench/run.mjs', '--quick', '--reps=1', `--out=${out}`, ...args], {
+      encoding: 'utf8',
+      timeout: 60_000,
+      env: { ...process.env, ...env },
+    });
+    const res = JSON.parse(readFileSync(join(out, 'latest.json'), 'utf8')) as Results;
+    expect(existsSync(join(out, 'latest.md'))).toBe(true);
+    expect(readFileSync(join(out, 'added-gap.svg'), 'utf8')).toContain('<svg');
+    return { status: r.status, stderr: r.stderr, res };
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
 }
 
 describe('bench harness smoke', () => {
   it('emitter -> client over direct (and nginx) delivers every event once, in order, byte-identical', () => {
-    const out = mkdtempSync(join(tmpdir(), 'bench-smoke-'));
+    const paths = existsSync('/usr/sbin/nginx') ? 'direct,nginx' : 'direct';
+    const { status, stderr, res } = runBench([`--paths=${paths}`, '--phases=ttft,gap']);
+    expect(status, stderr.slice(-2000)).toBe(0);
+    expect(res.failures).toEqual([]);
+    expect(res.warnings).toEqual([]);
+    for (const p of paths.split(',')) {
+      expect(res.meta.paths[p]?.ok, res.meta.paths[p]?.error).toBe(true);
+      const i = res.figures.integrity[p]!;
+      expect(i.runs).toBeGreaterThan(0);
+      expect(i.events).toBeGreaterThan(1000);
+      expect([i.lost, i.merged, i.mismatched, i.refused, i.failedRuns]).toEqual([0, 0, 0, 0, 0]);
+    }
+  }, 90_000);
+
+  it('a request answered with an error page is counted as refused, with its answer, and fails a path that is not a peer', () => {
+    // The double answers every 10th request after the warm-up with a 502 page.
+    const cli = join(process.cwd(), 'test/fixtures/bench/refusing-proxy.mjs');
+    const { status, res } = runBench(['--paths=direct,proxy-alt', '--phases=ttft'], { BENCH_ALT_CLI: cli });
+    expect(status).toBe(1);
+    const alt = res.figures.integrity['proxy-alt']!;
+    expect(alt.refused).toBeGreaterThan(0);
+    // not mistaken for events lost or altered in a stream the path served
+    expect([alt.lost, alt.merged, alt.mismatched]).toEqual([0, 0, 0]);
+    expect(res.figures.integrity.direct!.refused).toBe(0);
+    const refusing = res.runs.filter((r) => r.path === 'proxy-alt' && r.refused > 0);
+    expect(refusing.length).toBeGreaterThan(0);
+    for (const r of refusing) expect(r.statuses['502']).toBe(r.refused);
+    expect(res.failures.length).toBe(refusing.length);
+    for (const f of res.failures) expect(f).toMatch(/proxy-alt: refused \d+ of \d+ requests .*"502":.*HTTP 502: .*502 Bad Gateway \(test double\)/);
+    expect(res.warnings).toEqual([]);
+
+    // The same runs as a peer's: reported as warnings, not failures.
+    const out = mkdtempSync(join(tmpdir(), 'bench-report-'));
     try {
-      const paths = existsSync('/usr/sbin/nginx') ? 'direct,nginx' : 'direct';
-      const r = spawnSync(
-        process.execPath,
-        ['bench/run.mjs', '--quick', `--paths=${paths}`, '--phases=ttft,gap', '--reps=1', `--out=${out}`],
-        { encoding: 'utf8', timeout: 60_000 },
-      );
-      expect(r.status, r.stderr.slice(-2000)).toBe(0);
-      const res = JSON.parse(readFileSync(join(out, 'latest.json'), 'utf8')) as {
-        meta: { paths: Record<string, { ok: boolean; error?: string }> };
-        figures: { integrity: Record<string, Integrity> };
-        failures: string[];
-      };
-      expect(res.failures).toEqual([]);
-      for (const p of paths.split(',')) {
-        expect(res.meta.paths[p]?.ok, res.meta.paths[p]?.error).toBe(true);
-        const i = res.figures.integrity[p]!;
-        expect(i.runs).toBeGreaterThan(0);
-        expect(i.events).toBeGreaterThan(1000);
-        expect([i.lost, i.merged, i.mismatched, i.failedRuns]).toEqual([0, 0, 0, 0]);
-      }
-      expect(existsSync(join(out, 'latest.md'))).toBe(true);
-      expect(readFileSync(join(out, 'added-gap.svg'), 'utf8')).toContain('<svg');
+      const runs = res.runs.map((r) => (r.path === 'proxy-alt' ? { ...r, path: 'nginx', pathLog: 'upstream timed out' } : r));
+      const meta = { ...res.meta, paths: { direct: { ok: true }, nginx: { ok: true } } };
+      const { failures, warnings } = writeReports({ meta, runs, out }) as { failures: string[]; warnings: string[] };
+      expect(failures).toEqual([]);
+      expect(warnings.length).toBe(refusing.length);
+      for (const w of warnings) expect(w).toMatch(/nginx: refused \d+ of \d+ requests .*its log: "upstream timed out"/);
+      expect(readFileSync(join(out, 'latest.md'), 'utf8')).toContain('## Warnings');
     } finally {
       rmSync(out, { recursive: true, force: true });
     }
