@@ -28,8 +28,11 @@ export class ContentPrefix {
   private prefix: Buffer | undefined;
   /** The closing brackets the prefix leaves open, innermost last. */
   private open: Uint8Array = new Uint8Array(0);
-  /** The prefix as little-endian 32-bit words (its last length % 4 bytes left out). */
-  private words: Uint32Array = new Uint32Array(0);
+  /**
+   * The prefix as little-endian 8-byte words read as doubles (its last length % 8
+   * bytes left out), so that one load compares eight bytes; see `samePrefix()`.
+   */
+  private words: Float64Array = new Float64Array(0);
   /** Prefixes learned since the last match. */
   private attempts = 0;
 
@@ -72,10 +75,12 @@ export class ContentPrefix {
     }
     if (i >= end) return -1;
     // After the text: strings without escapes, keys to watch for, brackets.
+    // The brackets the prefix left open are read where they are (`open`, innermost
+    // last); only brackets opened after the text go on the work stack.
     const stack = STACK;
     const open = this.open;
-    let depth = open.length;
-    stack.set(open);
+    let outer = open.length;
+    let depth = 0;
     let inString = false;
     for (i++; i < end; i++) {
       const c = buf[i]!;
@@ -99,8 +104,11 @@ export class ContentPrefix {
         if (depth === MAX_DEPTH) return -1;
         stack[depth++] = c + 2; // } and ] are { and [ plus 2
       } else if (c === 0x7d || c === 0x5d) {
-        if (depth === 0 || stack[--depth] !== c) return -1;
-        if (depth === 0) {
+        if (depth > 0) {
+          if (stack[--depth] !== c) return -1;
+        } else if (outer === 0 || open[--outer] !== c) {
+          return -1;
+        } else if (outer === 0) {
           this.attempts = 0;
           return i + 1;
         }
@@ -129,8 +137,8 @@ export class ContentPrefix {
         const open = proves(prefix, key);
         if (open !== undefined) {
           this.prefix = Buffer.from(prefix, 'utf8');
-          this.words = new Uint32Array(this.prefix.length >>> 2);
-          for (let k = 0; k < this.words.length; k++) this.words[k] = this.prefix.readUInt32LE(4 * k);
+          this.words = new Float64Array(this.prefix.length >>> 3);
+          for (let k = 0; k < this.words.length; k++) this.words[k] = this.prefix.readDoubleLE(8 * k);
           this.open = open;
           return;
         }
@@ -152,26 +160,46 @@ const CONTENT_KEYS = ['content', 'reasoning_content', 'reasoning'] as const;
 /** `\"` `\\` `\/` `\b` `\f` `\n` `\r` `\t` */
 const SIMPLE_ESCAPES = new Set([0x22, 0x5c, 0x2f, 0x62, 0x66, 0x6e, 0x72, 0x74]);
 
-// A DataView over the last read that held several events: comparing the prefix
-// four bytes at a time through it costs ~40 ns where Buffer#compare's call
-// costs ~115 ns (bench/README.md), but making the view costs about as much as
-// one compare, so a read with room for one event only uses Buffer#compare.
-// The read is the whole buffer, not the range offered: a chunked read offers
-// its events one HTTP chunk at a time, and they share the one view.
-let viewOf: Buffer | undefined;
+// The prefix is compared through a DataView, eight bytes per load: cheaper than
+// Buffer#compare's call (~115 ns, bench/README.md) once the view exists, but making
+// a view costs about as much as one compare. So the view is kept for the memory the
+// last read lived in (its ArrayBuffer, not the Buffer): the proxy's reads of a few
+// hundred bytes are slices of Node's shared 8 KiB allocation pool, so ~20-40
+// successive reads, of any streams, use one view; a large read has its own memory
+// and room for many events. Memory too small for two prefixes uses Buffer#compare.
+// Both caches pin what they point to until another read comes: one pool (8 KiB) or
+// one read's memory.
+//
+// Eight bytes are read as a double: two doubles compare equal exactly when their
+// bits are equal, except +0 and -0 (equal, different bits) and NaNs (never equal).
+// A word of the prefix is neither: ±0 needs seven NUL bytes, and the prefix is JSON
+// that JSON.parse accepted (no raw NUL); a NaN needs a byte >= 0xF0 followed by 0x7F
+// or 0xFF, which valid UTF-8 never has (the prefix is encoded from a string). So the
+// comparison is exact: equal words are equal bytes, and a read's word that is a NaN
+// or a zero differs from the prefix's.
+let viewOf: ArrayBufferLike | undefined;
 let view: DataView | undefined;
+/** The last read compared, and where it starts in `view`: reading `buf.buffer` and `buf.byteOffset` costs ~35 ns. */
+let readOf: Buffer | undefined;
+let readAt = 0;
 
-function samePrefix(buf: Buffer, start: number, p: Buffer, words: Uint32Array): boolean {
+function samePrefix(buf: Buffer, start: number, p: Buffer, words: Float64Array): boolean {
   const n = p.length;
-  if (buf !== viewOf) {
-    if (buf.length < 2 * n) return buf.compare(p, 0, n, start, start + n) === 0;
-    viewOf = buf;
-    view = new DataView(buf.buffer, buf.byteOffset, buf.length);
+  if (buf !== readOf) {
+    const memory = buf.buffer;
+    if (memory !== viewOf) {
+      if (memory.byteLength < 2 * n) return buf.compare(p, 0, n, start, start + n) === 0;
+      viewOf = memory;
+      view = new DataView(memory);
+    }
+    readOf = buf;
+    readAt = buf.byteOffset;
   }
   const v = view!;
+  const at = readAt + start;
   const m = words.length;
-  for (let k = 0; k < m; k++) if (v.getUint32(start + 4 * k, true) !== words[k]) return false;
-  for (let k = 4 * m; k < n; k++) if (buf[start + k] !== p[k]) return false;
+  for (let k = 0; k < m; k++) if (v.getFloat64(at + 8 * k, true) !== words[k]) return false;
+  for (let k = 8 * m; k < n; k++) if (buf[start + k] !== p[k]) return false;
   return true;
 }
 

@@ -309,7 +309,7 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     const p = new ContentPrefix();
     p.learn(data);
     const n = p.learned!.length;
-    expect(n % 4).not.toBe(0); // so the bytes after the last whole word are checked too
+    expect(n % 8).not.toBe(0); // so the bytes after the last whole word are checked too
     const event = `data: ${data}\n\n`;
     const other = event.repeat(3);
     const framed = (e: string) => `${Buffer.byteLength(e).toString(16)}\r\n${e}\r\n`;
@@ -320,16 +320,31 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
       // One HTTP chunk of several in a read: the range ends at the chunk's payload end.
       [`${framed(event)}${framed(event)}${Buffer.byteLength(event).toString(16)}\r\n`, `\r\n${framed(event)}`, false],
     ];
-    for (const [before, after, toEnd] of reads) {
-      const ok = Buffer.from(`${before}${event}${after}`);
+    // The read's memory: a slice of Node's shared pool (as the proxy's reads are, at a
+    // byte offset, beside other reads), or memory of its own (Buffer.alloc).
+    const copies: [string, (b: Buffer) => Buffer][] = [
+      ['pooled', (b) => Buffer.from(b)],
+      ['own memory', (b) => { const c = Buffer.alloc(b.length); b.copy(c); return c; }],
+    ];
+    for (const [before, after, toEnd] of reads) for (const [memory, copy] of copies) {
+      const ok = copy(Buffer.from(`${before}${event}${after}`));
       const s = Buffer.byteLength(before) + 6;
       const limit = toEnd ? ok.length : Buffer.byteLength(before) + Buffer.byteLength(event);
-      const what = `${before.length} bytes before, ${after.length} after`;
+      const what = `${before.length} bytes before, ${after.length} after, ${memory}`;
       expect(p.matchFrom(ok, s, limit), what).toBe(s + data.length);
       for (let k = 0; k < n; k++) {
-        const bad = Buffer.from(ok);
+        const bad = copy(ok);
         bad[s + k] = bad[s + k] === 0x5a ? 0x59 : 0x5a; // Z, or Y where it was Z
         expect(p.matchFrom(bad, s, limit), `byte ${k}, ${what}`).toBe(-1);
+        expect(p.matchFrom(ok, s, limit), `after byte ${k}, ${what}`).toBe(s + data.length);
+      }
+      // Eight bytes compared as one double: a word that reads as a NaN, +0 or -0 is not the prefix's.
+      for (let w = 0; w + 8 <= n; w += 8) {
+        for (const word of [[0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0x80], [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xf8, 0x7f], [0, 0, 0, 0, 0, 0, 0xf8, 0xff]]) {
+          const bad = copy(ok);
+          bad.set(word, s + w);
+          expect(p.matchFrom(bad, s, limit), `word at ${w} = ${word}, ${what}`).toBe(-1);
+        }
       }
       // A range that ends before the event does is not the event, whatever follows the range.
       for (const cut of [1, 2, 5, 8]) expect(p.matchFrom(ok, s, s + data.length - cut), `${what}, ${cut} bytes short`).toBe(-1);
