@@ -30,6 +30,8 @@ export interface MeterOptions {
 }
 
 const runNow = (fn: () => void): void => fn();
+/** In the queue of events waiting for their measurement: a content event found from its bytes. */
+const CONTENT = 0;
 
 /** `buf[start, end)`: the buffer itself when that is all of it, else a view. */
 const piece = (buf: Buffer, start: number, end: number): Buffer => (start === 0 && end === buf.length ? buf : buf.subarray(start, end));
@@ -99,12 +101,25 @@ export class RequestMeter {
   private inbandError: string | undefined;
   private finished = false;
   private readonly defer: (fn: () => void) => void;
-  private readonly onSseEvent = (ev: SseEvent): void => this.event(ev);
+  /**
+   * Events that need a full parse (a stream's first events, and any the byte path is not sure
+   * of), queued with their arrival times when the caller defers (the proxy: after the loop
+   * iteration's I/O), flat: [event, arrival, ...]; `CONTENT` stands for a content event found
+   * from its bytes while others wait, so that a stream's events are measured in order. In a
+   * burst of new streams, each stream's parsing and prefix learning then no longer runs between
+   * two streams' forwarding.
+   */
+  private pending: (SseEvent | typeof CONTENT | number)[] = [];
+  private readonly flushPending = (): void => this.flush();
+  private readonly onSseEvent = (ev: SseEvent): void => {
+    if (this.defer === runNow) this.event(ev);
+    else this.enqueue(ev);
+  };
   /** SSE data offered as bytes: plain content deltas are counted without decoding them. */
   private readonly onSseData = (buf: Buffer, start: number, end: number, type: string): boolean => {
     if (this.inbandError !== undefined) return true;
     if (type !== '' || !this.adapter.quickContent!(buf, start, end)) return false;
-    this.content();
+    this.contentNowOrQueued();
     return true;
   };
 
@@ -210,8 +225,45 @@ export class RequestMeter {
     const adapter = this.adapter;
     return {
       find: (buf, start, limit) => (this.inbandError === undefined ? adapter.quickContentFrom!(buf, start, limit) : -1),
-      taken: () => this.content(),
+      taken: () => this.contentNowOrQueued(),
     };
+  }
+
+  private enqueue(ev: SseEvent | typeof CONTENT): void {
+    const q = this.pending;
+    q.push(ev, this.now);
+    if (q.length === 2) this.defer(this.flushPending);
+  }
+
+  /** A content event found from its bytes: measured now, unless events before it still wait. */
+  private contentNowOrQueued(): void {
+    if (this.pending.length === 0) this.content();
+    else this.enqueue(CONTENT);
+  }
+
+  /** Measures the queued events in arrival order, each at its own arrival time. */
+  private flush(): void {
+    const q = this.pending;
+    if (q.length === 0) return;
+    const now = this.now;
+    try {
+      for (let i = 0; i < q.length; i += 2) {
+        this.now = q[i + 1] as number;
+        const ev = q[i] as SseEvent | typeof CONTENT;
+        if (ev === CONTENT) {
+          if (this.inbandError === undefined) this.content();
+        } else {
+          this.event(ev);
+        }
+      }
+    } catch {
+      // As in chunk(): a failure stops measuring this body, never anything else.
+      this.framing = 'none';
+      this.parser = undefined;
+    } finally {
+      q.length = 0;
+      this.now = now;
+    }
   }
 
   /** A content event arrived (at `this.now`): TTFT or a gap, and per-token ITL. */
@@ -254,6 +306,7 @@ export class RequestMeter {
         /* measurement only */
       }
     }
+    this.flush(); // events still queued (and the NDJSON body's last line) come before the end
     if (this.framing === 'json' && this.body && errorType === undefined) {
       try {
         adapter.onBody!(Buffer.concat(this.body, this.bodyBytes).toString('utf8'));

@@ -280,22 +280,45 @@ describe('a chunked read measured as ranges of its own buffer', () => {
     return Buffer.concat(parts);
   }
 
-  /** The measurement of `wire` read in the given pieces: every payload range offered as a range, or as a copy of its own. */
-  function measure(file: string, type: string, adapter: () => ResponseAdapter, wire: Buffer, cuts: number[], asRanges: boolean) {
-    const m = meter(adapter(), 0);
-    m.responseStart(200, type, undefined);
-    const dec = new ChunkedDecoder();
-    const at = [0, ...[...new Set(cuts.map((c) => c % (wire.length + 1)))].sort((a, b) => a - b), wire.length];
-    for (let k = 1; k < at.length; k++) {
-      const read = Buffer.from(wire.subarray(at[k - 1], at[k]));
-      dec.push(read);
-      const arrival = 10 * k;
-      if (asRanges) for (let i = 0; i < dec.ranges.length; i += 2) m.chunk(read, arrival, dec.ranges[i], dec.ranges[i + 1]);
-      else for (const v of views(read, dec.ranges)) m.chunk(Buffer.from(v), arrival);
-      read.fill(0x0a); // the upstream client's reads are not reused, but nothing may depend on that
+  /**
+   * The measurement of `wire` read in the given pieces: every payload range offered as a range,
+   * or as a copy of its own; with `drains`, the meter defers as in the proxy, and the deferred
+   * jobs run after the reads whose entry is true (the end of a loop iteration), else later.
+   * Returns the summary and every per-gap sample, in order.
+   */
+  function measure(file: string, type: string, adapter: () => ResponseAdapter, wire: Buffer, cuts: number[], asRanges: boolean, drains?: boolean[]) {
+    const jobs: (() => void)[] = [];
+    const drain = () => {
+      for (let i = 0; i < jobs.length; i++) jobs[i]!();
+      jobs.length = 0;
+    };
+    const m = new RequestMeter(t.instruments, adapter(), { ...labels }, 0, drains ? { ...opts, defer: (f) => jobs.push(f) } : opts);
+    const gaps: number[] = [];
+    const record = t.instruments.chunkGap.record;
+    t.instruments.chunkGap.record = (v, l) => {
+      gaps.push(v);
+      record.call(t.instruments.chunkGap, v, l);
+    };
+    try {
+      m.responseStart(200, type, undefined);
+      const dec = new ChunkedDecoder();
+      const at = [0, ...[...new Set(cuts.map((c) => c % (wire.length + 1)))].sort((a, b) => a - b), wire.length];
+      for (let k = 1; k < at.length; k++) {
+        const read = Buffer.from(wire.subarray(at[k - 1], at[k]));
+        dec.push(read);
+        const arrival = 10 * k;
+        if (asRanges) for (let i = 0; i < dec.ranges.length; i += 2) m.chunk(read, arrival, dec.ranges[i], dec.ranges[i + 1]);
+        else for (const v of views(read, dec.ranges)) m.chunk(Buffer.from(v), arrival);
+        read.fill(0x0a); // the upstream client's reads are not reused, but nothing may depend on that
+        if (drains?.[k % drains.length]) drain();
+      }
+      expect(dec.done, file).toBe(true);
+      const summary = m.finish(10 * at.length)!;
+      drain();
+      return { summary, gaps };
+    } finally {
+      t.instruments.chunkGap.record = record;
     }
-    expect(dec.done, file).toBe(true);
-    return m.finish(10 * at.length)!;
   }
 
   it('gives the measurement of the same payload offered piece by piece, for every framing and every split (property)', async () => {
@@ -313,12 +336,36 @@ describe('a chunked read measured as ranges of its own buffer', () => {
     }
   });
 
+  it('measures the same when the events that need a full parse wait for the end of the loop iteration, whenever it comes (property)', async () => {
+    t = setup();
+    // Plus an NDJSON body whose last line has no newline: the meter's end reads that line.
+    const ndjson = fixture('ollama-chat.ndjson');
+    const unterminated = ndjson.subarray(0, ndjson.length - 1);
+    expect(ndjson[ndjson.length - 1]).toBe(0x0a);
+    const cases: [string, string, () => ResponseAdapter, Buffer][] = [
+      ...CASES.map(([file, type, adapter]): [string, string, () => ResponseAdapter, Buffer] => [file, type, adapter, fixture(file)]),
+      ['ollama-chat.ndjson, no final newline', 'application/x-ndjson', () => new OllamaAdapter(), unterminated],
+    ];
+    for (const [file, type, adapter, body] of cases) {
+      fc.assert(
+        fc.property(fc.array(fc.nat(), { maxLength: 6 }), fc.array(fc.nat(), { maxLength: 12 }), fc.array(fc.boolean(), { minLength: 1, maxLength: 5 }), (sizes, cuts, drains) => {
+          const wire = chunkFramed(body, sizes);
+          const now = measure(file, type, adapter, wire, cuts, true);
+          const deferred = measure(file, type, adapter, wire, cuts, true, drains);
+          expect(deferred, file).toEqual(now);
+          expect(now.gaps.length, file).toBe(Math.max(0, now.summary.contentEvents - 1));
+        }),
+        { numRuns: 60, examples: [[[], [], [true]], [[0], [], [true]], [[0], [], [false]], [[5000], [7, 300], [false, true]]] },
+      );
+    }
+  });
+
   it('one read holding a whole OpenAI stream, one HTTP chunk per event: every content event counted', async () => {
     t = setup();
     const body = fixture('openai-chat.sse');
     const events = sseChunks(body);
     const wire = Buffer.concat([...events.flatMap((e) => [Buffer.from(`${e.length.toString(16)}\r\n`), e, Buffer.from('\r\n')]), Buffer.from('0\r\n\r\n')]);
-    const s = measure('openai-chat.sse', SSE, () => new OpenAIChatAdapter(), wire, [], true);
+    const s = measure('openai-chat.sse', SSE, () => new OpenAIChatAdapter(), wire, [], true).summary;
     const whole = meter(new OpenAIChatAdapter(), 0);
     whole.responseStart(200, SSE, undefined);
     whole.chunk(body, 10);

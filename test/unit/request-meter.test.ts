@@ -76,14 +76,19 @@ describe('RequestMeter with a controllable clock', () => {
     m.chunk(chunks[0]!, 1050);
     m.chunk(chunks[1]!, 1250);
     m.chunk(chunks[2]!, 1270);
-    // In this tick only the per-event gap is recorded; TTFB, TTFT and the active-streams gauge wait.
-    expect((await t.histogram(METRIC.chunkGap)).count).toBe(1);
-    const early = [await t.histogram(METRIC.ttft), await t.histogram(METRIC.timeToFirstByte)];
-    expect(early.map((h) => h.count)).toEqual([0, 0]);
+    // In this tick nothing is recorded: TTFB, TTFT and the active-streams gauge wait, and so do
+    // the stream's first events, which need a full parse (no prefix is learned yet).
+    const early = [await t.histogram(METRIC.ttft), await t.histogram(METRIC.timeToFirstByte), await t.histogram(METRIC.chunkGap)];
+    expect(early.map((h) => h.count)).toEqual([0, 0, 0]);
     drainAfterIo();
     expect(await t.histogram(METRIC.ttft)).toMatchObject({ count: 1, sum: 0.25 });
     expect(await t.histogram(METRIC.timeToFirstByte)).toMatchObject({ count: 1, sum: 0.05 });
+    expect((await t.histogram(METRIC.chunkGap)).sum).toBeCloseTo(0.02, 9); // at their own arrival times
     expect(await t.sumValue(METRIC.streamsActive)).toBe(1);
+    // Once the prefix is learned, a plain delta is measured from its bytes at once.
+    m.chunk(chunks[3]!, 1300);
+    expect(await t.histogram(METRIC.chunkGap)).toMatchObject({ count: 2 });
+    expect((await t.histogram(METRIC.chunkGap)).sum).toBeCloseTo(0.05, 9);
     m.finish(1300);
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
     // Queued work runs on its own too, in order, and a throwing job does not stop the rest.
@@ -122,6 +127,33 @@ describe('RequestMeter with a controllable clock', () => {
     afterIo(() => again.push(3));
     drainAfterIo();
     expect(again).toEqual([1, 2, 3]);
+  });
+
+  it('deferred: a content delta found from its bytes after an in-band error that is still queued is not counted, as when nothing waits', async () => {
+    t = testInstruments();
+    const chunk = (content: string) =>
+      `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"${content}"}}]}\n\n`;
+    const reads = [
+      `data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n${chunk('a')}`,
+      chunk('b') + chunk('c'), // learned: these take the byte path
+      // In one read: an error (full parse: it waits when deferred), then a delta the byte path knows.
+      `data: {"error":{"message":"overloaded","type":"server_error"}}\n\n${chunk('d')}`,
+      chunk('e'),
+    ].map((r) => Buffer.from(r));
+    const run = (deferred: boolean) => {
+      const jobs: (() => void)[] = [];
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, deferred ? { ...opts, defer: (f) => jobs.push(f) } : opts);
+      m.responseStart(200, 'text/event-stream', undefined);
+      reads.forEach((r, k) => {
+        m.chunk(r, 10 * (k + 1));
+        if (k !== 2) for (let i = 0; i < jobs.length; i++) jobs[i]!(); // after read 3 the error still waits
+        if (k !== 2) jobs.length = 0;
+      });
+      return m.finish(100)!;
+    };
+    const now = run(false);
+    expect(now).toMatchObject({ contentEvents: 3, errorType: 'server_error', outcome: 'error' });
+    expect(run(true)).toEqual(now);
   });
 
   it('caps the response model values with the limiter it is given (the upstream controls them)', async () => {
