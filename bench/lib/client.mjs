@@ -53,6 +53,11 @@ function openStream(url, headers, n, onEvent) {
       },
       (res) => {
         rec.status = res.statusCode;
+        res.on('error', (err) => {
+          rec.error = rec.error || String(err.message || err);
+          resolve(rec);
+        });
+        res.on('close', () => resolve(rec));
         if (res.statusCode !== 200) {
           // The path answered with an error instead of the stream: keep what it said.
           res.on('data', (chunk) => {
@@ -62,11 +67,6 @@ function openStream(url, headers, n, onEvent) {
             rec.ended = true;
             resolve(rec);
           });
-          res.on('error', (err) => {
-            rec.error = rec.error || String(err.message || err);
-            resolve(rec);
-          });
-          res.on('close', () => resolve(rec));
           return;
         }
         const sp = new SseSplitter();
@@ -100,11 +100,6 @@ function openStream(url, headers, n, onEvent) {
           if (sp.rest.length) rec.mismatched++;
           resolve(rec);
         });
-        res.on('error', (err) => {
-          rec.error = rec.error || String(err.message || err);
-          resolve(rec);
-        });
-        res.on('close', () => resolve(rec));
       },
     );
     rec.req = req;

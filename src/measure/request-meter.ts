@@ -245,7 +245,6 @@ export class RequestMeter {
   private flush(): void {
     const q = this.pending;
     if (q.length === 0) return;
-    const now = this.now;
     try {
       for (let i = 0; i < q.length; i += 2) {
         this.now = q[i + 1] as number;
@@ -261,8 +260,7 @@ export class RequestMeter {
       this.framing = 'none';
       this.parser = undefined;
     } finally {
-      q.length = 0;
-      this.now = now;
+      q.length = 0; // `now` is left at the last event's: every chunk() sets its own
     }
   }
 
