@@ -276,7 +276,7 @@ async function streamRun(p, sc) {
   const foreignCores = foreignCpuMs(procs0, allProcCpu(), new Set(ownPids())) / (performance.now() - w0);
   const em = await emitter.call('report', {});
   if (em.unfinished) await emitter.call('endAll');
-  const an = await client.call('analyze', { t0BySid: em.t0BySid, delta: sc.delta });
+  const an = await client.call('analyze', { t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta });
   if (an.error) throw new Error(an.error);
   let mdiff = null;
   if (p.metricsUrl) {
@@ -297,7 +297,7 @@ async function streamRun(p, sc) {
 
 function brief(r) {
   const bad = r.lost + r.merged + r.mismatched + r.extra;
-  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''}${r.refused ? ` REFUSED ${r.refused} ${r.refusedSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
+  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.ttftLegs ? ` legs p50 req ${r.ttftLegs.reqP50.toFixed(2)} resp ${r.ttftLegs.respP50.toFixed(2)}, over 1.5 ms req ${r.ttftLegs.reqStalled} resp ${r.ttftLegs.respStalled}; slowest ${r.ttftLegs.slowest}` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''}${r.refused ? ` REFUSED ${r.refused} ${r.refusedSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
 }
 
 function alivePaths() {

@@ -217,6 +217,30 @@ function tailShape(lat, latTick, n, p99) {
   return { p99, events, ticks: ticks.size, ticksTotal: n, first3 };
 }
 
+// Where each first event's time went, on the shared epoch clock: the request leg (client
+// start -> the emitter has the request) and the response leg (the emitter writes event 1 ->
+// the client has it); the emitter's own wait and lateness are in neither. A leg over
+// STALL_MS is counted as stalled: their p50s are 0.1-0.8 ms, and on this VM a woken process
+// now and then waits for the next scheduler tick (4 ms).
+const STALL_MS = 1.5;
+function ttftLegShape(legs) {
+  if (legs.length === 0) return undefined;
+  const q50 = (i) => q(Float64Array.from(legs, (l) => l[i]).sort(), 0.5);
+  let reqStalled = 0;
+  let respStalled = 0;
+  for (const l of legs) {
+    if (l[1] > STALL_MS) reqStalled++;
+    if (l[2] > STALL_MS) respStalled++;
+  }
+  const slowest = legs
+    .slice()
+    .sort((a, b) => b[0] - a[0])
+    .slice(0, Math.max(1, Math.ceil(legs.length / 100)))
+    .map(([t, rq, rs]) => `${t.toFixed(2)} (req ${rq.toFixed(2)}, resp ${rs.toFixed(2)})`)
+    .join(', ');
+  return { n: legs.length, reqP50: q50(1), respP50: q50(2), reqStalled, respStalled, slowest };
+}
+
 function analyze(m) {
   // m.t0BySid: sid -> epoch ms of due(1); m.delta: ms
   const { recs } = last;
@@ -225,6 +249,7 @@ function analyze(m) {
   const latTick = []; // the tick (event index k) of each latency sample, for the tail's shape
   const gaps = [];
   const ttft = [];
+  const ttftLegs = []; // [TTFT, request leg, response leg] per request (staggered runs)
   let tpotSum = 0;
   let tpotCount = 0;
   let lost = 0;
@@ -269,7 +294,12 @@ function analyze(m) {
     coalesced += r.coalesced;
     events += r.got;
     const t0 = m.t0BySid ? m.t0BySid[r.sid] : undefined;
-    if (!Number.isNaN(r.arr[1])) ttft.push(r.arr[1] - r.start);
+    if (!Number.isNaN(r.arr[1])) {
+      ttft.push(r.arr[1] - r.start);
+      const sent = m.sent1BySid?.[r.sid];
+      if (t0 !== undefined && sent !== undefined && m.ttftMs !== undefined)
+        ttftLegs.push([r.arr[1] - r.start, t0 - m.ttftMs - (origin + r.start), origin + r.arr[1] - sent]);
+    }
     for (let k = 1; k <= n; k++) {
       const a = r.arr[k];
       if (Number.isNaN(a)) continue;
@@ -312,6 +342,7 @@ function analyze(m) {
     gap: summarize(gaps),
     maxGap,
     ttft: summarize(ttft),
+    ttftLegs: ttftLegShape(ttftLegs),
     tpot: { sum: tpotSum, count: tpotCount },
   };
 }

@@ -32,6 +32,7 @@ function newRun() {
     cpu0: process.cpuUsage(),
     arrivals: new Map(), // sid -> epoch ms of request arrival
     t0BySid: new Map(), // sid -> epoch ms of due(1)
+    sent1BySid: new Map(), // sid -> epoch ms at which event 1 was written
   };
 }
 
@@ -120,6 +121,7 @@ function loop() {
       const now = performance.now();
       if (due > now) break;
       lat.push(now - due);
+      if (s.k === 1 && cfg.mode !== 'batched') run.sent1BySid.set(s.sid, epoch(now));
       s.res.write(contentEvent(s.sid, s.k));
       s.k++;
       due = s.t0 + (s.k - 1) * s.delta;
@@ -133,12 +135,33 @@ function loop() {
   schedule(next);
 }
 
+// Between due times the emitter sleeps in a futex wait, which takes a sub-millisecond
+// timeout (Node's timers have 1 ms granularity) and oversleeps by ~0.08 ms here (p99
+// ~0.15), and spins only the last SPIN_MS. It used to spin with setImmediate for the
+// whole last 2 ms, which at Δ = 1.4 ms held one of the machine's two cores: the path's
+// forwarding and the client's read then queued for the other, and a woken process could
+// wait for the next scheduler tick (4 ms here). bench/README.md has the A/B;
+// BENCH_EMITTER_BUSYWAIT=1 restores the old wait to repeat it.
+const sleeper = new Int32Array(new SharedArrayBuffer(4));
+const SPIN_MS = 0.25;
+// Sleep in slices, polling I/O between them: a request that arrives meanwhile waits at most one.
+const SLICE_MS = 0.2;
+const BUSY_WAIT = !!process.env.BENCH_EMITTER_BUSYWAIT;
+
 function schedule(next) {
   if (next === Infinity) return;
   const wait = next - performance.now();
   if (wait > 2) timer = setTimeout(loop, Math.floor(wait - 1.2));
-  else if (cfg.spin) immediate = setImmediate(loop);
-  else timer = setTimeout(loop, Math.max(0, Math.ceil(wait)));
+  else if (!cfg.spin) timer = setTimeout(loop, Math.max(0, Math.ceil(wait)));
+  // Sleep in the next check phase, not here: Node writes a chunked response on the
+  // next tick (it corks the socket), so the events just written leave first.
+  else immediate = setImmediate(wait > SPIN_MS && !BUSY_WAIT ? sleepThenLoop : loop, next);
+}
+
+function sleepThenLoop(next) {
+  const wait = next - performance.now();
+  if (wait > SPIN_MS) Atomics.wait(sleeper, 0, 0, Math.min(wait - SPIN_MS, SLICE_MS));
+  loop();
 }
 
 function kick() {
@@ -191,6 +214,7 @@ process.on('message', (m) => {
       startedIncomplete: run.startedIncomplete ?? null,
       t0Epoch: run.t0 === null ? null : epoch(run.t0),
       t0BySid: Object.fromEntries(run.t0BySid),
+      sent1BySid: Object.fromEntries(run.sent1BySid),
       arrivals: m.withArrivals ? Object.fromEntries(run.arrivals) : undefined,
       lateness: quantiles(run.lateness),
       closes: Object.fromEntries(run.closes),

@@ -56,6 +56,12 @@ export function computeFigures(meta, runs) {
         ttftP99: over(recs, p, (r) => r.ttft.p99),
         addedP50: added(recs, p, (r) => r.ttft.p50),
         addedP99: added(recs, p, (r) => r.ttft.p99),
+        // where the first event's time went (bench/lib/client.mjs ttftLegShape)
+        requestLegP50: over(recs, p, (r) => r.ttftLegs?.reqP50),
+        responseLegP50: over(recs, p, (r) => r.ttftLegs?.respP50),
+        requestLegsStalled: over(recs, p, (r) => r.ttftLegs?.reqStalled),
+        responseLegsStalled: over(recs, p, (r) => r.ttftLegs?.respStalled),
+        requests: over(recs, p, (r) => r.ttftLegs?.n),
         failed: recs.filter((r) => r.path === p && r.failed).map((r) => r.failed),
       };
     }
@@ -356,6 +362,19 @@ export function writeReports({ meta, runs, out }) {
     }
   }
   if (rows.length) parts.push('## 1. Added TTFT (emitter TTFT 10 ms)\n\n' + table(['scenario', 'path', 'TTFT p50', 'added p50', 'added p99', 'p99 ×proxy', ''], rows));
+  rows = [];
+  for (const [key, byP] of Object.entries(F.ttft)) {
+    for (const p of paths) {
+      const x = byP[p];
+      if (!x?.requests) continue;
+      rows.push([key, p, fmtAgg(x.requestLegP50), fmtAgg(x.responseLegP50), fmtAgg(x.requestLegsStalled, 0), fmtAgg(x.responseLegsStalled, 0), fmt(x.requests.median, 0)]);
+    }
+  }
+  if (rows.length)
+    parts.push(
+      "Where the first event's time goes, per request on a shared clock: the request leg (client sends → the emitter has the request) and the response leg (the emitter writes event 1 → the client has it); the emitter's own wait is in neither. Medians over the repetitions of each run's p50 and count. At 1 stream a leg over 1.5 ms is a stall: on this VM a woken process now and then waits for the next scheduler tick (4 ms), and a path's TTFT p99 over a few hundred requests falls among those stalls (bench/README.md); at 100 new requests the legs include the burst's queueing.\n\n" +
+        table(['scenario', 'path', 'request leg p50', 'response leg p50', 'request legs > 1.5 ms', 'response legs > 1.5 ms', 'requests'], rows),
+    );
 
   // 2 gaps
   rows = [];

@@ -24,7 +24,18 @@ interface Results {
   figures: { integrity: Record<string, Integrity> };
   failures: string[];
   warnings: string[];
-  runs: Array<{ path: string; phase: string; key: string; refused: number; lost: number; statuses: Record<string, number> }>;
+  runs: Array<{
+    path: string;
+    phase: string;
+    key: string;
+    refused: number;
+    lost: number;
+    statuses: Record<string, number>;
+    ttft: { p50: number };
+    gap: { p50: number };
+    ttftLegs?: { n: number; reqP50: number; respP50: number; reqStalled: number; respStalled: number };
+    emitter: { lateness: { n: number; p50: number } };
+  }>;
 }
 
 function runBench(args: string[], env: NodeJS.ProcessEnv = {}): { status: number | null; stderr: string; res: Results } {
@@ -58,6 +69,20 @@ describe('bench harness smoke', () => {
       expect(i.events).toBeGreaterThan(1000);
       expect([i.lost, i.merged, i.mismatched, i.refused, i.failedRuns]).toEqual([0, 0, 0, 0, 0]);
     }
+    // The emitter keeps a 1.4 ms schedule while sleeping between due times (futex waits, then
+    // a short spin). With many streams its lateness is the time to write a tick's burst.
+    const single = res.runs.find((r) => r.path === 'direct' && r.key === 'gap d=1.4 c=1')!;
+    expect(single.emitter.lateness.n).toBeGreaterThan(300);
+    expect(single.emitter.lateness.p50).toBeLessThan(0.5);
+    expect(Math.abs(single.gap.p50 - 1.4)).toBeLessThan(0.2);
+    // A sequential TTFT run splits each request's time into its two legs on the shared clock:
+    // both positive, and with the emitter's 10 ms wait they make up the TTFT.
+    const seq = res.runs.find((r) => r.path === 'direct' && r.key === 'ttft c=1')!;
+    expect(seq.ttftLegs?.n).toBe(40);
+    const legs = seq.ttftLegs!;
+    expect(legs.reqP50).toBeGreaterThan(0);
+    expect(legs.respP50).toBeGreaterThan(0);
+    expect(Math.abs(legs.reqP50 + 10 + legs.respP50 - seq.ttft.p50)).toBeLessThan(1.5);
   }, 90_000);
 
   it('a request answered with an error page is counted as refused, with its answer, and fails a path that is not a peer', () => {
