@@ -17,7 +17,7 @@ const origin = performance.timeOrigin;
 const epoch = (t) => origin + t;
 
 let sidCounter = 0;
-let cfg = { mode: 'staggered', delta: 20, n: 3, ttft: 10, expected: 0, lead: 25, spin: true };
+let cfg = { mode: 'staggered', delta: 20, n: 3, ttft: 10, expected: 0, lead: 25 };
 let run = newRun();
 let active = [];
 let timer = null;
@@ -152,7 +152,6 @@ function schedule(next) {
   if (next === Infinity) return;
   const wait = next - performance.now();
   if (wait > 2) timer = setTimeout(loop, Math.floor(wait - 1.2));
-  else if (!cfg.spin) timer = setTimeout(loop, Math.max(0, Math.ceil(wait)));
   // Sleep in the next check phase, not here: Node writes a chunked response on the
   // next tick (it corks the socket), so the events just written leave first.
   else immediate = setImmediate(wait > SPIN_MS && !BUSY_WAIT ? sleepThenLoop : loop, next);
