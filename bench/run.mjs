@@ -276,7 +276,7 @@ async function streamRun(p, sc) {
   const foreignCores = foreignCpuMs(procs0, allProcCpu(), new Set(ownPids())) / (performance.now() - w0);
   const em = await emitter.call('report', {});
   if (em.unfinished) await emitter.call('endAll');
-  const an = await client.call('analyze', { t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta });
+  const an = await client.call('analyze', { t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, sentLastBySid: em.sentLastBySid, arrivals: em.arrivals, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta });
   if (an.error) throw new Error(an.error);
   let mdiff = null;
   if (p.metricsUrl) {
@@ -555,8 +555,12 @@ async function main() {
       const r = await streamRun(inst[name], { mode: 'staggered', c: 5, n: 5, delta: 1.4, ttft: 1 });
       const bad = r.lost + r.merged + r.mismatched + r.extra + r.errors + r.refused;
       if (bad) throw new Error(`smoke stream broken: lost ${r.lost} merged ${r.merged} mismatched ${r.mismatched} extra ${r.extra} errors ${r.errors} ${r.errorSamples.join('; ')} refused ${r.refused} ${r.refusedSamples.join('; ')} statuses ${JSON.stringify(r.statuses)}`);
-      // warm-up (JIT, connection pools), unrecorded
+      // warm-up (JIT, connection pools), unrecorded: a burst of new streams, then
+      // sequential requests. Without the second, the first repetition of the TTFT phase
+      // (300 sequential requests) ran the request path of every Node process cold (the
+      // path's, the client's, the emitter's) and had the most stalls (bench/README.md).
       await streamRun(inst[name], { mode: 'staggered', c: 100, n: 20, delta: 1.4, ttft: 1 });
+      await streamRun(inst[name], { mode: 'staggered', c: 1, sequential: true, count: PLAN.ttft[0].count, n: 5, delta: 1.4, ttft: 1 });
       pathStatus[name] = { ok: true };
       log(`path ${name} up at ${inst[name].url}`);
     } catch (err) {

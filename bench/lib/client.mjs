@@ -252,6 +252,8 @@ function analyze(m) {
   const ttftLegs = []; // [TTFT, request leg, response leg] per request (staggered runs)
   let tpotSum = 0;
   let tpotCount = 0;
+  // The same three figures as the upstream (the emitter) sent them, over the same streams.
+  const up = { ttft: { sum: 0, count: 0 }, itl: { sum: 0, count: 0 }, tpot: { sum: 0, count: 0 } };
   let lost = 0;
   let undelivered = 0;
   let merged = 0;
@@ -294,9 +296,16 @@ function analyze(m) {
     coalesced += r.coalesced;
     events += r.got;
     const t0 = m.t0BySid ? m.t0BySid[r.sid] : undefined;
+    const sent1 = m.sent1BySid?.[r.sid];
+    const sentLast = m.sentLastBySid?.[r.sid];
     if (!Number.isNaN(r.arr[1])) {
       ttft.push(r.arr[1] - r.start);
-      const sent = m.sent1BySid?.[r.sid];
+      const sent = sent1;
+      const arrival = m.arrivals?.[r.sid];
+      if (sent !== undefined && arrival !== undefined) {
+        up.ttft.sum += sent - arrival;
+        up.ttft.count++;
+      }
       if (t0 !== undefined && sent !== undefined && m.ttftMs !== undefined)
         ttftLegs.push([r.arr[1] - r.start, t0 - m.ttftMs - (origin + r.start), origin + r.arr[1] - sent]);
     }
@@ -316,6 +325,12 @@ function analyze(m) {
     if (n >= 2 && !Number.isNaN(r.arr[1]) && !Number.isNaN(r.arr[n])) {
       tpotSum += (r.arr[n] - r.arr[1]) / (n - 1);
       tpotCount++;
+      if (sent1 !== undefined && sentLast !== undefined) {
+        up.itl.sum += sentLast - sent1;
+        up.itl.count += n - 1;
+        up.tpot.sum += (sentLast - sent1) / (n - 1);
+        up.tpot.count++;
+      }
     }
   }
   const latency = summarize(lat);
@@ -344,6 +359,7 @@ function analyze(m) {
     ttft: summarize(ttft),
     ttftLegs: ttftLegShape(ttftLegs),
     tpot: { sum: tpotSum, count: tpotCount },
+    upstream: up.ttft.count > 0 ? up : undefined,
   };
 }
 

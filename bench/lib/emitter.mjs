@@ -33,6 +33,7 @@ function newRun() {
     arrivals: new Map(), // sid -> epoch ms of request arrival
     t0BySid: new Map(), // sid -> epoch ms of due(1)
     sent1BySid: new Map(), // sid -> epoch ms at which event 1 was written
+    sentLastBySid: new Map(), // sid -> epoch ms at which event n was written
   };
 }
 
@@ -121,8 +122,11 @@ function loop() {
       const now = performance.now();
       if (due > now) break;
       lat.push(now - due);
-      if (s.k === 1 && cfg.mode !== 'batched') run.sent1BySid.set(s.sid, epoch(now));
       s.res.write(contentEvent(s.sid, s.k));
+      // When the upstream sent its first and last token: the truth the proxy's TTFT and
+      // ITL should match, less the loopback hop (bench/README.md, figure 7).
+      if (s.k === 1) run.sent1BySid.set(s.sid, epoch(now));
+      if (s.k === s.n) run.sentLastBySid.set(s.sid, epoch(now));
       s.k++;
       due = s.t0 + (s.k - 1) * s.delta;
     }
@@ -214,7 +218,8 @@ process.on('message', (m) => {
       t0Epoch: run.t0 === null ? null : epoch(run.t0),
       t0BySid: Object.fromEntries(run.t0BySid),
       sent1BySid: Object.fromEntries(run.sent1BySid),
-      arrivals: m.withArrivals ? Object.fromEntries(run.arrivals) : undefined,
+      sentLastBySid: Object.fromEntries(run.sentLastBySid),
+      arrivals: Object.fromEntries(run.arrivals),
       lateness: quantiles(run.lateness),
       closes: Object.fromEntries(run.closes),
       cpuMs: (cpu.user + cpu.system) / 1000,

@@ -32,7 +32,8 @@ interface Results {
     lost: number;
     statuses: Record<string, number>;
     ttft: { p50: number };
-    gap: { p50: number };
+    gap: { p50: number; mean: number; n: number };
+    upstream?: Record<'ttft' | 'itl' | 'tpot', { sum: number; count: number }>;
     ttftLegs?: { n: number; reqP50: number; respP50: number; reqStalled: number; respStalled: number };
     emitter: { lateness: { n: number; p50: number } };
   }>;
@@ -83,6 +84,15 @@ describe('bench harness smoke', () => {
     expect(legs.reqP50).toBeGreaterThan(0);
     expect(legs.respP50).toBeGreaterThan(0);
     expect(Math.abs(legs.reqP50 + 10 + legs.respP50 - seq.ttft.p50)).toBeLessThan(1.5);
+    // What the emitter sent, over the same streams (figure 7's upstream columns): its TTFT is
+    // its 10 ms wait plus its lateness, and the gaps it wrote are the gaps that arrived.
+    const up = seq.upstream!;
+    expect([up.ttft.count, up.itl.count, up.tpot.count]).toEqual([40, 40 * 4, 40]);
+    expect(up.ttft.sum / up.ttft.count).toBeGreaterThanOrEqual(10);
+    expect(up.ttft.sum / up.ttft.count).toBeLessThan(12);
+    expect(seq.gap.n).toBe(up.itl.count);
+    expect(Math.abs(up.itl.sum / up.itl.count - seq.gap.mean)).toBeLessThan(0.2);
+    expect(Math.abs(up.tpot.sum / up.tpot.count - seq.gap.mean)).toBeLessThan(0.2);
   }, 90_000);
 
   it('a request answered with an error page is counted as refused, with its answer, and fails a path that is not a peer', () => {
