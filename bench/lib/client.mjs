@@ -300,14 +300,13 @@ function analyze(m) {
     const sentLast = m.sentLastBySid?.[r.sid];
     if (!Number.isNaN(r.arr[1])) {
       ttft.push(r.arr[1] - r.start);
-      const sent = sent1;
       const arrival = m.arrivals?.[r.sid];
-      if (sent !== undefined && arrival !== undefined) {
-        up.ttft.sum += sent - arrival;
+      if (sent1 !== undefined && arrival !== undefined) {
+        up.ttft.sum += sent1 - arrival;
         up.ttft.count++;
       }
-      if (t0 !== undefined && sent !== undefined && m.ttftMs !== undefined)
-        ttftLegs.push([r.arr[1] - r.start, t0 - m.ttftMs - (origin + r.start), origin + r.arr[1] - sent]);
+      if (t0 !== undefined && sent1 !== undefined && m.ttftMs !== undefined)
+        ttftLegs.push([r.arr[1] - r.start, t0 - m.ttftMs - (origin + r.start), origin + r.arr[1] - sent1]);
     }
     for (let k = 1; k <= n; k++) {
       const a = r.arr[k];
