@@ -3,6 +3,7 @@ import type { Instruments } from '../metrics/instruments.js';
 import { ATTR, ERROR_TYPE, TOKEN_TYPE } from '../metrics/semconv.js';
 import { EventKind, type ResponseAdapter, type TokenCountSource } from '../providers/types.js';
 import { EventStreamDecoder } from '../sse/eventstream.js';
+import { JsonArrayParser } from '../sse/json-array.js';
 import { NdjsonParser } from '../sse/ndjson.js';
 import { SseParser, type SseEvent, type SseLane } from '../sse/parser.js';
 import { StreamClock } from '../timing/stream-clock.js';
@@ -52,7 +53,7 @@ export interface MeterSummary {
   outcome: 'ok' | 'error' | 'cancelled';
 }
 
-type Framing = 'sse' | 'ndjson' | 'eventstream' | 'json' | 'none';
+type Framing = 'sse' | 'ndjson' | 'eventstream' | 'json' | 'jsonarray' | 'none';
 type StreamKind = 'sse' | 'ndjson' | 'eventstream';
 
 /** Largest number of per-token ITL samples one event may add (a guard, not a expected size). */
@@ -83,8 +84,10 @@ export function streamKindOf(contentType: string | undefined): StreamKind | unde
 export class RequestMeter {
   private readonly clock: StreamClock;
   private framing: Framing = 'none';
-  /** The incremental parser for the framing (SSE, NDJSON or event-stream). */
-  private parser: SseParser | NdjsonParser | EventStreamDecoder | undefined;
+  /** The incremental parser for the framing (SSE, NDJSON, event-stream or a streamed JSON array). */
+  private parser: SseParser | NdjsonParser | EventStreamDecoder | JsonArrayParser | undefined;
+  /** A JSON body of an API that may stream it as an array: looks at its first bytes. */
+  private jsonArray: JsonArrayParser | undefined;
   /** The response was announced as a stream (by its content type). */
   private streamed = false;
   /** Unknown API and not a stream: nothing is recorded for this request. */
@@ -171,6 +174,7 @@ export class RequestMeter {
     } else if ((contentType ?? '').toLowerCase().includes('json') && this.adapter.onBody) {
       this.framing = 'json';
       this.body = [];
+      if (this.adapter.streamsJsonArray === true) this.jsonArray = new JsonArrayParser(this.onSseEvent, { maxEventBytes: max });
     }
   }
 
@@ -194,6 +198,8 @@ export class RequestMeter {
       } else if (parser !== undefined) {
         parser.push(piece(buf, start, end));
       } else if (this.framing === 'json') {
+        const arr = this.jsonArray;
+        if (arr !== undefined && this.jsonArrayFound(arr, piece(buf, start, end))) return;
         if (this.bodyBytes + end - start <= this.opts.maxBodyBytes) {
           this.body!.push(piece(buf, start, end));
           this.bodyBytes += end - start;
@@ -208,6 +214,22 @@ export class RequestMeter {
       this.framing = 'none';
       this.parser = undefined;
     }
+  }
+
+  /**
+   * Offers a JSON body's bytes to the array framing until its first byte decides: an array
+   * is then a stream of events (as SSE would be), anything else is read whole at the end.
+   */
+  private jsonArrayFound(arr: JsonArrayParser, bytes: Buffer): boolean {
+    arr.push(bytes);
+    if (arr.kind === 'unknown') return false;
+    this.jsonArray = undefined;
+    if (arr.kind === 'other') return false;
+    this.framing = 'jsonarray';
+    this.parser = arr;
+    this.streamed = true;
+    this.body = undefined;
+    return true;
   }
 
   private event(ev: SseEvent): void {

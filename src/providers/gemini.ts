@@ -14,10 +14,12 @@ import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type Re
  * where present (it may only appear on the last chunk), `thoughtsTokenCount`
  * is not included in it. In-band error: a `{"error":{...}}` event.
  *
- * Without `alt=sse` the API streams one JSON array (`application/json`): the
- * body is then read whole at the end for usage (no TTFT).
+ * Without `alt=sse` (or with `alt=json`) the API streams one JSON array
+ * (`application/json`), element by element: each element is an event, as with
+ * SSE. A non-array JSON body (`:generateContent`) is read whole at the end.
  */
 export class GeminiAdapter implements ResponseAdapter {
+  readonly streamsJsonArray = true;
   readonly usage: Usage = {};
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;

@@ -65,6 +65,12 @@ export interface ResponseAdapter {
   quickContentFrom?(buf: Buffer, start: number, limit: number): number;
   /** A non-streamed body (JSON), at most the capture cap. */
   onBody?(body: string): void;
+  /**
+   * The API may stream a JSON body as one array, element by element (Gemini
+   * without `alt=sse`): each element is then offered to `onEvent` as it
+   * completes, and `onBody` is not called.
+   */
+  readonly streamsJsonArray?: boolean;
   readonly usage: Usage;
   /** Cumulative output tokens after the last event, when the stream reports it per event. */
   readonly cumulativeOutputTokens: number | undefined;

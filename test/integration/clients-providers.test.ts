@@ -218,6 +218,25 @@ describe('@google/genai: generateContentStream', () => {
   });
 });
 
+describe('Gemini REST without alt=sse: a streamed JSON array', () => {
+  it('each array element is measured as it arrives (TTFT, gaps), as with SSE', async () => {
+    // What a caller gets from the plain REST endpoint (no client library sends this: they all ask for SSE).
+    const before = received.length;
+    const res = await hashingFetch(received)(`${proxy.proxyUrl}/v1beta/models/g-array:streamGenerateContent`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-goog-api-key': 'test-key' },
+      body: JSON.stringify({ contents: [{ role: 'user', parts: [{ text: 'hi' }] }] }),
+    });
+    expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+    const chunks = JSON.parse(await res.text()) as { candidates: { content: { parts: { text: string }[] } }[]; usageMetadata: { candidatesTokenCount: number } }[];
+    expect(chunks.length).toBe(multiEvents());
+    expect(chunks.map((c) => c.candidates[0]!.content.parts[0]!.text).join('')).toBe(fullText(N));
+    expect(chunks.at(-1)!.usageMetadata.candidatesTokenCount).toBe(N);
+    await sameBytes(before, 1);
+    await checkMetrics({ model: 'g-array', requests: 1, provider: 'gcp.gemini', operation: 'generate_content', events: multiEvents() });
+  });
+});
+
 describe('ollama: chat and generate (NDJSON)', () => {
   it('streams; eval_count is the output, eval_duration is exported as the server-reported TPOT', async () => {
     const before = received.length;

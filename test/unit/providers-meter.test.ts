@@ -13,7 +13,7 @@ import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
 import type { ResponseAdapter } from '../../src/providers/types.js';
 import { encodeEventStreamFrame } from '../../src/sse/eventstream.js';
-import { fixture } from '../helpers/fixtures.js';
+import { fixture, geminiArray } from '../helpers/fixtures.js';
 import { views } from '../helpers/ranges.js';
 import { testInstruments } from '../helpers/metrics.js';
 
@@ -190,6 +190,44 @@ describe('RequestMeter with the other framings and adapters', () => {
     expect(per.sum).toBeCloseTo(0.2, 9);
   });
 
+  it('Gemini without alt=sse: the streamed JSON array is measured element by element, at every split', async () => {
+    const { bytes, pieces } = geminiArray();
+    // The same chunks 100 ms apart, as one read each: TTFT at the first, one gap per later one.
+    t = setup();
+    const g = meter(new GeminiAdapter(), 0);
+    g.responseStart(200, 'application/json; charset=UTF-8', undefined);
+    pieces.forEach((p, i) => g.chunk(p, 100 * (i + 1)));
+    const s = g.finish(500)!;
+    expect(s).toMatchObject({ streamed: true, ttftMs: 100, contentEvents: 3, outputTokens: 24, tokenCountSource: 'usage', outcome: 'ok' });
+    expect(s.tpotMs).toBeCloseTo(200 / 23, 9);
+    expect(await t.hist(METRIC.chunkGap)).toMatchObject({ count: 2 });
+    expect((await t.hist(METRIC.chunkGap)).sum).toBeCloseTo(0.2, 9);
+    // Whitespace (or a BOM) before the array: the framing is decided by the first byte that is not.
+    const w = meter(new GeminiAdapter(), 0);
+    w.responseStart(200, 'application/json', undefined);
+    w.chunk(Buffer.from('\ufeff \r\n'), 5);
+    pieces.forEach((p, i) => w.chunk(p, 100 * (i + 1)));
+    expect(w.finish(500)).toMatchObject({ streamed: true, ttftMs: 100, contentEvents: 3, outputTokens: 24 });
+    // Any split of the same body: the same events, each at the read that completed it.
+    for (let i = 1; i < bytes.length; i += 7) {
+      const m = new RequestMeter(t.instruments, new GeminiAdapter(), { ...labels }, 0, opts);
+      m.responseStart(200, 'application/json', undefined);
+      m.chunk(bytes.subarray(0, i), 10);
+      m.chunk(bytes.subarray(i), 20);
+      expect(m.finish(30), `split at ${i}`).toMatchObject({ streamed: true, contentEvents: 3, outputTokens: 24 });
+    }
+  });
+
+  it('Gemini generateContent (one JSON object): usage from the whole body, no TTFT', async () => {
+    t = setup();
+    const g = meter(new GeminiAdapter(), 0);
+    g.responseStart(200, 'application/json', undefined);
+    const body = JSON.stringify(geminiArray().chunks[2], null, 2);
+    g.chunk(Buffer.from(body.slice(0, 5)), 50);
+    g.chunk(Buffer.from(body.slice(5)), 60);
+    expect(g.finish(70)).toMatchObject({ streamed: false, ttftMs: undefined, contentEvents: 0, outputTokens: 24, outcome: 'ok' });
+  });
+
   it('unknown API: a stream is timed (duration, first byte) with no TTFT; a non-stream records nothing', async () => {
     t = setup();
     expect(detectApi('/v1/models', undefined)!.api).toBe('generic');
@@ -252,6 +290,7 @@ describe('detection', () => {
 
 describe('a chunked read measured as ranges of its own buffer', () => {
   const SSE = 'text/event-stream';
+  const GEMINI_ARRAY = 'gemini.sse as a JSON array';
   const CASES: [string, string, () => ResponseAdapter][] = [
     ['openai-chat.sse', SSE, () => new OpenAIChatAdapter()],
     ['openai-chat-usage.sse', SSE, () => new OpenAIChatAdapter()],
@@ -266,7 +305,10 @@ describe('a chunked read measured as ranges of its own buffer', () => {
     ['gemini.sse', SSE, () => new GeminiAdapter()],
     ['ollama-chat.ndjson', 'application/x-ndjson', () => new OllamaAdapter()],
     ['bedrock-converse-stream.bin', 'application/vnd.amazon.eventstream', () => new BedrockAdapter()],
+    [GEMINI_ARRAY, 'application/json', () => new GeminiAdapter()],
   ];
+  /** The fixture's bytes; Gemini's chunks as a streamed JSON array (no `alt=sse`) by name. */
+  const bodyOf = (file: string): Buffer => (file === GEMINI_ARRAY ? geminiArray().bytes : fixture(file));
 
   /** The body as HTTP chunks of the given sizes (cycled), as an upstream frames it. */
   function chunkFramed(body: Buffer, sizes: number[]): Buffer {
@@ -324,7 +366,7 @@ describe('a chunked read measured as ranges of its own buffer', () => {
   it('gives the measurement of the same payload offered piece by piece, for every framing and every split (property)', async () => {
     t = setup();
     for (const [file, type, adapter] of CASES) {
-      const body = fixture(file);
+      const body = bodyOf(file);
       // Reference: the payload pieces as buffers of their own, as before ranges.
       fc.assert(
         fc.property(fc.array(fc.nat(), { maxLength: 6 }), fc.array(fc.nat(), { maxLength: 12 }), (sizes, cuts) => {
@@ -343,7 +385,7 @@ describe('a chunked read measured as ranges of its own buffer', () => {
     const unterminated = ndjson.subarray(0, ndjson.length - 1);
     expect(ndjson[ndjson.length - 1]).toBe(0x0a);
     const cases: [string, string, () => ResponseAdapter, Buffer][] = [
-      ...CASES.map(([file, type, adapter]): [string, string, () => ResponseAdapter, Buffer] => [file, type, adapter, fixture(file)]),
+      ...CASES.map(([file, type, adapter]): [string, string, () => ResponseAdapter, Buffer] => [file, type, adapter, bodyOf(file)]),
       ['ollama-chat.ndjson, no final newline', 'application/x-ndjson', () => new OllamaAdapter(), unterminated],
     ];
     for (const [file, type, adapter, body] of cases) {

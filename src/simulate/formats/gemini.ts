@@ -11,7 +11,9 @@ const PATH = /\/models\/([^/:]+):(streamGenerateContent|generateContent)$/;
  * `usageMetadata.candidatesTokenCount` (and `thoughtsTokenCount` when
  * `generationConfig.thinkingConfig.includeThoughts`, whose tokens come first
  * as `thought: true` parts). The two counts add up to the scheduled tokens.
- * Without `alt=sse` the stream is one JSON array sent at the end.
+ * Without `alt=sse` (or with `alt=json`) the same chunks stream as one JSON
+ * array (`application/json`), each element written when due, pretty-printed
+ * with CRLF as Google sends it: `[{…}` then `\r\n,\r\n{…}` per chunk, then `\r\n]`.
  */
 export const geminiFormat: WireFormat = {
   name: 'gemini',
@@ -53,7 +55,16 @@ export const geminiFormat: WireFormat = {
       return;
     }
     if (r.query.get('alt') !== 'sse') {
-      afterAll(res, times, t0, () => sendJson(res, 200, groups.map((g, i) => chunk(g, i === groups.length - 1))));
+      res.writeHead(200, { 'content-type': 'application/json; charset=UTF-8', 'x-request-id': requestId });
+      const pretty = (v: unknown) => JSON.stringify(v, null, 2).replace(/\n/g, '\r\n');
+      runGroups(
+        res,
+        groups,
+        times,
+        t0,
+        (g, i) => res.write((i === 0 ? '[' : '\r\n,\r\n') + pretty(chunk(g, i === groups.length - 1))),
+        () => res.end(groups.length > 0 ? '\r\n]' : '[]'),
+      );
       return;
     }
     res.writeHead(200, { 'content-type': 'text/event-stream', 'x-request-id': requestId });
