@@ -63,6 +63,8 @@ const fileSchema = z
         maxModelValues: z.number().int().min(1).optional(),
         /** Also record per-token ITL (`llm_proxy_time_per_output_token_seconds`) where a stream reports cumulative usage. */
         perTokenItl: z.boolean().optional(),
+        /** Ask recognised LLM APIs for uncompressed responses (`Accept-Encoding: identity`), so they can be measured. */
+        identityEncoding: z.boolean().optional(),
         /**
          * Event-loop-delay sampling period in ms: finer catches shorter stalls, and every sample
          * wakes the process. A collection reports only when its window held two samples, so the
@@ -133,6 +135,7 @@ export interface Config {
     readonly port: number;
     readonly maxModelValues: number;
     readonly perTokenItl: boolean;
+    readonly identityEncoding: boolean;
     readonly loopDelayResolutionMs: number;
     readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
   };
@@ -253,6 +256,7 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       port: overrides.metricsPort ?? m.port ?? 9464,
       maxModelValues: m.maxModelValues ?? 100,
       perTokenItl: m.perTokenItl ?? false,
+      identityEncoding: m.identityEncoding ?? true,
       loopDelayResolutionMs: m.loopDelayResolutionMs ?? DEFAULT_LOOP_RESOLUTION_MS,
       buckets: {
         itl: m.buckets?.itl ?? [...DEFAULT_BUCKETS.itl],

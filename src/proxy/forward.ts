@@ -10,6 +10,8 @@ import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
+import { genericStream } from '../providers/generic.js';
+import type { ApiDescriptor } from '../providers/types.js';
 import { endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
@@ -80,6 +82,8 @@ class InFlight implements ExchangeHandler {
   private upstreamStatus: number | undefined;
   private meter: RequestMeter | undefined;
   private labels: RequestLabels | undefined;
+  /** The API, when it had to be known before the request left (to ask for identity encoding). */
+  private api: ApiDescriptor | undefined;
   /** Reads the model name from the request body, once the meter is set up. */
   private tap: RequestBodyTap | undefined;
   /** Body chunks forwarded before the meter was set up (references; Node does not reuse them). */
@@ -131,6 +135,7 @@ class InFlight implements ExchangeHandler {
     headers.push('x-forwarded-proto', 'http');
     if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
     if (req.headers['x-request-id'] === undefined) headers.push('x-request-id', this.requestId);
+    if (deps.instruments && deps.config.metrics.identityEncoding && req.method === 'POST' && req.headers['accept-encoding'] !== undefined) this.askIdentity(headers);
 
     // Client body -> upstream, with backpressure; the model name is read as it passes.
     // Listening first puts the body's first read (on resume's tick) ahead of the
@@ -165,6 +170,19 @@ class InFlight implements ExchangeHandler {
     if (deps.instruments) afterIo(() => this.setUpMeter());
   }
 
+  /**
+   * A compressed stream can only be timed, not read (Anthropic gzips SSE for clients that
+   * accept it, as Node's fetch does): a generation call (a POST) to a recognised LLM API is
+   * asked for identity encoding. Every client accepts identity unless it refuses it
+   * (`identity;q=0`, `*;q=0`), which none of the LLM clients does. A request whose signature
+   * covers the header (AWS SigV4) keeps it: changing it would fail the signature.
+   */
+  private askIdentity(headers: string[]): void {
+    const api = (this.api = detectApi(this.match.upstreamPath, this.match.resolved.route.provider));
+    if (api === undefined || api === genericStream || signsAcceptEncoding(this.req)) return;
+    replaceRaw(headers, 'accept-encoding', 'identity');
+  }
+
   /** Idempotent: `bodySeen` is undefined once set up (or without instruments). */
   private setUpMeter(): void {
     if (this.bodySeen === undefined) return;
@@ -183,7 +201,7 @@ class InFlight implements ExchangeHandler {
 
   private measure(seen: Buffer[] | undefined): void {
     const { match, deps } = this;
-    const api = detectApi(match.upstreamPath, match.resolved.route.provider);
+    const api = this.api ?? detectApi(match.upstreamPath, match.resolved.route.provider);
     if (api === undefined) return;
     const pathModel = api.modelFromPath?.(match.upstreamPath);
     this.labels = {
@@ -371,6 +389,13 @@ function safePath(target: string | undefined): string {
   const t = target ?? '';
   const q = t.indexOf('?');
   return (q === -1 ? t : t.slice(0, q)).slice(0, 512);
+}
+
+/** AWS SigV4 (header or presigned query) lists `accept-encoding` among the signed headers. */
+function signsAcceptEncoding(req: IncomingMessage): boolean {
+  const auth = req.headers.authorization;
+  const signed = /\bSignedHeaders=([^,\s]*)/i.exec(typeof auth === 'string' && /^AWS4-/i.test(auth) ? auth : '')?.[1] ?? /[?&]X-Amz-SignedHeaders=([^&]*)/i.exec(req.url ?? '')?.[1];
+  return signed !== undefined && signed.replace(/%3B/gi, ';').toLowerCase().split(';').includes('accept-encoding');
 }
 
 function removeRaw(raw: string[], lowerName: string): void {

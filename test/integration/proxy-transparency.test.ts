@@ -3,10 +3,12 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { gzipSync } from 'node:zlib';
+import { createGzip, gzipSync } from 'node:zlib';
+import Anthropic from '@anthropic-ai/sdk';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { API_BY_NAME } from '../../src/providers/detect.js';
+import { fixture } from '../helpers/fixtures.js';
 import { rawRequest } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hist, scrape, total } from '../helpers/prom.js';
@@ -147,6 +149,77 @@ describe('transparent forwarding', () => {
     const r = await rawRequest(proxy.proxyUrl, '/v1/chat/completions', { method: 'POST', headers: { 'accept-encoding': 'gzip' }, body: Buffer.from('{}') });
     expect(sha(r.body)).toBe(sha(gz));
     expect(r.rawHeaders.map((h) => h.toLowerCase())).toContain('gzip');
+  });
+
+  it('asks a recognised LLM API for identity encoding, so that a server that compresses when asked (as Anthropic does) is still measured', async () => {
+    // The Anthropic fixture, one event per 20 ms, gzip-compressed and flushed per event when the request accepts gzip.
+    const events = fixture('anthropic-messages.sse').toString('utf8').split(/(?<=\n\n)/);
+    const texts = events.flatMap((e) => [...e.matchAll(/"text_delta","text":"((?:[^"\\]|\\.)*)"/g)].map((m) => JSON.parse(`"${m[1]}"`) as string));
+    expect(texts.length).toBe(5);
+    const up = await upstream(async (req, res) => {
+      const gzip = /\bgzip\b/.test(req.headers['accept-encoding'] ?? '');
+      res.writeHead(200, { 'content-type': 'text/event-stream', ...(gzip ? { 'content-encoding': 'gzip' } : {}) });
+      const z = gzip ? createGzip() : undefined;
+      z?.on('data', (d: Buffer) => res.write(d));
+      for (const e of events) {
+        if (z) await new Promise<void>((r) => { z.write(e); z.flush(() => r()); });
+        else res.write(e);
+        await sleep(20);
+      }
+      if (z) await new Promise<void>((r) => z.end(r));
+      res.end();
+    });
+    cleanups.push(up.close);
+    const stream = async () => {
+      const client = new Anthropic({ apiKey: 'k', baseURL: proxy!.proxyUrl, maxRetries: 0 });
+      const got: string[] = [];
+      for await (const ev of await client.messages.create({ model: 'claude-x', max_tokens: 64, messages: [{ role: 'user', content: 'hi' }], stream: true })) {
+        if (ev.type === 'content_block_delta' && ev.delta.type === 'text_delta') got.push(ev.delta.text);
+      }
+      return got;
+    };
+    const acceptSeen = () => {
+      const h = up.seen.at(-1)!.rawHeaders;
+      return h.filter((_, i) => i % 2 === 1 && h[i - 1]!.toLowerCase() === 'accept-encoding');
+    };
+
+    proxy = await startTestProxy(up.url);
+    expect(await stream()).toEqual(texts);
+    expect(acceptSeen()).toEqual(['identity']);
+    let samples = await scrape(proxy.metricsUrl);
+    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(1);
+    expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds').count).toBe(texts.length - 1);
+    // Left as the client sent them: an API the proxy does not know (nothing of it would be read),
+    // a request that is not a generation call, no header at all, a SigV4 signature over the header.
+    const post = (path: string, headers: Record<string, string>, method = 'POST') => rawRequest(proxy!.proxyUrl, path, { method, headers, body: method === 'POST' ? Buffer.from('{}') : undefined });
+    await post('/v1/other', { 'accept-encoding': 'gzip' });
+    expect(acceptSeen()).toEqual(['gzip']);
+    await post('/v1/chat/completions', { 'accept-encoding': 'gzip' }, 'GET');
+    expect(acceptSeen()).toEqual(['gzip']);
+    await post('/v1/chat/completions', {});
+    expect(acceptSeen()).toEqual([]);
+    const sigv4 = 'AWS4-HMAC-SHA256 Credential=AKID/20261130/us-east-1/bedrock/aws4_request, SignedHeaders=accept-encoding;host;x-amz-date, Signature=abc';
+    await post('/model/m/converse-stream', { 'accept-encoding': 'gzip', authorization: sigv4 });
+    expect(acceptSeen()).toEqual(['gzip']);
+    await post('/model/m/converse-stream?X-Amz-SignedHeaders=accept-encoding%3Bhost', { 'accept-encoding': 'gzip' });
+    expect(acceptSeen()).toEqual(['gzip']);
+    await post('/model/m/converse-stream', { 'accept-encoding': 'gzip', authorization: sigv4.replace('accept-encoding;', '') });
+    expect(acceptSeen()).toEqual(['identity']);
+    await proxy.close();
+
+    // Metrics off: nothing to read, nothing changed.
+    proxy = await startTestProxy(up.url, {}, { metricsEnabled: false });
+    await post('/v1/chat/completions', { 'accept-encoding': 'gzip' });
+    expect(acceptSeen()).toEqual(['gzip']);
+    await proxy.close();
+
+    // Turned off: the client's own value goes upstream, the compressed stream passes untouched and is only timed.
+    proxy = await startTestProxy(up.url, { metrics: { identityEncoding: false } });
+    expect(await stream()).toEqual(texts);
+    expect(acceptSeen()[0]).toMatch(/gzip/);
+    samples = await scrape(proxy.metricsUrl);
+    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(0);
+    expect(hist(samples, 'gen_ai_client_operation_duration_seconds').count).toBe(1);
   });
 
   it('forwards a malformed stream byte-for-byte and keeps serving', async () => {
