@@ -1,4 +1,5 @@
 import type { SseEvent } from './parser.js';
+import { PendingBytes } from './pending-bytes.js';
 
 /**
  * Incremental framing for a body that streams one JSON array, element by
@@ -37,11 +38,8 @@ export class JsonArrayParser {
   private depth = 0;
   private inString = false;
   private escaped = false;
-  /** Bytes of the current element from earlier reads. */
-  private pending: Buffer[] = [];
-  private pendingBytes = 0;
-  /** The current element went over the cap: scan it to its end, emit nothing. */
-  private skipping = false;
+  /** Bytes of the current element from earlier reads; `over`: it went over the cap, scan it to its end, emit nothing. */
+  private readonly pending: PendingBytes;
   /** A UTF-8 byte order mark may precede the array; bytes of it seen so far. */
   private bomSeen = 0;
   oversizeElements = 0;
@@ -51,6 +49,7 @@ export class JsonArrayParser {
     opts: JsonArrayParserOptions = {},
   ) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
+    this.pending = new PendingBytes(this.maxEventBytes);
   }
 
   push(chunk: Uint8Array): void {
@@ -97,7 +96,7 @@ export class JsonArrayParser {
     this.depth = depth;
     this.inString = inString;
     this.escaped = escaped;
-    if (depth > 0 && start !== -1) this.stash(buf, start, len);
+    if (depth > 0 && start !== -1 && this.pending.add(buf, start, len)) this.oversizeElements++;
   }
 
   /** Skips a BOM and whitespace, then decides from the first byte: the index after `[`, or -1 (not decided, or not an array). */
@@ -120,17 +119,13 @@ export class JsonArrayParser {
     return i + 1;
   }
 
-  /** The element ends at `to` (exclusive); it began at `from` in this read, or in earlier ones when `from` is -1 or 0 with bytes pending. */
+  /** The element ends at `to` (exclusive); it began at `from` in this read, or in earlier ones (then `from` is 0 and bytes are pending). */
   private element(buf: Buffer, from: number, to: number): void {
-    if (this.pendingBytes > 0 || this.skipping) {
-      this.stash(buf, from, to);
-      const skipped = this.skipping;
-      const parts = this.pending;
-      const total = this.pendingBytes;
-      this.pending = [];
-      this.pendingBytes = 0;
-      this.skipping = false;
-      if (!skipped) this.onEvent({ type: '', data: Buffer.concat(parts, total).toString('utf8'), id: undefined });
+    const pending = this.pending;
+    if (pending.length > 0 || pending.over) {
+      if (pending.add(buf, from, to)) this.oversizeElements++;
+      else if (!pending.over) this.onEvent({ type: '', data: pending.bytes().toString('utf8'), id: undefined });
+      pending.clear();
       return;
     }
     if (to - from > this.maxEventBytes) {
@@ -138,19 +133,5 @@ export class JsonArrayParser {
       return;
     }
     this.onEvent({ type: '', data: buf.toString('utf8', from, to), id: undefined });
-  }
-
-  private stash(buf: Buffer, from: number, to: number): void {
-    if (this.skipping || to === from) return;
-    if (this.pendingBytes + (to - from) > this.maxEventBytes) {
-      this.pending = [];
-      this.pendingBytes = 0;
-      this.skipping = true;
-      this.oversizeElements++;
-      return;
-    }
-    // Copy: the caller's buffer may be reused after push() returns.
-    this.pending.push(Buffer.from(buf.subarray(from, to)));
-    this.pendingBytes += to - from;
   }
 }

@@ -1,4 +1,5 @@
 import type { SseEvent } from './parser.js';
+import { PendingBytes } from './pending-bytes.js';
 
 /**
  * Incremental line framing for NDJSON bodies (`application/x-ndjson`, Ollama).
@@ -18,10 +19,8 @@ const CR = 0x0d;
 
 export class NdjsonParser {
   private readonly maxEventBytes: number;
-  private pending: Buffer[] = [];
-  private pendingBytes = 0;
-  /** The current line went over the cap: ignore bytes up to the next LF. */
-  private skipping = false;
+  /** A line that spans reads; `over`: it went over the cap, ignore bytes up to the next LF. */
+  private readonly pending: PendingBytes;
   oversizeLines = 0;
 
   constructor(
@@ -29,60 +28,45 @@ export class NdjsonParser {
     opts: NdjsonParserOptions = {},
   ) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
+    this.pending = new PendingBytes(this.maxEventBytes);
   }
 
   push(chunk: Uint8Array): void {
     const buf = chunk instanceof Buffer ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    const pending = this.pending;
     let i = 0;
     const len = buf.length;
     while (i < len) {
       const j = buf.indexOf(LF, i);
       if (j === -1) {
-        this.stash(buf, i, len);
+        if (pending.add(buf, i, len)) this.oversizeLines++;
         return;
       }
-      if (this.skipping) {
-        this.skipping = false;
-      } else if (this.pendingBytes > 0) {
-        this.stash(buf, i, j);
-        if (!this.skipping) {
-          const line = Buffer.concat(this.pending, this.pendingBytes);
+      if (pending.over) {
+        // the rest of a line that went over the cap
+      } else if (pending.length > 0) {
+        if (pending.add(buf, i, j)) this.oversizeLines++;
+        else {
+          const line = pending.bytes();
           this.emit(line, 0, line.length);
         }
-        this.skipping = false;
       } else {
         if (j - i > this.maxEventBytes) this.oversizeLines++;
         else this.emit(buf, i, j);
       }
-      this.pending = [];
-      this.pendingBytes = 0;
+      pending.clear();
       i = j + 1;
     }
   }
 
   /** End of the body: a last line without a newline is still a line. */
   end(): void {
-    if (!this.skipping && this.pendingBytes > 0) {
-      const line = Buffer.concat(this.pending, this.pendingBytes);
+    const pending = this.pending;
+    if (!pending.over && pending.length > 0) {
+      const line = pending.bytes();
       this.emit(line, 0, line.length);
     }
-    this.pending = [];
-    this.pendingBytes = 0;
-    this.skipping = false;
-  }
-
-  private stash(buf: Buffer, from: number, to: number): void {
-    if (this.skipping || to === from) return;
-    if (this.pendingBytes + (to - from) > this.maxEventBytes) {
-      this.pending = [];
-      this.pendingBytes = 0;
-      this.skipping = true;
-      this.oversizeLines++;
-      return;
-    }
-    // Copy: the caller's buffer may be reused after push() returns.
-    this.pending.push(Buffer.from(buf.subarray(from, to)));
-    this.pendingBytes += to - from;
+    pending.clear();
   }
 
   private emit(buf: Buffer, from: number, to: number): void {

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ChunkedDecoder, ChunkedError } from '../../src/proxy/chunked.js';
-import { views } from '../helpers/ranges.js';
+import { splitAt, views } from '../helpers/ranges.js';
 
 interface Encoded {
   wire: Buffer;
@@ -48,17 +48,6 @@ function encode(chunks: Chunk[], trailer: string, lastExt: string): Encoded {
   };
 }
 
-function splitAt(buf: Buffer, cuts: number[]): Buffer[] {
-  const points = [...new Set(cuts.map((c) => c % (buf.length + 1)))].sort((a, b) => a - b);
-  const out: Buffer[] = [];
-  let prev = 0;
-  for (const p of points) {
-    out.push(buf.subarray(prev, p));
-    prev = p;
-  }
-  out.push(buf.subarray(prev));
-  return out.filter((b) => b.length > 0);
-}
 
 describe('ChunkedDecoder', () => {
   it('decodes a simple body and holds back the last chunk', () => {

@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { JsonArrayParser, type JsonArrayKind } from '../../src/sse/json-array.js';
 import { geminiArray } from '../helpers/fixtures.js';
+import { splitAt } from '../helpers/ranges.js';
 
 function elements(chunks: (string | Buffer)[], max?: number): { data: string[]; kind: JsonArrayKind; oversize: number } {
   const data: string[] = [];
@@ -40,15 +41,7 @@ describe('streamed JSON array framing', () => {
       fc.property(fc.array(value, { maxLength: 6 }), fc.integer({ min: 0, max: 4 }), space, fc.array(fc.nat(), { maxLength: 8 }), (items, indent, sep, cuts) => {
         const texts = items.map((v) => JSON.stringify(v, null, indent));
         const bytes = Buffer.from(`${sep}[${sep}${texts.join(`${sep},${sep}`)}${sep}]${sep}`);
-        const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
-        const pieces: Buffer[] = [];
-        let prev = 0;
-        for (const c of at) {
-          pieces.push(bytes.subarray(prev, c));
-          prev = c;
-        }
-        pieces.push(bytes.subarray(prev));
-        const got = elements(pieces);
+        const got = elements(splitAt(bytes, cuts, true));
         const want = texts.filter((_, k) => typeof items[k] === 'object' && items[k] !== null);
         expect(got.kind).toBe('done');
         expect(got.data).toEqual(want);
