@@ -254,6 +254,10 @@ async function streamRun(p, sc) {
   const cpu0 = pathCpu(p);
   const procs0 = allProcCpu();
   const w0 = performance.now();
+  // The path's CPU every 50 ms (shared clock), for figure 4's steady state: a batched run
+  // also opens its streams, and per-request work is then part of the whole run's figure.
+  const cpuSamples = [];
+  const sampler = sc.mode === 'batched' && p.pids ? setInterval(() => cpuSamples.push([performance.timeOrigin + performance.now(), pathCpu(p)]), 50) : null;
   const schedMs = (sc.ttft ?? 10) + sc.n * sc.delta;
   const deadlineMs = Math.max(15_000, 10 * schedMs + 10_000);
   const r = await client.call(
@@ -269,6 +273,7 @@ async function streamRun(p, sc) {
     },
     deadlineMs * (sc.rounds || 1) * (sc.sequential ? sc.count : 1) + 30_000,
   );
+  if (sampler) clearInterval(sampler);
   if (r.error) throw new Error(r.error);
   const cpu1 = pathCpu(p);
   // CPU used on this machine by processes that are not part of the bench
@@ -276,7 +281,8 @@ async function streamRun(p, sc) {
   const foreignCores = foreignCpuMs(procs0, allProcCpu(), new Set(ownPids())) / (performance.now() - w0);
   const em = await emitter.call('report', {});
   if (em.unfinished) await emitter.call('endAll');
-  const an = await client.call('analyze', { t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, sentLastBySid: em.sentLastBySid, arrivals: em.arrivals, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta });
+  const window = steadyWindow(cpuSamples, em.t0BySid, sc);
+  const an = await client.call('analyze', { t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, sentLastBySid: em.sentLastBySid, arrivals: em.arrivals, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta, window: window && [window.from[0], window.to[0]] });
   if (an.error) throw new Error(an.error);
   let mdiff = null;
   if (p.metricsUrl) {
@@ -287,12 +293,29 @@ async function streamRun(p, sc) {
   return {
     ...an,
     pathCpuMs: cpu1 - cpu0,
+    steady: window && an.windowEvents !== undefined ? { events: an.windowEvents, cpuMs: window.to[1] - window.from[1], wallMs: window.to[0] - window.from[0] } : undefined,
     foreignCores,
     emitter: { lateness: em.lateness, cpuMs: em.cpuMs, startedIncomplete: em.startedIncomplete },
     metrics: mdiff,
     // what the path logged, when it refused requests (nginx's error log says why)
     pathLog: an.refused > 0 && p.logTail ? p.logTail() : undefined,
   };
+}
+
+/**
+ * The steady part of a batched run: the first and last CPU samples within the middle 60 % of
+ * the schedule (every stream open and streaming, none ended), when they span ≥ 200 ms.
+ */
+function steadyWindow(samples, t0BySid, sc) {
+  const t0s = Object.values(t0BySid ?? {});
+  if (samples.length < 2 || t0s.length === 0) return null;
+  const t0 = Math.max(...t0s);
+  const span = (sc.n - 1) * sc.delta;
+  const a = t0 + 0.2 * span;
+  const b = t0 + 0.8 * span;
+  const from = samples.find(([t]) => t >= a);
+  const to = samples.findLast(([t]) => t <= b);
+  return from && to && to[0] - from[0] >= 200 ? { from, to } : null;
 }
 
 function brief(r) {

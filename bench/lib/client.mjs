@@ -242,7 +242,7 @@ function ttftLegShape(legs) {
 }
 
 function analyze(m) {
-  // m.t0BySid: sid -> epoch ms of due(1); m.delta: ms
+  // m.t0BySid: sid -> epoch ms of due(1); m.delta: ms; m.window: [from, to] epoch ms (events arrived in it are counted)
   const { recs } = last;
   const n = last.m.n;
   const lat = [];
@@ -333,8 +333,16 @@ function analyze(m) {
     }
   }
   const latency = summarize(lat);
+  let windowEvents;
+  if (m.window) {
+    const a = m.window[0] - origin;
+    const b = m.window[1] - origin;
+    windowEvents = 0;
+    for (const r of recs) for (let i = 0; i < r.got; i++) if (r.arr[i] >= a && r.arr[i] <= b) windowEvents++;
+  }
   return {
     streams: recs.length,
+    windowEvents,
     events,
     lost,
     undelivered,

@@ -87,6 +87,7 @@ export function computeFigures(meta, runs) {
         refused: mine.reduce((s, r) => s + (r.refused || 0), 0),
         coalescedShare: over(recs, p, (r) => r.coalesced / Math.max(1, r.events)),
         eventsPerCoreSecond: over(recs, p, (r) => (r.pathCpuMs > 0 ? r.events / (r.pathCpuMs / 1000) : NaN)),
+        steadyEventsPerCoreSecond: over(recs, p, (r) => (r.steady?.cpuMs > 0 ? r.steady.events / (r.steady.cpuMs / 1000) : NaN)),
         pathCpuShare: over(recs, p, (r) => r.pathCpuMs / r.wallMs),
         wallS: over(recs, p, (r) => r.wallMs / 1000),
         emitterLatenessP99: over(recs, p, (r) => r.emitter.lateness.p99),
@@ -124,7 +125,10 @@ export function computeFigures(meta, runs) {
     .filter((k) => k.startsWith('gap d=1.4'))
     .sort((a, b) => Number(b.split('c=')[1]) - Number(a.split('c=')[1]))[0];
   if (heavy) {
-    for (const p of paths) F.eventsPerCoreSecond[p] = { scenario: heavy, value: F.gap[heavy][p]?.eventsPerCoreSecond, cpuShare: F.gap[heavy][p]?.pathCpuShare };
+    for (const p of paths) {
+      const g = F.gap[heavy][p];
+      F.eventsPerCoreSecond[p] = { scenario: heavy, value: g?.eventsPerCoreSecond, cpuShare: g?.pathCpuShare, steady: g?.steadyEventsPerCoreSecond };
+    }
   }
   for (const [key, recs] of byKey(runs, 'mem')) {
     for (const p of paths) {
@@ -252,8 +256,15 @@ function targets(F) {
   const eon = F.eventsPerCoreSecond.proxy?.value;
   const eoff = F.eventsPerCoreSecond['proxy-nometrics']?.value;
   if (eon && eoff) {
-    const r = eon.median / eoff.median;
-    add('events/s per core, metrics on vs off', r, '>= 0.9', r >= 0.9, `${fmt(eon.median, 0)} vs ${fmt(eoff.median, 0)} ev/core-s`);
+    // Judged on the steady state when there is one: the whole run also prices opening 1,000
+    // streams (new connections, JIT), whose spread between repetitions hides the per-event cost.
+    const whole = eon.median / eoff.median;
+    const son = F.eventsPerCoreSecond.proxy?.steady;
+    const soff = F.eventsPerCoreSecond['proxy-nometrics']?.steady;
+    const steady = son && soff ? son.median / soff.median : null;
+    const r = steady ?? whole;
+    const detail = `${steady === null ? '' : `steady state ${fmt(son.median, 0)} vs ${fmt(soff.median, 0)}; `}whole run ${fmt(eon.median, 0)} vs ${fmt(eoff.median, 0)} (${fmt(whole, 2)}) ev/core-s`;
+    add(`events/s per core, metrics on vs off${steady === null ? '' : ' (steady state)'}`, r, '>= 0.9', r >= 0.9, detail);
   }
   const mem = F.memory.proxy?.rssPerStreamKiB;
   if (mem) add('RSS per open stream', mem.median, '<= 32 KiB', mem.median <= 32, 'KiB');
@@ -426,9 +437,23 @@ export function writeReports({ meta, runs, out }) {
   for (const p of paths) {
     const e = F.eventsPerCoreSecond[p];
     if (!e?.value || p === 'direct') continue;
-    rows.push([p, e.scenario, fmtAgg(e.value, 0), fmtAgg(e.cpuShare, 2), p === 'proxy' ? '' : fmt(ratio(F.eventsPerCoreSecond.proxy?.value, e.value), 2)]);
+    const pe = F.eventsPerCoreSecond.proxy;
+    rows.push([
+      p,
+      e.scenario,
+      fmtAgg(e.value, 0),
+      fmtAgg(e.cpuShare, 2),
+      p === 'proxy' ? '' : fmt(ratio(pe?.value, e.value), 2),
+      fmtAgg(e.steady, 0),
+      p === 'proxy' ? '' : fmt(ratio(pe?.steady, e.steady), 2),
+    ]);
   }
-  if (rows.length) parts.push('## 4. Events per second per core (events delivered ÷ CPU seconds of the path process, heaviest load)\n\n' + table(['path', 'scenario', 'events / core-s', 'CPU share of wall', 'proxy ÷ path'], rows));
+  if (rows.length)
+    parts.push(
+      '## 4. Events per second per core (events delivered ÷ CPU seconds of the path process, heaviest load)\n\n' +
+        'Whole run: from the first request to the last event, so it includes opening the streams (per-request work). Steady state: the events that arrived between two samples of the path\'s CPU (every 50 ms) within the middle 60 % of the schedule, when every stream is open and none has ended, ÷ the CPU between those samples.\n\n' +
+        table(['path', 'scenario', 'events / core-s, whole run', 'CPU share of wall', 'proxy ÷ path', 'events / core-s, steady state', 'proxy ÷ path, steady'], rows),
+    );
 
   // 5 memory
   rows = [];

@@ -21,7 +21,7 @@ interface Integrity {
 
 interface Results {
   meta: { paths: Record<string, { ok: boolean; error?: string }> };
-  figures: { integrity: Record<string, Integrity> };
+  figures: { integrity: Record<string, Integrity>; eventsPerCoreSecond: Record<string, { steady?: { median: number } }> };
   failures: string[];
   warnings: string[];
   runs: Array<{
@@ -30,6 +30,8 @@ interface Results {
     key: string;
     refused: number;
     lost: number;
+    events: number;
+    steady?: { events: number; cpuMs: number; wallMs: number };
     statuses: Record<string, number>;
     ttft: { p50: number };
     gap: { p50: number; mean: number; n: number };
@@ -93,6 +95,17 @@ describe('bench harness smoke', () => {
     expect(seq.gap.n).toBe(up.itl.count);
     expect(Math.abs(up.itl.sum / up.itl.count - seq.gap.mean)).toBeLessThan(0.2);
     expect(Math.abs(up.tpot.sum / up.tpot.count - seq.gap.mean)).toBeLessThan(0.2);
+    // Figure 4's steady state (paths with a process to sample): the events that arrived in the
+    // window are what 100 streams at one event per 1.4 ms deliver in its wall time.
+    if (paths.includes('nginx')) {
+      const batched = res.runs.find((r) => r.path === 'nginx' && r.key === 'gap d=1.4 c=100')!;
+      const st = batched.steady!;
+      expect(st.wallMs).toBeGreaterThanOrEqual(200);
+      expect(st.cpuMs).toBeGreaterThan(0);
+      expect(st.events).toBeLessThan(batched.events);
+      expect(Math.abs(st.events / ((100 * st.wallMs) / 1.4) - 1)).toBeLessThan(0.15);
+      expect(res.figures.eventsPerCoreSecond.nginx!.steady!.median).toBeGreaterThan(0);
+    }
   }, 90_000);
 
   it('a request answered with an error page is counted as refused, with its answer, and fails a path that is not a peer', () => {
