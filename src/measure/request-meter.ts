@@ -174,7 +174,8 @@ export class RequestMeter {
     } else if ((contentType ?? '').toLowerCase().includes('json') && this.adapter.onBody) {
       this.framing = 'json';
       this.body = [];
-      if (this.adapter.streamsJsonArray === true) this.jsonArray = new JsonArrayParser(this.onSseEvent, { maxEventBytes: max });
+      // An error answer is not a stream, even as an array (Gemini's `[{"error":…}]`): its status stays its error type.
+      if (this.adapter.streamsJsonArray === true && status < 300) this.jsonArray = new JsonArrayParser(this.onSseEvent, { maxEventBytes: max });
     }
   }
 

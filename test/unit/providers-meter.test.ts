@@ -218,6 +218,14 @@ describe('RequestMeter with the other framings and adapters', () => {
     }
   });
 
+  it('Gemini without alt=sse, an error status: the array body is an error answer, not a stream', async () => {
+    t = setup();
+    const g = meter(new GeminiAdapter(), 0);
+    g.responseStart(429, 'application/json; charset=UTF-8', undefined);
+    g.chunk(Buffer.from('[{\r\n  "error": {\r\n    "code": 429,\r\n    "message": "quota",\r\n    "status": "RESOURCE_EXHAUSTED"\r\n  }\r\n}\r\n]'), 40);
+    expect(g.finish(50)).toMatchObject({ streamed: false, errorType: '429', outcome: 'error', ttftMs: undefined, contentEvents: 0 });
+  });
+
   it('Gemini generateContent (one JSON object): usage from the whole body, no TTFT', async () => {
     t = setup();
     const g = meter(new GeminiAdapter(), 0);
