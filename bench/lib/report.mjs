@@ -88,6 +88,7 @@ export function computeFigures(meta, runs) {
         coalescedShare: over(recs, p, (r) => r.coalesced / Math.max(1, r.events)),
         eventsPerCoreSecond: over(recs, p, (r) => (r.pathCpuMs > 0 ? r.events / (r.pathCpuMs / 1000) : NaN)),
         steadyEventsPerCoreSecond: over(recs, p, (r) => (r.steady?.cpuMs > 0 ? r.steady.events / (r.steady.cpuMs / 1000) : NaN)),
+        steadyCpuShare: over(recs, p, (r) => (r.steady?.wallMs > 0 ? r.steady.cpuMs / r.steady.wallMs : NaN)),
         pathCpuShare: over(recs, p, (r) => r.pathCpuMs / r.wallMs),
         wallS: over(recs, p, (r) => r.wallMs / 1000),
         emitterLatenessP99: over(recs, p, (r) => r.emitter.lateness.p99),
@@ -127,7 +128,7 @@ export function computeFigures(meta, runs) {
   if (heavy) {
     for (const p of paths) {
       const g = F.gap[heavy][p];
-      F.eventsPerCoreSecond[p] = { scenario: heavy, value: g?.eventsPerCoreSecond, cpuShare: g?.pathCpuShare, steady: g?.steadyEventsPerCoreSecond };
+      F.eventsPerCoreSecond[p] = { scenario: heavy, value: g?.eventsPerCoreSecond, cpuShare: g?.pathCpuShare, steady: g?.steadyEventsPerCoreSecond, steadyCpuShare: g?.steadyCpuShare };
     }
   }
   for (const [key, recs] of byKey(runs, 'mem')) {
@@ -445,14 +446,15 @@ export function writeReports({ meta, runs, out }) {
       fmtAgg(e.cpuShare, 2),
       p === 'proxy' ? '' : fmt(ratio(pe?.value, e.value), 2),
       fmtAgg(e.steady, 0),
+      fmtAgg(e.steadyCpuShare, 2),
       p === 'proxy' ? '' : fmt(ratio(pe?.steady, e.steady), 2),
     ]);
   }
   if (rows.length)
     parts.push(
       '## 4. Events per second per core (events delivered ÷ CPU seconds of the path process, heaviest load)\n\n' +
-        'Whole run: from the first request to the last event, so it includes opening the streams (per-request work). Steady state: the events that arrived between two samples of the path\'s CPU (every 50 ms) within the middle 60 % of the schedule, when every stream is open and none has ended, ÷ the CPU between those samples.\n\n' +
-        table(['path', 'scenario', 'events / core-s, whole run', 'CPU share of wall', 'proxy ÷ path', 'events / core-s, steady state', 'proxy ÷ path, steady'], rows),
+        'Whole run: from the first request to the last event, so it includes opening the streams (per-request work). Steady state: the events that arrived between two samples of the path\'s CPU (every 50 ms) within the middle 60 % of the schedule, when every stream is open and none has ended, ÷ the CPU between those samples. A CPU share well below 1 means the path was not the bottleneck (on 2 cores the emitter and client can be): a path pays for forwarding per read, and how many events a read carries then follows how late the emitter runs.\n\n' +
+        table(['path', 'scenario', 'events / core-s, whole run', 'CPU share of wall', 'proxy ÷ path', 'events / core-s, steady state', 'CPU share, steady', 'proxy ÷ path, steady'], rows),
     );
 
   // 5 memory
