@@ -32,6 +32,7 @@ interface Results {
     lost: number;
     events: number;
     steady?: { events: number; cpuMs: number; wallMs: number };
+    pathCpuMs: number;
     statuses: Record<string, number>;
     ttft: { p50: number };
     gap: { p50: number; mean: number; n: number };
@@ -39,6 +40,14 @@ interface Results {
     ttftLegs?: { n: number; reqP50: number; respP50: number; reqStalled: number; respStalled: number };
     emitter: { lateness: { n: number; p50: number } };
   }>;
+}
+
+interface MetricsCostReport {
+  figures: {
+    metricsCost: { scenarios: Array<{ scenario: string; steadyRatio: number; wholeRatio: number }>; busiest: { scenario: string } };
+    eventsPerCoreSecond: Record<string, { scenario: string }>;
+  };
+  targets: Array<{ target: string }>;
 }
 
 function runBench(args: string[], env: NodeJS.ProcessEnv = {}): { status: number | null; stderr: string; res: Results } {
@@ -105,6 +114,40 @@ describe('bench harness smoke', () => {
       expect(st.events).toBeLessThan(batched.events);
       expect(Math.abs(st.events / ((100 * st.wallMs) / 1.4) - 1)).toBeLessThan(0.15);
       expect(res.figures.eventsPerCoreSecond.nginx!.steady!.median).toBeGreaterThan(0);
+
+      // Figure 4's metrics on vs off per scenario, from these runs relabelled: nginx's as the
+      // proxy's, and again as metrics off with half the CPU. Every batched scenario is listed
+      // at 0.5, and the "busiest" one is where the runs had their highest CPU share.
+      type Run = (typeof res.runs)[number];
+      const gapRuns = res.runs.filter((r) => r.path === 'nginx' && r.phase === 'gap');
+      const half = (r: Run) => ({ ...r, path: 'proxy-nometrics', pathCpuMs: r.pathCpuMs / 2, steady: r.steady && { ...r.steady, cpuMs: r.steady.cpuMs / 2 } });
+      const render = (runs: Run[]): MetricsCostReport => {
+        const out = mkdtempSync(join(tmpdir(), 'bench-report-'));
+        try {
+          writeReports({ meta: { ...res.meta, paths: { proxy: { ok: true }, 'proxy-nometrics': { ok: true } } }, runs: [...runs.map((r) => ({ ...r, path: 'proxy' })), ...runs.map(half)], out });
+          return JSON.parse(readFileSync(join(out, 'latest.json'), 'utf8')) as MetricsCostReport;
+        } finally {
+          rmSync(out, { recursive: true, force: true });
+        }
+      };
+      const j = render(gapRuns);
+      const withSteady = gapRuns.filter((r) => r.steady);
+      expect(j.figures.metricsCost.scenarios.map((m) => m.scenario).sort()).toEqual(withSteady.map((r) => r.key).sort());
+      for (const m of j.figures.metricsCost.scenarios) {
+        expect(m.steadyRatio).toBeCloseTo(0.5, 6);
+        expect(m.wholeRatio).toBeCloseTo(0.5, 6);
+      }
+      const share = (r: Run) => r.steady!.cpuMs / r.steady!.wallMs;
+      const busiest = withSteady.reduce((a, b) => (share(b) > share(a) ? b : a)).key;
+      expect(j.figures.metricsCost.busiest.scenario).toBe(busiest);
+      // Judged apart from the heaviest load only where they differ: made the busiest, the
+      // heaviest load has one verdict; made the least busy, two.
+      const heaviest = j.figures.eventsPerCoreSecond.proxy!.scenario;
+      const verdicts = (k: number) => {
+        const t = render(gapRuns.map((r) => (r.key === heaviest && r.steady ? { ...r, steady: { ...r.steady, cpuMs: r.steady.cpuMs * k } } : r)));
+        return t.targets.filter((x) => x.target.startsWith('events/s per core')).length;
+      };
+      expect([verdicts(1e3), verdicts(1e-3)]).toEqual([1, 2]);
     }
   }, 90_000);
 
