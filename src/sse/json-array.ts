@@ -28,6 +28,7 @@ const OPEN_BRACE = 0x7b;
 const CLOSE_BRACE = 0x7d;
 const OPEN_BRACKET = 0x5b;
 const CLOSE_BRACKET = 0x5d;
+const BOM = [0xef, 0xbb, 0xbf];
 
 const isSpace = (c: number): boolean => c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
 
@@ -101,7 +102,6 @@ export class JsonArrayParser {
 
   /** Skips a BOM and whitespace, then decides from the first byte: the index after `[`, or -1 (not decided, or not an array). */
   private opening(buf: Buffer): number {
-    const BOM = [0xef, 0xbb, 0xbf];
     let i = 0;
     const len = buf.length;
     while (i < len && this.bomSeen < 3 && buf[i] === BOM[this.bomSeen]) {

@@ -48,7 +48,6 @@ function encode(chunks: Chunk[], trailer: string, lastExt: string): Encoded {
   };
 }
 
-
 describe('ChunkedDecoder', () => {
   it('decodes a simple body and holds back the last chunk', () => {
     const d = new ChunkedDecoder();
