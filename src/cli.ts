@@ -151,7 +151,10 @@ main().catch((e: unknown) => {
   if (err.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' || err.code === 'ERR_PARSE_ARGS_INVALID_OPTION_VALUE' || err.code === 'ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL') {
     fail(`${err.message}\nRun with --help for usage.`);
   }
-  if (err.code === 'EADDRINUSE' || err.code === 'EACCES') fail(`cannot listen: ${err.message}`);
+  // An address that cannot be bound (in use, not ours, not resolvable) is a configuration error.
+  if (['EADDRINUSE', 'EACCES', 'EADDRNOTAVAIL', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME'].includes(err.code ?? '')) {
+    fail(`cannot listen: ${err.message}`);
+  }
   process.stderr.write(`llm-latency-proxy: fatal: ${err.stack ?? String(e)}\n`);
   process.exit(1);
 });

@@ -9,7 +9,9 @@ export class ConfigError extends Error {
 }
 
 const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
-const seconds = z.number().positive();
+/** Node timers hold at most 2^31 − 1 ms (~24.8 days); a longer one fires after 1 ms. */
+const MAX_TIMER_SECONDS = 2_147_483;
+const seconds = z.number().positive().max(MAX_TIMER_SECONDS, `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`);
 const port = z.number().int().min(0).max(65535);
 const httpUrl = z
   .string()
@@ -102,7 +104,7 @@ const fileSchema = z
       .strict()
       .optional(),
     log: z.object({ level: z.enum(LOG_LEVELS).optional() }).strict().optional(),
-    drainTimeout: z.number().min(0).optional(),
+    drainTimeout: z.number().min(0).max(MAX_TIMER_SECONDS, `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`).optional(),
     otlp: z
       .object({
         enabled: z.boolean().optional(),
@@ -224,16 +226,26 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   if (overrides.logLevel !== undefined && !LOG_LEVELS.includes(overrides.logLevel as (typeof LOG_LEVELS)[number])) {
     throw new ConfigError(`log level: expected one of ${LOG_LEVELS.join(', ')}, got "${overrides.logLevel}"`);
   }
+  if (overrides.drainTimeout !== undefined && !(overrides.drainTimeout <= MAX_TIMER_SECONDS)) {
+    throw new ConfigError(`drain timeout: must be at most ${MAX_TIMER_SECONDS} s (~24.8 days), got ${overrides.drainTimeout}`);
+  }
   if (f.upstream !== undefined && f.routes !== undefined) {
     throw new ConfigError(`invalid configuration in ${source}:\n  upstream: give either "upstream" or "routes", not both`);
   }
 
   let routes: RouteConfig[];
   const upstream = overrides.upstream ?? f.upstream;
-  if (overrides.upstream !== undefined || (f.routes === undefined && upstream !== undefined)) {
-    routes = [{ prefix: '/', upstream: upstream!, stripPrefix: true }];
+  if (f.routes === undefined) {
+    routes = upstream === undefined ? [] : [{ prefix: '/', upstream, stripPrefix: true }];
+  } else if (overrides.upstream !== undefined) {
+    // --upstream / LLM_PROXY_UPSTREAM is the upstream of "/": it replaces the file's "/" route's
+    // upstream (keeping its other settings) or adds a "/" route; the file's other routes stay.
+    const root = f.routes.findIndex((r) => normalizePrefix(r.prefix) === '/');
+    routes = [...f.routes];
+    if (root === -1) routes.push({ prefix: '/', upstream: overrides.upstream, stripPrefix: true });
+    else routes[root] = { ...routes[root]!, upstream: overrides.upstream };
   } else {
-    routes = f.routes ?? [];
+    routes = f.routes;
   }
   const seen = new Set<string>();
   routes.forEach((r, i) => {

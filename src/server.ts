@@ -62,6 +62,10 @@ export function listen(
     // Node closes idle keep-alive connections after 5 s, so a client reusing one at
     // that moment gets ECONNRESET; the proxy keeps them longer than clients do.
     if (keepAliveSeconds !== undefined) server.keepAliveTimeout = keepAliveSeconds * 1000;
+    // Node keeps only the first 2,000 rawHeaders entries (1,000 fields) but frames the body by
+    // a Content-Length or Transfer-Encoding it dropped: a forwarded request would then lose its
+    // framing. No count limit; the 16 KiB head size limit still bounds the fields.
+    server.maxHeadersCount = 0;
     server.once('error', reject);
   });
 }

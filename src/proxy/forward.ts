@@ -58,6 +58,12 @@ export class Forwarder {
 
   handle(req: IncomingMessage, res: ServerResponse): void {
     const start = performance.now();
+    if (hasDotSegment(req.url ?? '')) {
+      // The upstream would resolve it, possibly out of the route's base path; no LLM API uses one.
+      sendError(res, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
+      req.resume();
+      return;
+    }
     const match = this.router.match(req.url ?? '');
     if (!match) {
       sendError(res, 404, 'no_route', `no route for ${safePath(req.url)}`);
@@ -94,6 +100,7 @@ class InFlight implements ExchangeHandler {
   /** The client socket when the body is forwarded verbatim, else undefined (ServerResponse.write). */
   private raw: Socket | undefined;
   private paused = false;
+  private bodyFraming: RequestBody = 'none';
   private readonly resume = (): void => {
     this.paused = false;
     this.exchange?.resume();
@@ -118,15 +125,20 @@ class InFlight implements ExchangeHandler {
 
     if (deps.instruments) this.bodySeen = [];
     const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP);
-    // The request body keeps its length, or is chunked again (Node's server decoded it).
+    // The body's framing is the proxy's own, from what Node's parser framed it by: it keeps its
+    // length, or is chunked again (Node decoded it). Never copied: a client that lists
+    // Content-Length in Connection would otherwise send unframed body bytes upstream, which the
+    // upstream reads as a request of the client's choosing on a connection others reuse.
     let body: RequestBody = 'none';
+    const length = req.headers['content-length'];
     if (req.headers['transfer-encoding'] !== undefined) {
       body = 'chunked';
-      removeRaw(headers, 'content-length');
       headers.push('transfer-encoding', 'chunked');
-    } else if (req.headers['content-length'] !== undefined) {
+    } else if (length !== undefined) {
       body = 'length';
+      headers.push('content-length', length);
     }
+    this.bodyFraming = body;
     headers.push('host', upstream.host);
     const xff = req.headers['x-forwarded-for'];
     const peer = req.socket.remoteAddress ?? '';
@@ -142,6 +154,12 @@ class InFlight implements ExchangeHandler {
     // uncork of the request head, so head and a small body leave in one write.
     const resumeReq = () => req.resume();
     req.on('data', (c: Buffer) => {
+      if (this.bodyFraming === 'none') {
+        // Bytes with no framing to forward them in (cannot happen with Node's parser as
+        // configured): never written upstream, where they would be read as a request.
+        this.abort(ERROR_TYPE.clientCancelled);
+        return;
+      }
       const ex = this.exchange!;
       if (!ex.write(c)) {
         req.pause();
@@ -153,8 +171,13 @@ class InFlight implements ExchangeHandler {
     req.once('end', () => {
       this.exchange!.end();
       this.takeModel();
+      // The response timeout counts from the request's last byte (as nginx's proxy_read_timeout
+      // does), so a large upload on a slow link is not cut; Node's server.requestTimeout bounds
+      // the upload itself. An upstream that answered early (a 413) has its head in already.
+      if (!this.done && this.upstreamStatus === undefined) {
+        this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
+      }
     });
-    this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
     this.exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
     req.on('error', () => this.cancel());
 
@@ -236,12 +259,17 @@ class InFlight implements ExchangeHandler {
     const headers = endToEndHeaders(head.rawHeaders);
     // The transfer coding wins over a Content-Length (RFC 9112 §6.3): never pass both on.
     if (framing.kind === 'chunked') removeRaw(headers, 'content-length');
+    // Repeated equal lengths (`5`, `5` or `5, 5`) become one (RFC 9110 §8.6): clients refuse the list.
+    else if (framing.kind === 'length' && repeatedLength(headers)) replaceRaw(headers, 'content-length', String(framing.length));
     // The head and whatever body came in the same read leave in one write.
     this.corkClient();
     try {
       res.writeHead(head.status, head.statusText || undefined, headers as unknown as OutgoingHttpHeaders);
       // Headers go out now, not with the first body chunk: the client's clock starts here too.
-      res.flushHeaders();
+      // Not flushHeaders(): it writes the head as UTF-8, which re-encodes the bytes 0x80–0xFF a
+      // header value or reason phrase may hold (obs-text, parsed as latin1); an empty latin1
+      // write sends the head as latin1. Without a body (HEAD, 204, 304) it waits for end().
+      res.write('', 'latin1');
     } catch (e) {
       this.exchange?.destroy(new Error(`response head not forwardable: ${(e as Error).message}`));
       return;
@@ -384,6 +412,14 @@ function round(v: number | undefined): number | undefined {
   return v === undefined ? undefined : Math.round(v * 1000) / 1000;
 }
 
+/** A `.` or `..` path segment, also percent-encoded (`%2e`). */
+const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
+
+function hasDotSegment(target: string): boolean {
+  const q = target.indexOf('?');
+  return DOT_SEGMENT.test(q === -1 ? target : target.slice(0, q));
+}
+
 /** The path without its query string: queries can carry keys (`?key=` for Gemini). */
 function safePath(target: string | undefined): string {
   const t = target ?? '';
@@ -396,6 +432,13 @@ function signsAcceptEncoding(req: IncomingMessage): boolean {
   const auth = req.headers.authorization;
   const signed = /\bSignedHeaders=([^,\s]*)/i.exec(typeof auth === 'string' && /^AWS4-/i.test(auth) ? auth : '')?.[1] ?? /[?&]X-Amz-SignedHeaders=([^&]*)/i.exec(req.url ?? '')?.[1];
   return signed !== undefined && signed.replace(/%3B/gi, ';').toLowerCase().split(';').includes('accept-encoding');
+}
+
+/** More than one Content-Length field, or a list in one. */
+function repeatedLength(raw: readonly string[]): boolean {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, 'content-length') && (++n > 1 || raw[i + 1]!.includes(','))) return true;
+  return false;
 }
 
 function removeRaw(raw: string[], lowerName: string): void {

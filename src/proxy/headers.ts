@@ -57,4 +57,4 @@ export function rawHeader(raw: readonly string[], lowerName: string): string | u
 }
 
 /** Request fields the proxy sets itself rather than copying. */
-export const REQUEST_DROP = new Set(['host', 'expect', 'x-forwarded-host', 'x-forwarded-proto']);
+export const REQUEST_DROP = new Set(['host', 'expect', 'x-forwarded-host', 'x-forwarded-proto', 'content-length']);

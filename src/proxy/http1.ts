@@ -84,7 +84,10 @@ export function responseFraming(head: ResponseHead, method: string): BodyFraming
   // A transfer coding decides over Content-Length: chunked if it is the last one, else read to close.
   const te = combined(head.rawHeaders, 'transfer-encoding');
   if (te !== undefined) {
-    return te.slice(te.lastIndexOf(',') + 1).trim().toLowerCase() === 'chunked' ? { kind: 'chunked' } : { kind: 'close' };
+    // Only chunked, as nginx: the field is hop-by-hop, so another coding (gzip, chunked; or a
+    // body read to the close) would reach the client coded with nothing saying so.
+    if (te.trim().toLowerCase() !== 'chunked') throw new HttpParseError(`unsupported transfer-encoding "${te}"`);
+    return { kind: 'chunked' };
   }
   const cl = combined(head.rawHeaders, 'content-length');
   if (cl !== undefined) {

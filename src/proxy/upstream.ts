@@ -408,6 +408,11 @@ export class Exchange {
       this.handler.onEnd();
       return;
     }
+    if (this.headBuf !== undefined) {
+      // Bytes came, but never a whole response head: not HTTP, or a head cut short.
+      this.fail(new HttpParseError('upstream closed the connection inside its response head'));
+      return;
+    }
     this.fail(new UpstreamClosed(this.head === undefined ? 'upstream closed the connection before responding' : 'upstream closed the connection mid-body'));
   }
 

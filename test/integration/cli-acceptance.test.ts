@@ -149,5 +149,10 @@ describe('acceptance: separate processes, official client', () => {
     expect(p3.stderr).toMatch(/LLM_PROXY_METRICS_PORT/);
     const p4 = spawnCli(['--bogus']);
     expect(await p4.exited).toBe(2);
+    // An address this machine does not have (TEST-NET-3): a configuration error too, in one line.
+    const p5 = spawnCli(['--host', '203.0.113.7', '--port', '0', '--metrics-port', '0']);
+    expect(await p5.exited).toBe(2);
+    expect(p5.stderr).toMatch(/^llm-latency-proxy: cannot listen: .*EADDRNOTAVAIL/);
+    expect(p5.stderr).not.toMatch(/\n\s+at /);
   });
 });

@@ -375,3 +375,125 @@ describe('TLS upstream', () => {
     expect(connections).toBe(1);
   });
 });
+
+/** Writes `request` on a new connection to the proxy and returns everything it answers until it closes (or `ms`). */
+function rawClient(url: string, request: string | Buffer, ms = 3000): Promise<string> {
+  const u = new URL(url);
+  return new Promise((resolve, reject) => {
+    const s = net.connect(Number(u.port), u.hostname);
+    const parts: Buffer[] = [];
+    const timer = setTimeout(() => s.destroy(), ms);
+    s.on('data', (d: Buffer) => parts.push(d));
+    s.on('error', reject);
+    s.on('close', () => {
+      clearTimeout(timer);
+      resolve(Buffer.concat(parts).toString('latin1'));
+    });
+    s.write(request);
+  });
+}
+
+describe('request framing is the proxy own, whatever the client lists', () => {
+  const smuggled = 'GET /admin/keys HTTP/1.1\r\nHost: internal\r\n\r\n';
+
+  it('a Content-Length listed in Connection still frames the body upstream: one request reaches it, with its body', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    proxy = await startTestProxy(up.url);
+    const answer = await rawClient(
+      proxy.proxyUrl,
+      `POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: content-length, close\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`,
+    );
+    expect(answer).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/);
+    await sleep(100); // a smuggled second request would reach the upstream just after
+    expect(up.state.requests).toHaveLength(1);
+    expect(up.state.requests[0]).toMatch(new RegExp(`\r\ncontent-length: ${smuggled.length}(\r\n|$)`, 'i'));
+  });
+
+  it('a request with 1,100 header fields keeps them all, the framing one last among them', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    proxy = await startTestProxy(up.url);
+    const fields = Array.from({ length: 1100 }, (_, i) => `a${i}: 1\r\n`).join('');
+    const answer = await rawClient(proxy.proxyUrl, `POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: close\r\n${fields}Content-Length: ${smuggled.length}\r\n\r\n${smuggled}`);
+    expect(answer.startsWith('HTTP/1.1 200 OK\r\n')).toBe(true);
+    await sleep(100);
+    expect(up.state.requests).toHaveLength(1);
+    expect(up.state.requests[0]).toContain('\r\na1099: 1');
+    expect(up.state.requests[0]).toMatch(/\r\ncontent-length: 44(\r\n|$)/i);
+  });
+
+  it('does not forward a path with a "." or ".." segment, even percent-encoded (400)', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    proxy = await startTestProxy(`${up.url}/base`);
+    // Raw: a URL-based client (http.request with a URL, fetch) would resolve the segments itself.
+    const ask = (p: string) => rawClient(proxy!.proxyUrl, `GET ${p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n`);
+    for (const p of ['/v1/../etc', '/v1/%2e%2E/x', '/./v1/models', '/v1/models/..', '/v1/.%2e?q=1', 'http://h/v1/../etc']) {
+      const answer = await ask(p);
+      expect(answer.slice(0, 12), p).toBe('HTTP/1.1 400');
+      expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error.type).toBe('invalid_path');
+    }
+    // Dots inside a segment, or in the query, are ordinary.
+    for (const p of ['/v1/.well-known/x', '/v1/a..b/...', '/v1/models?x=/../']) expect((await ask(p)).slice(0, 12), p).toBe('HTTP/1.1 200');
+    expect(up.state.requests).toHaveLength(3);
+  });
+
+  it('times the response from the request body last byte: a slow upload is not cut by the response timeout', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    proxy = await startTestProxy(up.url, { timeouts: { response: 0.5 } });
+    const u = new URL(proxy.proxyUrl);
+    const s = net.connect(Number(u.port), u.hostname);
+    const parts: Buffer[] = [];
+    s.on('data', (d: Buffer) => parts.push(d));
+    const closed = new Promise<void>((r) => s.on('close', () => r()));
+    s.write('POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 7\r\n\r\n');
+    for (const c of ['{"a', '":', '1}']) {
+      await sleep(400); // 1.2 s of upload, over twice the response timeout
+      s.write(c);
+    }
+    await closed;
+    expect(Buffer.concat(parts).toString('latin1')).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/);
+    // And the timeout still applies once the body is in: an upstream that never answers.
+    const silent = await wireUpstream(() => undefined);
+    await proxy.close();
+    proxy = await startTestProxy(silent.url, { timeouts: { response: 0.5 } });
+    const t0 = performance.now();
+    expect((await rawRequest(proxy.proxyUrl, '/v1/chat/completions', { method: 'POST', body: Buffer.from('{}') })).status).toBe(504);
+    expect(performance.now() - t0).toBeLessThan(5000);
+  });
+});
+
+describe('response heads reach the client as the upstream sent them', () => {
+  it('keeps the bytes 0x80-0xFF of header values and of the reason phrase (latin1 obs-text, and UTF-8)', async () => {
+    const head = Buffer.from('HTTP/1.1 200 Caf\xe9\r\nx-latin1: caf\xe9\r\nx-utf8: caf\xc3\xa9\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok', 'latin1');
+    const up = await wireUpstream((sock) => void sock.write(head));
+    proxy = await startTestProxy(up.url);
+    const answer = await rawClient(proxy.proxyUrl, 'GET /v1/models HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n');
+    expect(answer.startsWith('HTTP/1.1 200 Caf\xe9\r\n')).toBe(true);
+    expect(answer).toContain('\r\nx-latin1: caf\xe9\r\n');
+    expect(answer).toContain('\r\nx-utf8: caf\xc3\xa9\r\n');
+    expect(answer.endsWith('\r\n\r\nok')).toBe(true);
+  });
+
+  it('sends repeated equal Content-Length fields as one, so that strict clients accept the answer', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 5\r\nContent-Length: 5, 5\r\n\r\nhello'));
+    proxy = await startTestProxy(up.url);
+    const answer = await rawClient(proxy.proxyUrl, 'GET /v1/models HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n');
+    expect(answer.match(/\r\ncontent-length:/gi)).toHaveLength(1);
+    expect(answer).toMatch(/\r\ncontent-length: 5\r\n/i);
+    expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('hello'); // Node's own client, which refuses a list
+  });
+
+  it.each([
+    ['a transfer coding other than chunked', 'HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n\x1f\x8b', false],
+    ['bytes that are not HTTP, then a close', 'NOT HTTP AT ALL', true],
+    ['a response head cut by the close', 'HTTP/1.1 200 OK\r\ncontent-le', true],
+  ])('answers 502 upstream_protocol_error for %s', async (_name, wire, close) => {
+    const up = await wireUpstream((sock) => {
+      sock.write(wire);
+      if (close) sock.end();
+    });
+    proxy = await startTestProxy(up.url);
+    const res = await get(proxy.proxyUrl, '/v1/models');
+    expect(res.status).toBe(502);
+    expect(JSON.parse(res.body).error.type).toBe('upstream_protocol_error');
+  });
+});

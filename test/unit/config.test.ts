@@ -53,6 +53,42 @@ describe('config', () => {
     expect(c2.port).toBe(3333);
   });
 
+  it('--upstream (or LLM_PROXY_UPSTREAM) with a routes file sets the upstream of "/" and keeps the other routes', () => {
+    const routes = [
+      { prefix: '/anthropic', upstream: 'https://api.anthropic.com', provider: 'anthropic' },
+      { prefix: '/', upstream: 'http://file:1', providerName: 'vllm' },
+    ];
+    const c = buildConfig({ routes }, { upstream: 'http://flag:2' });
+    expect(c.routes.map((r) => [r.prefix, r.upstream, r.provider ?? r.providerName])).toEqual([
+      ['/anthropic', 'https://api.anthropic.com', 'anthropic'],
+      ['/', 'http://flag:2', 'vllm'],
+    ]);
+    // From the environment, and with no "/" route in the file: one is added.
+    const file = join(mkdtempSync(join(tmpdir(), 'cfg-')), 'c.yaml');
+    writeFileSync(file, 'routes:\n  - prefix: /anthropic\n    upstream: https://api.anthropic.com\n');
+    const c2 = loadConfig({ config: file }, { LLM_PROXY_UPSTREAM: 'http://env:3' });
+    expect(c2.routes.map((r) => [r.prefix, r.upstream])).toEqual([
+      ['/anthropic', 'https://api.anthropic.com'],
+      ['/', 'http://env:3'],
+    ]);
+    const c3 = buildConfig({ routes: [routes[0]!] }, { upstream: 'http://flag:2' });
+    expect(c3.routes.map((r) => [r.prefix, r.upstream])).toEqual([
+      ['/anthropic', 'https://api.anthropic.com'],
+      ['/', 'http://flag:2'],
+    ]);
+    expect(c3.useSimulator).toBe(false);
+  });
+
+  it('refuses timeouts longer than a Node timer can hold (which would fire after 1 ms)', () => {
+    for (const key of ['connect', 'response', 'idle', 'keepAlive']) {
+      expect(errorOf(() => buildConfig({ timeouts: { [key]: 3_000_000 } }))).toMatch(new RegExp(`timeouts\\.${key}: must be at most 2147483 s`));
+      expect(buildConfig({ timeouts: { [key]: 2_147_483 } }).timeouts[key as 'connect']).toBe(2_147_483);
+    }
+    expect(errorOf(() => buildConfig({ drainTimeout: 3_000_000 }))).toMatch(/drainTimeout: must be at most/);
+    expect(errorOf(() => buildConfig({}, { drainTimeout: 3_000_000 }))).toMatch(/drain timeout: must be at most/);
+    expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 3_000_000 } }))).toMatch(/otlp\.intervalSeconds: must be at most/);
+  });
+
   it('names the bad key', () => {
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'ftp://x' }] }))).toMatch(/routes\[0\]\.upstream: must be an absolute http/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: 'x', upstream: 'http://x' }] }))).toMatch(/routes\[0\]\.prefix/);

@@ -4,15 +4,16 @@ import { HttpParseError, keepAliveHintMs, parseResponseHead, responseFraming, re
 const head = (lines: string[], status = 'HTTP/1.1 200 OK') => parseResponseHead(Buffer.from(`${status}\r\n${lines.map((l) => `${l}\r\n`).join('')}\r\n`, 'latin1'));
 
 describe('response head: framing and reuse read repeated fields as one list, names in any case', () => {
-  it('Transfer-Encoding: the last coding decides, across repeated fields', () => {
+  it('Transfer-Encoding: chunked alone is accepted (any case, any field count of one); any other coding is an error', () => {
     expect(responseFraming(head(['Transfer-Encoding: chunked']), 'POST')).toEqual({ kind: 'chunked' });
-    expect(responseFraming(head(['TRANSFER-ENCODING: gzip', 'transfer-encoding: Chunked']), 'POST')).toEqual({ kind: 'chunked' });
-    expect(responseFraming(head(['Transfer-Encoding: chunked, gzip']), 'POST')).toEqual({ kind: 'close' });
-    expect(responseFraming(head(['Transfer-Encoding: chunked', 'Transfer-Encoding: gzip']), 'POST')).toEqual({ kind: 'close' });
-    expect(responseFraming(head(['Transfer-Encoding: gzip, chunked']), 'POST')).toEqual({ kind: 'chunked' });
-    // The transfer coding wins over a Content-Length, even an empty one (present, not chunked: read to close).
+    expect(responseFraming(head(['transfer-encoding:  Chunked ']), 'POST')).toEqual({ kind: 'chunked' });
+    // The field is hop-by-hop: a coding other than chunked would reach the client unlabelled (nginx: 502).
+    for (const te of [['TRANSFER-ENCODING: gzip', 'transfer-encoding: Chunked'], ['Transfer-Encoding: gzip, chunked'], ['Transfer-Encoding: chunked, gzip'], ['Transfer-Encoding: chunked', 'Transfer-Encoding: chunked'], ['Transfer-Encoding: gzip'], ['Transfer-Encoding: identity']]) {
+      expect(() => responseFraming(head(te), 'POST'), te.join(' | ')).toThrow(HttpParseError);
+    }
+    // The transfer coding wins over a Content-Length, even an empty one (which is refused as a coding).
     expect(responseFraming(head(['Content-Length: 5', 'Transfer-Encoding: chunked']), 'POST')).toEqual({ kind: 'chunked' });
-    expect(responseFraming(head(['Transfer-Encoding:', 'Content-Length: 5']), 'POST')).toEqual({ kind: 'close' });
+    expect(() => responseFraming(head(['Transfer-Encoding:', 'Content-Length: 5']), 'POST')).toThrow(HttpParseError);
   });
 
   it('Content-Length: repeated equal values are one length, different ones are an error', () => {
