@@ -237,7 +237,7 @@ export class RequestMeter {
     if (this.inbandError !== undefined) return;
     const kind = this.adapter.onEvent(ev);
     if (kind === EventKind.Content) {
-      this.content();
+      this.content(this.adapter.cumulativeOutputTokens);
     } else if (kind === EventKind.Error) {
       this.inbandError = this.adapter.errorType ?? 'error';
     }
@@ -260,7 +260,7 @@ export class RequestMeter {
 
   /** A content event found from its bytes: measured now, unless events before it still wait. */
   private contentNowOrQueued(): void {
-    if (this.pending.length === 0) this.content();
+    if (this.pending.length === 0) this.content(undefined);
     else this.enqueue(CONTENT);
   }
 
@@ -273,7 +273,7 @@ export class RequestMeter {
         this.now = q[i + 1] as number;
         const ev = q[i] as SseEvent | typeof CONTENT;
         if (ev === CONTENT) {
-          if (this.inbandError === undefined) this.content();
+          if (this.inbandError === undefined) this.content(undefined);
         } else {
           this.event(ev);
         }
@@ -287,8 +287,11 @@ export class RequestMeter {
     }
   }
 
-  /** A content event arrived (at `this.now`): TTFT or a gap, and per-token ITL. */
-  private content(): void {
+  /**
+   * A content event arrived (at `this.now`): TTFT or a gap, and per-token ITL. `cum`: the
+   * cumulative output count the event reported (none for events classified from their bytes).
+   */
+  private content(cum: number | undefined): void {
     const gap = this.clock.content(this.now);
     if (gap < 0) {
       const ttft = this.clock.ttftMs! / 1000;
@@ -299,7 +302,6 @@ export class RequestMeter {
     const perToken = this.ins.perTokenItl;
     if (perToken !== undefined) {
       // Spread the gap over the tokens this event carried, when the stream says how many.
-      const cum = this.adapter.cumulativeOutputTokens;
       const prev = this.prevCumulative;
       if (gap >= 0 && cum !== undefined && prev !== undefined && cum > prev) {
         const n = Math.min(cum - prev, MAX_TOKENS_PER_EVENT);
@@ -338,10 +340,12 @@ export class RequestMeter {
     this.body = undefined;
     this.parser = undefined;
 
+    // An error status wins over the body's own error type, however the body is framed: a 429
+    // is "429" whether its body is JSON or an SSE error event.
     const err =
       errorType ??
-      this.inbandError ??
       (this.status >= 400 ? String(this.status) : undefined) ??
+      this.inbandError ??
       (this.framing === 'json' ? adapter.errorType : undefined);
     const outcome = err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error';
 

@@ -27,6 +27,7 @@ export class AnthropicAdapter implements ResponseAdapter {
   private cacheRead: number | undefined;
 
   onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const t = ev.type;
     // The SSE event name equals the payload's `type`: skip parsing what we do not need.
     if (t === 'ping' || t === 'content_block_start' || t === 'content_block_stop' || t === 'message_stop') return EventKind.None;

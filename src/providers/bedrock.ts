@@ -43,6 +43,7 @@ export class BedrockAdapter implements ResponseAdapter {
   }
 
   onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const messageType = (ev as Partial<EventStreamEvent>).messageType;
     if (messageType !== undefined && messageType !== 'event') {
       this.errorType = sanitizeErrorType(ev.type !== '' ? ev.type : messageType);

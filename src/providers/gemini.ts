@@ -32,6 +32,7 @@ export class GeminiAdapter implements ResponseAdapter {
   }
 
   private onChunk(o: Record<string, unknown>): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     if (o.error !== undefined && o.error !== null) {
       this.errorType = errorTypeOf(geminiError(o.error));
       return EventKind.Error;

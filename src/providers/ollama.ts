@@ -28,6 +28,7 @@ export class OllamaAdapter implements ResponseAdapter {
   }
 
   private onLine(o: Record<string, unknown>): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     if (o.error !== undefined && o.error !== null) {
       const e = obj(o.error);
       this.errorType = sanitizeErrorType(typeof e?.type === 'string' ? e.type : 'ollama_error');

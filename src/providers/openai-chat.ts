@@ -39,6 +39,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   }
 
   onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const kind = this.classify(ev.data);
     if (kind === EventKind.Content) this.prefix.learn(ev.data);
     return kind;

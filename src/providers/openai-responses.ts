@@ -35,6 +35,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   errorType: string | undefined;
 
   onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     let type = ev.type;
     let o: Record<string, unknown> | undefined;
     if (type === '' || type === 'message') {
@@ -51,7 +52,10 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     o ??= parseObject(ev.data);
     if (!o) return type === 'error' ? this.fail('error') : EventKind.None;
     if (type === 'error') {
-      return this.fail(firstString(o.code, o.type, obj(o.error)?.code, obj(o.error)?.type) ?? 'error');
+      // Flat (`{"type":"error","code":…}`) or nested (`{"type":"error","error":{"code":…}}`, as the
+      // API sends a 429): the top-level `type` is "error" itself, the last resort.
+      const e = obj(o.error);
+      return this.fail(firstString(o.code, e?.code, e?.type, o.type !== 'error' ? o.type : undefined) ?? 'error');
     }
     const r = obj(o.response);
     if (r) this.readResponse(r);

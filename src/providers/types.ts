@@ -72,7 +72,10 @@ export interface ResponseAdapter {
    */
   readonly streamsJsonArray?: boolean;
   readonly usage: Usage;
-  /** Cumulative output tokens after the last event, when the stream reports it per event. */
+  /**
+   * The cumulative output token count the last event read reported, undefined when that event
+   * reported none (per-token ITL skips the gaps on either side of such an event).
+   */
   readonly cumulativeOutputTokens: number | undefined;
   readonly responseModel: string | undefined;
   readonly errorType: string | undefined;

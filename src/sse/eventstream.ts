@@ -13,17 +13,19 @@ import type { SseEvent } from './parser.js';
  * for exceptions, `:error-code` for error messages), `data` the payload as
  * UTF-8, `messageType` the `:message-type` header (`event`, `exception`, `error`).
  *
- * A frame that is malformed (bad lengths or CRC) or larger than
- * `maxFrameBytes` throws `EventStreamError` once and leaves the decoder failed:
- * the stream cannot be re-synchronised, so the caller stops measuring it. It
- * never affects forwarding.
+ * A frame that is malformed (bad lengths or CRC) throws `EventStreamError`
+ * once and leaves the decoder failed: the stream cannot be re-synchronised, so
+ * the caller stops measuring it. A well-formed frame larger than
+ * `maxFrameBytes` is skipped unread (its prelude CRC vouches for its length;
+ * counted in `oversizeFrames`), as an oversize SSE event is. Neither ever
+ * affects forwarding.
  */
 export interface EventStreamEvent extends SseEvent {
   readonly messageType: string;
 }
 
 export interface EventStreamOptions {
-  /** Largest frame accepted (default 1 MiB; AWS's own limit is 16 MiB). */
+  /** Largest frame decoded, larger ones are skipped (default 1 MiB; AWS's own limit is 16 MiB). */
   maxFrameBytes?: number;
   /** Check both CRCs (default true). */
   verifyCrc?: boolean;
@@ -45,8 +47,11 @@ export class EventStreamDecoder {
   /** Prelude bytes seen while the frame length is not yet known. */
   private readonly prelude = Buffer.alloc(PRELUDE);
   private preludeHave = 0;
+  /** Bytes of an oversize frame still to pass unread. */
+  private skipping = 0;
   failed = false;
   frames = 0;
+  oversizeFrames = 0;
 
   constructor(
     private readonly onEvent: (ev: EventStreamEvent) => void,
@@ -62,6 +67,12 @@ export class EventStreamDecoder {
     let i = 0;
     const len = buf.length;
     while (i < len) {
+      if (this.skipping > 0) {
+        const n = Math.min(this.skipping, len - i);
+        this.skipping -= n;
+        i += n;
+        continue;
+      }
       if (this.frame !== undefined) {
         // Continue a frame started in an earlier chunk.
         const n = Math.min(this.frame.length - this.frameHave, len - i);
@@ -85,6 +96,11 @@ export class EventStreamDecoder {
         if (this.preludeHave < PRELUDE) return;
         const total = this.checkPrelude(this.prelude, 0);
         this.preludeHave = 0;
+        if (total > this.maxFrameBytes) {
+          this.skipping = total - PRELUDE;
+          this.oversizeFrames++;
+          continue;
+        }
         this.frame = Buffer.allocUnsafe(total);
         this.prelude.copy(this.frame, 0, 0, PRELUDE);
         this.frameHave = PRELUDE;
@@ -92,6 +108,11 @@ export class EventStreamDecoder {
       }
       // Fast path: the prelude is in this chunk.
       const total = this.checkPrelude(buf, i);
+      if (total > this.maxFrameBytes) {
+        this.skipping = total;
+        this.oversizeFrames++;
+        continue;
+      }
       if (len - i >= total) {
         this.decode(buf, i, total);
         i += total;
@@ -109,7 +130,6 @@ export class EventStreamDecoder {
     const total = buf.readUInt32BE(off);
     const headersLen = buf.readUInt32BE(off + 4);
     if (total < MIN_FRAME || headersLen > total - MIN_FRAME) this.fail(`bad frame lengths (total ${total}, headers ${headersLen})`);
-    if (total > this.maxFrameBytes) this.fail(`frame of ${total} bytes exceeds the ${this.maxFrameBytes}-byte limit`);
     if (this.verifyCrc && crc32(buf.subarray(off, off + 8)) !== buf.readUInt32BE(off + 8)) this.fail('prelude CRC mismatch');
     return total;
   }

@@ -77,10 +77,32 @@ describe('AWS event-stream decoder', () => {
     }
   });
 
-  it('rejects frames over the size limit and impossible lengths before buffering them', () => {
+  it('skips a well-formed frame over the size limit unread and decodes the frames after it, however split', () => {
+    const frame = (type: string, payload: string) => encodeEventStreamFrame({ ':event-type': type, ':message-type': 'event' }, payload);
+    const bytes = Buffer.concat([frame('a', '1'), frame('big', 'x'.repeat(5000)), frame('b', '2'), frame('big', 'y'.repeat(4200)), frame('c', '3')]);
+    const run = (pieces: Buffer[]) => {
+      const out: string[] = [];
+      const d = new EventStreamDecoder((e) => out.push(`${e.type}=${e.data}`), { maxFrameBytes: 4096 });
+      for (const p of pieces) d.push(p);
+      return { out, d };
+    };
+    const whole = run([bytes]);
+    expect(whole.out).toEqual(['a=1', 'b=2', 'c=3']);
+    expect(whole.d.oversizeFrames).toBe(2);
+    expect(whole.d.failed).toBe(false);
+    for (let i = 1; i < bytes.length; i += 7) {
+      for (const j of [i + 1, i + 11, i + 4100]) {
+        const got = run([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]).out;
+        if (got.join() !== 'a=1,b=2,c=3') expect(got, `split at ${i}, ${j}`).toEqual(['a=1', 'b=2', 'c=3']);
+      }
+    }
+  });
+
+  it('rejects impossible lengths, and an oversize frame whose prelude CRC is wrong, before buffering them', () => {
     const big = encodeEventStreamFrame({ ':event-type': 'chunk', ':message-type': 'event' }, 'x'.repeat(5000));
+    big[8] = big[8]! ^ 0xff;
     const d = new EventStreamDecoder(() => undefined, { maxFrameBytes: 4096 });
-    expect(() => d.push(big.subarray(0, 12))).toThrow(/limit/);
+    expect(() => d.push(big.subarray(0, 12))).toThrow(/prelude CRC/);
     const tiny = Buffer.alloc(12);
     tiny.writeUInt32BE(8, 0); // shorter than the minimum frame
     expect(() => new EventStreamDecoder(() => undefined).push(tiny)).toThrow(/lengths/);

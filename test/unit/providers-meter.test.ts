@@ -86,6 +86,43 @@ describe('RequestMeter with the other framings and adapters', () => {
     expect((await t.hist(METRIC.duration)).attributes[0]!['error.type']).toBe('overloaded_error');
   });
 
+  it('an error status wins over the error type its body carries, however the body is framed', async () => {
+    t = setup();
+    const bodies: [() => ResponseAdapter, string, string][] = [
+      [() => new AnthropicAdapter(), 'text/event-stream', 'event: error\ndata: {"type":"error","error":{"type":"rate_limit_error","message":"slow"}}\n\n'],
+      [() => new OpenAIChatAdapter(), 'text/event-stream', 'data: {"error":{"message":"slow down","type":"requests","code":"rate_limit_exceeded"}}\n\n'],
+      [() => new GeminiAdapter(), 'text/event-stream', 'data: {"error":{"code":429,"message":"quota","status":"RESOURCE_EXHAUSTED"}}\r\n\r\n'],
+      [() => new AnthropicAdapter(), 'application/json', '{"type":"error","error":{"type":"rate_limit_error","message":"slow"}}'],
+    ];
+    for (const [adapter, type, body] of bodies) {
+      const m = meter(adapter());
+      m.responseStart(429, type, undefined);
+      m.chunk(Buffer.from(body), 10);
+      expect(m.finish(20), `${type}: ${body}`).toMatchObject({ errorType: '429', outcome: 'error' });
+    }
+    // With a 2xx status the body's own type is the error type.
+    const ok = meter(new AnthropicAdapter());
+    ok.responseStart(200, 'text/event-stream', undefined);
+    ok.chunk(Buffer.from(bodies[0]![2]), 10);
+    expect(ok.finish(20)).toMatchObject({ errorType: 'rate_limit_error' });
+  });
+
+  it('Responses error events, flat and nested (as the API sends a 429 mid-stream): the code, not "error"', async () => {
+    t = setup();
+    const cases: [string, string][] = [
+      ['{"type":"error","sequence_number":2,"error":{"type":"too_many_requests","code":"too_many_requests","message":"Too Many Requests","param":null}}', 'too_many_requests'],
+      ['{"type":"error","sequence_number":2,"error":{"type":"server_error","code":null,"message":"x"}}', 'server_error'],
+      ['{"type":"error","code":"rate_limit_exceeded","message":"x","param":null}', 'rate_limit_exceeded'],
+      ['{"type":"error","message":"x"}', 'error'],
+    ];
+    for (const [data, want] of cases) {
+      const m = meter(new OpenAIResponsesAdapter());
+      m.responseStart(200, 'text/event-stream', undefined);
+      m.chunk(Buffer.from(`event: response.output_text.delta\ndata: {"type":"response.output_text.delta","delta":"Hi"}\n\nevent: error\ndata: ${data}\n\n`), 10);
+      expect(m.finish(20), data).toMatchObject({ errorType: want, outcome: 'error', contentEvents: 1 });
+    }
+  });
+
   it('Ollama NDJSON (application/x-ndjson): content lines, eval_count, server timings', async () => {
     t = setup();
     const m = meter(new OllamaAdapter());
@@ -156,6 +193,20 @@ describe('RequestMeter with the other framings and adapters', () => {
     expect(per.count).toBe(19);
     expect(per.sum).toBeCloseTo(0.17, 9);
     expect((await t.hist(METRIC.chunkGap)).count).toBe(17);
+  });
+
+  it('per-token ITL skips the gaps on both sides of a content event that reports no count', async () => {
+    t = setup(true);
+    const m = meter(new OpenAIChatAdapter());
+    m.responseStart(200, 'text/event-stream', undefined);
+    const chunk = (delta: string, n: number | undefined) =>
+      Buffer.from(`data: {"id":"x","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":${delta},"finish_reason":null}]${n === undefined ? '' : `,"usage":{"prompt_tokens":5,"completion_tokens":${n},"total_tokens":${5 + n}}`}}\n\n`);
+    // Counts 0 (role), 1, none, 3, 4, 6: 40 ms apart. Known on both sides: C→D (1 token) and D→E (2 tokens).
+    [chunk('{"role":"assistant","content":""}', 0), chunk('{"content":"A"}', 1), chunk('{"content":"B"}', undefined), chunk('{"content":"C"}', 3), chunk('{"content":"D"}', 4), chunk('{"content":"E F"}', 6), Buffer.from('data: [DONE]\n\n')].forEach((c, i) => m.chunk(c, 40 * i));
+    m.finish(300);
+    const per = await t.hist(METRIC.perTokenItl);
+    expect(per.count).toBe(3);
+    expect(per.sum).toBeCloseTo(0.04 + 0.02 + 0.02, 9);
   });
 
   it('per-token ITL is off by default and skips gaps with unknown counts (Gemini 2.0: usage only at the end)', async () => {
