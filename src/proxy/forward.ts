@@ -337,10 +337,19 @@ class InFlight implements ExchangeHandler {
     if (!this.res.headersSent) {
       // Nothing reached the client yet: answer for the upstream.
       const status = timeout ? 504 : 502;
-      const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : ERROR_TYPE.unreachable;
+      // A connection that was up and then closed or reset (a pooled one the server dropped, too) is
+      // a reset; one that never came up is unreachable.
+      const reset = !timeout && !protocol && this.exchange?.connected === true;
+      const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
       const code = (err as NodeJS.ErrnoException).code;
       this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: err.message, code }, 'upstream request failed');
-      const message = timeout ? err.message : protocol ? `invalid upstream response: ${err.message}` : `upstream unreachable: ${code ?? err.message}`;
+      const message = timeout
+        ? err.message
+        : protocol
+          ? `invalid upstream response: ${err.message}`
+          : reset
+            ? `upstream closed the connection before responding (${code ?? err.message})`
+            : `upstream unreachable: ${code ?? err.message}`;
       sendError(this.res, status, type, message);
       this.complete(type);
       this.req.resume();

@@ -150,7 +150,10 @@ export class UpstreamClient {
     socket.setKeepAlive(true, 1000);
     conn = new Connection(this, key, socket);
     const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect')), this.opts.connectTimeoutMs);
-    socket.once(origin.protocol === 'https:' ? 'secureConnect' : 'connect', () => clearTimeout(timer));
+    socket.once(origin.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
+      clearTimeout(timer);
+      conn.established = true;
+    });
     socket.once('close', () => clearTimeout(timer));
     return conn;
   }
@@ -188,6 +191,8 @@ export class UpstreamClient {
 /** One upstream socket; carries one exchange at a time. */
 class Connection {
   exchange: Exchange | undefined;
+  /** Connected (TLS: handshake done): a failure now is the upstream's doing, not unreachability. */
+  established = false;
 
   constructor(
     private readonly client: UpstreamClient,
@@ -264,6 +269,11 @@ export class Exchange {
     private readonly handler: ExchangeHandler,
   ) {
     if (body === 'none') this.requestDone = true;
+  }
+
+  /** The connection was up when the exchange failed, or is now. */
+  get connected(): boolean {
+    return this.conn.established;
   }
 
   /** Request body bytes; false when the caller should wait for `whenDrained`. */

@@ -497,3 +497,18 @@ describe('response heads reach the client as the upstream sent them', () => {
     expect(JSON.parse(res.body).error.type).toBe('upstream_protocol_error');
   });
 });
+
+describe('an upstream that drops the request', () => {
+  it.each([
+    ['closes (FIN) without answering', (sock: net.Socket) => void sock.end()],
+    ['resets the connection without answering', (sock: net.Socket) => void sock.resetAndDestroy()],
+  ])('%s: 502 upstream_reset (it was reachable), recorded as such', async (_name, drop) => {
+    const up = await wireUpstream((sock) => drop(sock));
+    proxy = await startTestProxy(up.url);
+    const r = await rawRequest(proxy.proxyUrl, '/v1/chat/completions', { method: 'POST', body: Buffer.from('{"model":"m","stream":true}') });
+    expect(r.status).toBe(502);
+    expect(JSON.parse(r.body.toString()).error).toMatchObject({ type: 'upstream_reset', message: expect.stringContaining('before responding') });
+    const s = await scrape(proxy.metricsUrl);
+    expect(hist(s, 'gen_ai_client_operation_duration_seconds', { error_type: 'upstream_reset' }).count).toBe(1);
+  });
+});
