@@ -127,6 +127,13 @@ export function names(p) {
 
 const by = (labels) => labels.join(', ');
 
+/**
+ * Selects the bucket whose upper bound is `v`. Prometheus 3 stores integer bounds as floats
+ * (le="1" scraped becomes le="1.0"), Prometheus 2 as written: match both, or a rule written for
+ * one silently selects nothing on the other.
+ */
+const leMatcher = (v) => (Number.isInteger(v) ? `le=~"${v}|${v}.0"` : `le="${v}"`);
+
 function sel(p, extra = '') {
   return `{${p.selector}${extra ? `, ${extra}` : ''}}`;
 }
@@ -182,10 +189,9 @@ export function recordingRules(p) {
     `(\n  ${rate(METRICS.streams, `outcome="${outcome}"`)}\n  or\n  0 * ${rate(METRICS.streams)}\n)\n/\n${rate(METRICS.streams)}`;
   rules.push({ record: n.errorRatio, expr: ratio('error') });
   rules.push({ record: n.cancelRatio, expr: ratio('cancelled') });
-  const le = p.alerts.stalls.gapSeconds;
   rules.push({
     record: n.stallRatio,
-    expr: `1 - (\n  ${rate(`${METRICS.gap}_bucket`, `le="${le}"`)}\n  /\n  ${rate(`${METRICS.gap}_count`)}\n)`,
+    expr: `1 - (\n  ${rate(`${METRICS.gap}_bucket`, leMatcher(p.alerts.stalls.gapSeconds))}\n  /\n  ${rate(`${METRICS.gap}_count`)}\n)`,
   });
   rules.push({
     record: n.tokensRate,
@@ -562,7 +568,7 @@ export function renderDashboard(p) {
     min: 0,
     targets: [
       target(
-        `1 - (sum by (${pm}) (rate(${METRICS.gap}_bucket{${f.all}, le="${p.alerts.stalls.gapSeconds}"}[${ri}])) / sum by (${pm}) (rate(${METRICS.gap}_count{${f.all}}[${ri}])))`,
+        `1 - (sum by (${pm}) (rate(${METRICS.gap}_bucket{${f.all}, ${leMatcher(p.alerts.stalls.gapSeconds)}}[${ri}])) / sum by (${pm}) (rate(${METRICS.gap}_count{${f.all}}[${ri}])))`,
         pmLegend,
       ),
     ],
