@@ -99,9 +99,15 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       draining = true;
       const started = performance.now();
       log.info({ inFlight: forwarder.inFlight.size, deadlineSeconds }, 'draining');
+      // New requests on open keep-alive connections get 503 and a close; answers still to
+      // come say Connection: close.
+      forwarder.draining = true;
       const stopped = closeServer(proxy.server); // stop accepting; idle keep-alive sockets close now
       const deadline = started + deadlineSeconds * 1000;
-      while (forwarder.inFlight.size > 0 && performance.now() < deadline) await sleep(50);
+      while (forwarder.inFlight.size > 0 && performance.now() < deadline) {
+        await sleep(50);
+        proxy.server.closeIdleConnections(); // those whose answer has ended since
+      }
       const cut = forwarder.inFlight.size;
       for (const f of [...forwarder.inFlight]) f.abort(ERROR_TYPE.shutdownDeadline);
       proxy.server.closeAllConnections();

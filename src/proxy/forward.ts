@@ -44,6 +44,8 @@ export class Forwarder {
   readonly limitResponseModel = (model: string): string => this.responseModels.limit(model);
   /** Streams in flight, for graceful shutdown. */
   readonly inFlight = new Set<InFlight>();
+  /** Shutting down: no new request is forwarded, no connection is kept after its answer. */
+  draining = false;
 
   constructor(private readonly deps: ForwarderDeps) {
     this.router = new Router(deps.config.routes);
@@ -58,6 +60,14 @@ export class Forwarder {
 
   handle(req: IncomingMessage, res: ServerResponse): void {
     const start = performance.now();
+    if (this.draining) {
+      // A request on a keep-alive connection opened before the shutdown: the client retries it
+      // elsewhere (the SDKs retry a 503 by themselves), and is told to close the connection.
+      res.shouldKeepAlive = false;
+      sendError(res, 503, 'draining', 'the proxy is shutting down; retry the request');
+      req.resume();
+      return;
+    }
     if (hasDotSegment(req.url ?? '')) {
       // The upstream would resolve it, possibly out of the route's base path; no LLM API uses one.
       sendError(res, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
@@ -261,6 +271,7 @@ class InFlight implements ExchangeHandler {
     if (framing.kind === 'chunked') removeRaw(headers, 'content-length');
     // Repeated equal lengths (`5`, `5` or `5, 5`) become one (RFC 9110 §8.6): clients refuse the list.
     else if (framing.kind === 'length' && repeatedLength(headers)) replaceRaw(headers, 'content-length', String(framing.length));
+    if (this.fwd.draining) res.shouldKeepAlive = false; // Connection: close, and closed after the answer
     // The head and whatever body came in the same read leave in one write.
     this.corkClient();
     try {

@@ -502,3 +502,59 @@ describe('cancellation and backpressure', () => {
     sock.destroy();
   });
 });
+
+describe('graceful shutdown', () => {
+  /** A raw keep-alive connection: everything it receives, and when it closed. */
+  function rawConnection(url: string) {
+    const u = new URL(url);
+    const s = net.connect(Number(u.port), u.hostname);
+    const state = { text: '', closed: false };
+    s.on('data', (d: Buffer) => (state.text += d.toString('latin1')));
+    s.on('error', () => {});
+    const closed = new Promise<void>((r) => s.on('close', () => ((state.closed = true), r())));
+    return { s, state, closed };
+  }
+  const post = (path: string) => `POST ${path} HTTP/1.1\r\nHost: h\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}`;
+  async function until(cond: () => boolean) {
+    for (let i = 0; i < 200 && !cond(); i++) await sleep(10);
+    expect(cond()).toBe(true);
+  }
+
+  it('finishes streams in flight, answers new requests on open connections 503 with a close, and does not wait for the deadline', async () => {
+    const up = await upstream(async (req, res) => {
+      if (req.url === '/late-head') await sleep(300);
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let k = 1; k <= 3; k++) {
+        res.write(`data: {"choices":[{"index":0,"delta":{"content":"t${k}"}}]}\n\n`);
+        await sleep(100);
+      }
+      res.end('data: [DONE]\n\n');
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const p = proxy;
+    // 1: its head leaves before the shutdown; a request pipelined behind it comes during the drain.
+    const one = rawConnection(p.proxyUrl);
+    one.s.write(post('/stream'));
+    await until(() => one.state.text.includes('t1'));
+    // 2: its head leaves after the shutdown began.
+    const two = rawConnection(p.proxyUrl);
+    two.s.write(post('/late-head'));
+    await sleep(50);
+    const t0 = performance.now();
+    const stopped = p.shutdown(20);
+    one.s.write(post('/stream'));
+    await stopped;
+    const took = performance.now() - t0;
+    proxy = undefined;
+    await Promise.all([one.closed, two.closed]);
+    // Both streams complete, by their last chunk; the drain ended with them, not at 20 s.
+    expect(took).toBeLessThan(5000);
+    const [first, second] = one.state.text.split(/(?=HTTP\/1\.1 )/);
+    expect(first).toMatch(/^HTTP\/1\.1 200 [^]*data: \[DONE\]\n\n\r\n0\r\n\r\n$/);
+    expect(second).toMatch(/^HTTP\/1\.1 503 [^]*\r\nconnection: close\r\n/i);
+    expect(second).toContain('"type":"draining"');
+    expect(two.state.text).toMatch(/^HTTP\/1\.1 200 [^]*\r\nconnection: close\r\n[^]*data: \[DONE\]\n\n\r\n0\r\n\r\n$/i);
+    expect(up.seen.map((s) => s.url)).toEqual(['/stream', '/late-head']);
+  });
+});
