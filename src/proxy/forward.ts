@@ -74,6 +74,15 @@ export class Forwarder {
       req.resume();
       return;
     }
+    const te = req.headers['transfer-encoding'];
+    if (te !== undefined && te.trim().toLowerCase() !== 'chunked') {
+      // Node decoded the chunked framing; another coding (gzip) would reach the upstream with
+      // nothing saying so, the field being hop-by-hop (nginx: 501 too).
+      res.shouldKeepAlive = false;
+      sendError(res, 501, 'unsupported_transfer_encoding', `transfer-encoding "${te.slice(0, 100)}" is not supported; only chunked`);
+      req.resume();
+      return;
+    }
     const match = this.router.match(req.url ?? '');
     if (!match) {
       sendError(res, 404, 'no_route', `no route for ${safePath(req.url)}`);
@@ -387,6 +396,10 @@ class InFlight implements ExchangeHandler {
   private complete(errorType: string | undefined): void {
     if (this.done) return;
     this.done = true;
+    // An answer that came before the whole request body (a 413, a 401): the rest of the body is
+    // read and dropped, as Node does for unread bodies, so the connection can serve the next
+    // request; it may have been paused by backpressure from an upstream socket now gone.
+    if (!this.req.readableEnded) this.req.resume();
     clearTimeout(this.timer);
     this.fwd.inFlight.delete(this);
     const end = performance.now();

@@ -60,11 +60,20 @@ export function parseResponseHead(head: Buffer): ResponseHead {
     if (colon <= 0) throw new HttpParseError('invalid header line');
     const name = line.slice(0, colon);
     if (!TOKEN.test(name)) throw new HttpParseError(`invalid header name`);
-    const value = line.slice(colon + 1).trim();
+    // Optional whitespace is SP and HTAB only (RFC 9110 §5.5): trim() would also take 0xA0.
+    const value = trimOws(line.slice(colon + 1));
     if (BAD_VALUE.test(value)) throw new HttpParseError(`invalid character in header ${name}`);
     rawHeaders.push(name, value);
   }
   return { minor: Number(m[1]), status: Number(m[2]), statusText, rawHeaders };
+}
+
+function trimOws(s: string): string {
+  let a = 0;
+  let b = s.length;
+  while (a < b && (s.charCodeAt(a) === 32 || s.charCodeAt(a) === 9)) a++;
+  while (b > a && (s.charCodeAt(b - 1) === 32 || s.charCodeAt(b - 1) === 9)) b--;
+  return a === 0 && b === s.length ? s : s.slice(a, b);
 }
 
 /**

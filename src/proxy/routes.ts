@@ -68,7 +68,8 @@ export class Router {
 
 /** Path and query of a request target; undefined for `*` or garbage. */
 export function originForm(target: string): string | undefined {
-  if (target.startsWith('/')) return target;
+  // A fragment is not part of a request target (RFC 9112 §3.2): never sent on.
+  if (target.startsWith('/')) return target.includes('#') ? target.slice(0, target.indexOf('#')) : target;
   if (/^https?:\/\//i.test(target)) {
     try {
       const u = new URL(target);

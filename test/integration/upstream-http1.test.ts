@@ -463,13 +463,14 @@ describe('request framing is the proxy own, whatever the client lists', () => {
 
 describe('response heads reach the client as the upstream sent them', () => {
   it('keeps the bytes 0x80-0xFF of header values and of the reason phrase (latin1 obs-text, and UTF-8)', async () => {
-    const head = Buffer.from('HTTP/1.1 200 Caf\xe9\r\nx-latin1: caf\xe9\r\nx-utf8: caf\xc3\xa9\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok', 'latin1');
+    const head = Buffer.from('HTTP/1.1 200 Caf\xe9\r\nx-latin1: caf\xe9\r\nx-nbsp: \xa0a\xa0 \r\nx-utf8: caf\xc3\xa9\r\ncontent-type: text/plain\r\ncontent-length: 2\r\n\r\nok', 'latin1');
     const up = await wireUpstream((sock) => void sock.write(head));
     proxy = await startTestProxy(up.url);
     const answer = await rawClient(proxy.proxyUrl, 'GET /v1/models HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n');
     expect(answer.startsWith('HTTP/1.1 200 Caf\xe9\r\n')).toBe(true);
     expect(answer).toContain('\r\nx-latin1: caf\xe9\r\n');
     expect(answer).toContain('\r\nx-utf8: caf\xc3\xa9\r\n');
+    expect(answer).toContain('\r\nx-nbsp: \xa0a\xa0\r\n'); // only SP and HTAB are whitespace around a value
     expect(answer.endsWith('\r\n\r\nok')).toBe(true);
   });
 
@@ -510,5 +511,57 @@ describe('an upstream that drops the request', () => {
     expect(JSON.parse(r.body.toString()).error).toMatchObject({ type: 'upstream_reset', message: expect.stringContaining('before responding') });
     const s = await scrape(proxy.metricsUrl);
     expect(hist(s, 'gen_ai_client_operation_duration_seconds', { error_type: 'upstream_reset' }).count).toBe(1);
+  });
+});
+
+describe('the request path, continued', () => {
+  it('an answer before the whole upload (a 413) is delivered, the rest of the body is dropped, and the connection serves the next request', async () => {
+    // An upstream that answers a POST from its head, without reading the body.
+    const sockets = new Set<net.Socket>();
+    const server = net.createServer((sock) => {
+      sockets.add(sock);
+      sock.on('error', () => {});
+      sock.once('data', (d: Buffer) => {
+        if (d.toString('latin1').startsWith('GET /probe')) sock.write('HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nprobe');
+        else {
+          sock.pause();
+          setTimeout(() => sock.write('HTTP/1.1 413 Payload Too Large\r\ncontent-length: 8\r\n\r\ntoo big!'), 100);
+        }
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }));
+    proxy = await startTestProxy(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    const size = 8 * 1024 * 1024;
+    const u = new URL(proxy.proxyUrl);
+    const s = net.connect(Number(u.port), u.hostname);
+    let text = '';
+    s.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`);
+    s.write(Buffer.alloc(size, 0x61));
+    s.write('GET /probe HTTP/1.1\r\nHost: h\r\n\r\n');
+    for (let i = 0; i < 500 && !text.endsWith('probe'); i++) await sleep(20);
+    s.destroy();
+    expect(text).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n[^]*\r\n\r\ntoo big!HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nprobe$/);
+  });
+
+  it('refuses a request transfer coding other than chunked (501), which it could not pass on', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    proxy = await startTestProxy(up.url);
+    for (const te of ['Transfer-Encoding: gzip, chunked', 'Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked']) {
+      const answer = await rawClient(proxy.proxyUrl, `POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\n${te}\r\n\r\n2\r\n{}\r\n0\r\n\r\n`);
+      expect(answer.slice(0, 12), te).toBe('HTTP/1.1 501');
+      expect(answer).toContain('"type":"unsupported_transfer_encoding"');
+    }
+    expect(up.state.requests).toHaveLength(0);
+  });
+
+  it('does not send a fragment of the request target upstream', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    proxy = await startTestProxy(up.url);
+    for (const target of ['/v1/models?x#y', '/v1/models#frag']) {
+      expect((await rawClient(proxy.proxyUrl, `GET ${target} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n`)).slice(0, 12)).toBe('HTTP/1.1 200');
+    }
+    expect(up.state.requests.map((h) => h.split('\r\n')[0])).toEqual(['GET /v1/models?x HTTP/1.1', 'GET /v1/models HTTP/1.1']);
   });
 });
