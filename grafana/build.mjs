@@ -563,7 +563,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: `Stalls: share of inter-chunk gaps longer than ${p.alerts.stalls.gapSeconds}s (%)`,
-    description: `Share of gaps between content chunks (${METRICS.gap}) above ${p.alerts.stalls.gapSeconds} s, per provider/model: 1 - rate(bucket le="${p.alerts.stalls.gapSeconds}") / rate(count).`,
+    description: `Share of gaps between content chunks (${METRICS.gap}) above ${p.alerts.stalls.gapSeconds} s, per provider/model: 1 - rate(bucket ${leMatcher(p.alerts.stalls.gapSeconds)}) / rate(count).`,
     unit: 'percentunit',
     min: 0,
     targets: [

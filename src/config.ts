@@ -353,7 +353,9 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   const interval = env.OTEL_METRIC_EXPORT_INTERVAL;
   if (interval !== undefined && interval !== '') {
     const n = Number(interval);
-    if (!Number.isInteger(n) || n <= 0) throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds, got "${interval}"`);
+    if (!Number.isInteger(n) || n <= 0 || n > MAX_TIMER_SECONDS * 1000) {
+      throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 1 to ${MAX_TIMER_SECONDS * 1000}, got "${interval}"`);
+    }
     o.otlpIntervalMs = n;
   }
   const metrics = env.LLM_PROXY_METRICS;

@@ -184,6 +184,9 @@ class InFlight implements ExchangeHandler {
         req.pause();
         ex.whenDrained(resumeReq);
       }
+      // An upload that moves puts the response timeout back; one the upstream stopped taking
+      // (backpressure, no drain) lets it fire.
+      if (!this.done && this.upstreamStatus === undefined) this.timer?.refresh(); // refresh() re-arms even a cleared timer
       if (this.tap !== undefined) this.tap.push(c);
       else this.bodySeen?.push(c);
     });
@@ -191,12 +194,11 @@ class InFlight implements ExchangeHandler {
       this.exchange!.end();
       this.takeModel();
       // The response timeout counts from the request's last byte (as nginx's proxy_read_timeout
-      // does), so a large upload on a slow link is not cut; Node's server.requestTimeout bounds
-      // the upload itself. An upstream that answered early (a 413) has its head in already.
-      if (!this.done && this.upstreamStatus === undefined) {
-        this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
-      }
+      // does), so a large upload on a slow link is not cut. An upstream that answered early
+      // (a 413) has its head in already, and its timer is cleared.
+      if (!this.done && this.upstreamStatus === undefined) this.timer?.refresh(); // refresh() re-arms even a cleared timer
     });
+    this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
     this.exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
     req.on('error', () => this.cancel());
 
@@ -278,8 +280,12 @@ class InFlight implements ExchangeHandler {
     const headers = endToEndHeaders(head.rawHeaders);
     // The transfer coding wins over a Content-Length (RFC 9112 §6.3): never pass both on.
     if (framing.kind === 'chunked') removeRaw(headers, 'content-length');
-    // Repeated equal lengths (`5`, `5` or `5, 5`) become one (RFC 9110 §8.6): clients refuse the list.
-    else if (framing.kind === 'length' && repeatedLength(headers)) replaceRaw(headers, 'content-length', String(framing.length));
+    // Repeated equal lengths (`5`, `5` or `5, 5`) become one (RFC 9110 §8.6): clients refuse the
+    // list. Also without a body (HEAD, 204, 304), where the length was not checked.
+    else if (repeatedLength(headers)) {
+      const one = framing.kind === 'length' ? String(framing.length) : singleLength(headers);
+      if (one !== undefined) replaceRaw(headers, 'content-length', one);
+    }
     if (this.fwd.draining) res.shouldKeepAlive = false; // Connection: close, and closed after the answer
     // The head and whatever body came in the same read leave in one write.
     this.corkClient();
@@ -363,6 +369,7 @@ class InFlight implements ExchangeHandler {
       const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
       const code = (err as NodeJS.ErrnoException).code;
       this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: err.message, code }, 'upstream request failed');
+      if (this.fwd.draining) this.res.shouldKeepAlive = false;
       const message = timeout
         ? err.message
         : protocol
@@ -449,8 +456,8 @@ function round(v: number | undefined): number | undefined {
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
 
 function hasDotSegment(target: string): boolean {
-  const q = target.indexOf('?');
-  return DOT_SEGMENT.test(q === -1 ? target : target.slice(0, q));
+  const end = target.search(/[?#]/);
+  return DOT_SEGMENT.test(end === -1 ? target : target.slice(0, end));
 }
 
 /** The path without its query string: queries can carry keys (`?key=` for Gemini). */
@@ -472,6 +479,14 @@ function repeatedLength(raw: readonly string[]): boolean {
   let n = 0;
   for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, 'content-length') && (++n > 1 || raw[i + 1]!.includes(','))) return true;
   return false;
+}
+
+/** The one value of repeated Content-Length fields that all say the same, else undefined. */
+function singleLength(raw: readonly string[]): string | undefined {
+  const all = new Set<string>();
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, 'content-length')) for (const v of raw[i + 1]!.split(',')) all.add(v.trim());
+  const [v] = all;
+  return all.size === 1 && /^[0-9]{1,15}$/.test(v!) ? v : undefined;
 }
 
 function removeRaw(raw: string[], lowerName: string): void {

@@ -418,7 +418,7 @@ export class Exchange {
       this.handler.onEnd();
       return;
     }
-    if (this.headBuf !== undefined) {
+    if (this.headBuf !== undefined && this.headBuf.length > 0) {
       // Bytes came, but never a whole response head: not HTTP, or a head cut short.
       this.fail(new HttpParseError('upstream closed the connection inside its response head'));
       return;

@@ -426,7 +426,7 @@ describe('request framing is the proxy own, whatever the client lists', () => {
     proxy = await startTestProxy(`${up.url}/base`);
     // Raw: a URL-based client (http.request with a URL, fetch) would resolve the segments itself.
     const ask = (p: string) => rawClient(proxy!.proxyUrl, `GET ${p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n`);
-    for (const p of ['/v1/../etc', '/v1/%2e%2E/x', '/./v1/models', '/v1/models/..', '/v1/.%2e?q=1', 'http://h/v1/../etc']) {
+    for (const p of ['/v1/../etc', '/v1/%2e%2E/x', '/./v1/models', '/v1/models/..', '/v1/.%2e?q=1', 'http://h/v1/../etc', '/v1/..#x', '/v1/%2e%2e#x']) {
       const answer = await ask(p);
       expect(answer.slice(0, 12), p).toBe('HTTP/1.1 400');
       expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error.type).toBe('invalid_path');
@@ -483,6 +483,14 @@ describe('response heads reach the client as the upstream sent them', () => {
     expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('hello'); // Node's own client, which refuses a list
   });
 
+  it('sends repeated equal Content-Length fields as one in an answer without a body (HEAD)', async () => {
+    const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 5\r\nContent-Length: 5\r\n\r\n'));
+    proxy = await startTestProxy(up.url);
+    const answer = await rawClient(proxy.proxyUrl, 'HEAD /v1/models HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n');
+    expect(answer.match(/\r\ncontent-length:/gi)).toHaveLength(1);
+    expect((await get(proxy.proxyUrl, '/v1/models', 'HEAD')).headers['content-length']).toBe('5');
+  });
+
   it.each([
     ['a transfer coding other than chunked', 'HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n\x1f\x8b', false],
     ['bytes that are not HTTP, then a close', 'NOT HTTP AT ALL', true],
@@ -503,6 +511,7 @@ describe('an upstream that drops the request', () => {
   it.each([
     ['closes (FIN) without answering', (sock: net.Socket) => void sock.end()],
     ['resets the connection without answering', (sock: net.Socket) => void sock.resetAndDestroy()],
+    ['closes after a 103 Early Hints', (sock: net.Socket) => void sock.end('HTTP/1.1 103 Early Hints\r\nlink: </a>\r\n\r\n')],
   ])('%s: 502 upstream_reset (it was reachable), recorded as such', async (_name, drop) => {
     const up = await wireUpstream((sock) => drop(sock));
     proxy = await startTestProxy(up.url);
@@ -543,6 +552,32 @@ describe('the request path, continued', () => {
     for (let i = 0; i < 500 && !text.endsWith('probe'); i++) await sleep(20);
     s.destroy();
     expect(text).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n[^]*\r\n\r\ntoo big!HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nprobe$/);
+  });
+
+  it('an upstream that stops taking the request body times out (504 timeout), though the upload never ended', async () => {
+    const sockets = new Set<net.Socket>();
+    const server = net.createServer((sock) => {
+      sockets.add(sock);
+      sock.on('error', () => {});
+      sock.pause(); // accepts, never reads: a hung process still has its kernel backlog
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }));
+    proxy = await startTestProxy(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { timeouts: { response: 0.5 } });
+    const size = 16 * 1024 * 1024;
+    const u = new URL(proxy.proxyUrl);
+    const s = net.connect(Number(u.port), u.hostname);
+    let text = '';
+    s.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    s.on('error', () => {});
+    s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`);
+    s.write(Buffer.alloc(size, 0x61));
+    for (let i = 0; i < 500 && !text.includes('\r\n\r\n'); i++) await sleep(20);
+    s.destroy();
+    expect(text.slice(0, 12)).toBe('HTTP/1.1 504');
+    expect(text).toContain('"type":"timeout"');
+    const m = await scrape(proxy.metricsUrl);
+    expect(hist(m, 'gen_ai_client_operation_duration_seconds', { error_type: 'timeout' }).count).toBe(1);
   });
 
   it('refuses a request transfer coding other than chunked (501), which it could not pass on', async () => {

@@ -87,6 +87,8 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ drainTimeout: 3_000_000 }))).toMatch(/drainTimeout: must be at most/);
     expect(errorOf(() => buildConfig({}, { drainTimeout: 3_000_000 }))).toMatch(/drain timeout: must be at most/);
     expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 3_000_000 } }))).toMatch(/otlp\.intervalSeconds: must be at most/);
+    expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '3000000000' }))).toMatch(/OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 1 to 2147483000/);
+    expect(envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '2147483000' }).otlpIntervalMs).toBe(2_147_483_000);
   });
 
   it('names the bad key', () => {
