@@ -522,7 +522,7 @@ describe('graceful shutdown', () => {
 
   it('finishes streams in flight, answers new requests on open connections 503 with a close, and does not wait for the deadline', async () => {
     const up = await upstream(async (req, res) => {
-      if (req.url === '/late-head') await sleep(300);
+      if (req.url === '/late-head') await sleep(1000);
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       for (let k = 1; k <= 3; k++) {
         res.write(`data: {"choices":[{"index":0,"delta":{"content":"t${k}"}}]}\n\n`);
@@ -540,7 +540,9 @@ describe('graceful shutdown', () => {
     // 2: its head leaves after the shutdown began.
     const two = rawConnection(p.proxyUrl);
     two.s.write(post('/late-head'));
-    await sleep(50);
+    // In flight before the shutdown (the upstream has it), its head held back for 1 s: no fixed
+    // sleep, which a loaded machine could outlast.
+    await until(() => up.seen.length === 2);
     const t0 = performance.now();
     const stopped = p.shutdown(20);
     one.s.write(post('/stream'));

@@ -438,15 +438,17 @@ describe('request framing is the proxy own, whatever the client lists', () => {
 
   it('times the response from the request body last byte: a slow upload is not cut by the response timeout', async () => {
     const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
-    proxy = await startTestProxy(up.url, { timeouts: { response: 0.5 } });
+    proxy = await startTestProxy(up.url, { timeouts: { response: 1 } });
     const u = new URL(proxy.proxyUrl);
     const s = net.connect(Number(u.port), u.hostname);
     const parts: Buffer[] = [];
     s.on('data', (d: Buffer) => parts.push(d));
     const closed = new Promise<void>((r) => s.on('close', () => r()));
     s.write('POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Length: 7\r\n\r\n');
-    for (const c of ['{"a', '":', '1}']) {
-      await sleep(400); // 1.2 s of upload, over twice the response timeout
+    // 1.5 s of upload, longer than the response timeout; each piece 0.25 s after the last, so a
+    // loaded machine's late timers (0.75 s of margin) cannot make the test fail.
+    for (const c of ['{', '"a', '"', ':', '1', '}']) {
+      await sleep(250);
       s.write(c);
     }
     await closed;
