@@ -291,9 +291,10 @@ describe('grafana/ on a real Prometheus', () => {
     }
     const p95 = await query(`llm_proxy:tpot_seconds:p95_5m{gen_ai_request_model="${MODEL}"}`);
     expect(p95.map((s) => s.metric.gen_ai_provider_name)).toEqual(['openai']);
-    // 1.4 ms per token, bucket (1.25,1.5] ms
+    // 1.4 ms per token, bucket (1.25,1.5] ms; on a loaded machine a few stalled streams may lift
+    // the p95 into the next bucket, (1.5,2] ms, still clear of the slowed ITL's (2,2.5] ms.
     expect(Number(p95[0]!.value[1])).toBeGreaterThan(0.00125);
-    expect(Number(p95[0]!.value[1]), await diagnostics()).toBeLessThanOrEqual(0.0015);
+    expect(Number(p95[0]!.value[1]), await diagnostics()).toBeLessThanOrEqual(0.002);
 
     // -- 3. every panel query of the committed dashboard returns data
     const dashboard = JSON.parse(readFileSync(DASHBOARD_FILE, 'utf8'));
@@ -394,7 +395,7 @@ describe('grafana/ on a real Prometheus', () => {
         `firing description: ${firing.annotations.description}; traffic ${JSON.stringify(stats)}`,
     );
     const baseline = await query(`llm_proxy:tpot_seconds:p95_5m_baseline{gen_ai_request_model="${MODEL}"}`);
-    expect(Number(baseline[0]!.value[1])).toBeLessThanOrEqual(0.0015);
+    expect(Number(baseline[0]!.value[1])).toBeLessThanOrEqual(0.002); // the normal traffic's, as above
 
     // -- 7. promtool check metrics on a real scrape
     stopTraffic = true;

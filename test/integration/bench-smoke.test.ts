@@ -96,14 +96,16 @@ describe('bench harness smoke', () => {
     expect(legs.respP50).toBeGreaterThan(0);
     expect(Math.abs(legs.reqP50 + 10 + legs.respP50 - seq.ttft.p50)).toBeLessThan(1.5);
     // What the emitter sent, over the same streams (figure 7's upstream columns): its TTFT is
-    // its 10 ms wait plus its lateness, and the gaps it wrote are the gaps that arrived.
+    // its 10 ms wait plus its lateness, and the gaps it wrote are the gaps that arrived. Means
+    // over 40 requests and 160 gaps: the bounds leave room for a ~150 ms stall on a loaded
+    // machine and still fail a TTFT taken at the last token (15.6 ms) or gaps of 0.
     const up = seq.upstream!;
     expect([up.ttft.count, up.itl.count, up.tpot.count]).toEqual([40, 40 * 4, 40]);
     expect(up.ttft.sum / up.ttft.count).toBeGreaterThanOrEqual(10);
-    expect(up.ttft.sum / up.ttft.count).toBeLessThan(12);
+    expect(up.ttft.sum / up.ttft.count).toBeLessThan(14);
     expect(seq.gap.n).toBe(up.itl.count);
-    expect(Math.abs(up.itl.sum / up.itl.count - seq.gap.mean)).toBeLessThan(0.2);
-    expect(Math.abs(up.tpot.sum / up.tpot.count - seq.gap.mean)).toBeLessThan(0.2);
+    expect(Math.abs(up.itl.sum / up.itl.count - seq.gap.mean)).toBeLessThan(1);
+    expect(Math.abs(up.tpot.sum / up.tpot.count - seq.gap.mean)).toBeLessThan(1);
     // Figure 4's steady state (paths with a process to sample): the events that arrived in the
     // window are what 100 streams at one event per 1.4 ms deliver in its wall time.
     if (paths.includes('nginx')) {

@@ -14,9 +14,13 @@ afterEach(async () => {
   for (const c of closers.splice(0)) await c();
 });
 
-const within = (actual: number, expected: number, rel = 0.1) => {
-  expect(actual, `${actual} vs ${expected}`).toBeGreaterThanOrEqual(expected * (1 - rel));
-  expect(actual, `${actual} vs ${expected}`).toBeLessThanOrEqual(expected * (1 + rel));
+// A loaded 2-core machine can hold one timer or read back by a few hundred ms: such a stall
+// moves a mean over `over` intervals by STALL_S / over, so each band is 10 % plus that.
+const STALL_S = 0.2;
+const within = (actual: number, expected: number, over: number, rel = 0.1) => {
+  const tol = expected * rel + STALL_S / over;
+  expect(actual, `${actual} vs ${expected} ± ${tol}`).toBeGreaterThanOrEqual(expected - tol);
+  expect(actual, `${actual} vs ${expected} ± ${tol}`).toBeLessThanOrEqual(expected + tol);
 };
 
 async function startProxyCli(upstream: string) {
@@ -45,11 +49,11 @@ async function tenStreamsAndCheck(proxyUrl: string, metricsUrl: string) {
   const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds');
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds');
   expect(ttft.count).toBe(10);
-  within(ttft.mean, 0.2);
+  within(ttft.mean, 0.2, 10);
   expect(gaps.count).toBe(490);
-  within(gaps.mean, 0.005);
+  within(gaps.mean, 0.005, 490);
   expect(tpot.count).toBe(10);
-  within(tpot.mean, 0.005);
+  within(tpot.mean, 0.005, 490);
   expect(total(s, 'gen_ai_client_token_usage_sum', { gen_ai_token_type: 'output' })).toBe(500);
   return s;
 }

@@ -16,7 +16,7 @@ import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
 
 // Every client library, pointed at the proxy, in front of the simulator speaking its API.
-// TTFT is long enough that 10 % (50 ms) absorbs request forwarding on a loaded 2-core machine.
+// TTFT is long enough that 10 % (50 ms) absorbs request forwarding; `within` adds one stall.
 const PLAN = { ttft: 0.5, itl: 0.025, tokens: 30, jitter: 0.1 };
 const N = PLAN.tokens;
 
@@ -36,9 +36,15 @@ afterAll(async () => {
   await sim?.close();
 });
 
-const within = (actual: number, expected: number, what: string, rel = 0.1) => {
-  expect(actual, `${what}: ${actual} vs ${expected}`).toBeGreaterThanOrEqual(expected * (1 - rel));
-  expect(actual, `${what}: ${actual} vs ${expected}`).toBeLessThanOrEqual(expected * (1 + rel));
+// A loaded 2-core machine can hold one timer or read back by a few hundred ms: such a stall
+// moves a mean over `over` intervals by STALL_S / over, so a timed band is 10 % plus that
+// (values the simulator reports in-band have no `over`). The figures' precision is checked
+// on fake clocks in the unit tests.
+const STALL_S = 0.2;
+const within = (actual: number, expected: number, what: string, rel = 0.1, over = Infinity) => {
+  const tol = expected * rel + STALL_S / over;
+  expect(actual, `${what}: ${actual} vs ${expected} ± ${tol}`).toBeGreaterThanOrEqual(expected - tol);
+  expect(actual, `${what}: ${actual} vs ${expected} ± ${tol}`).toBeLessThanOrEqual(expected + tol);
 };
 
 /** Scrapes until `count` requests for this model were recorded (the client may finish a moment before the proxy). */
@@ -68,12 +74,12 @@ async function checkMetrics(e: Expect): Promise<Sample[]> {
   const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f);
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', f);
   expect(ttft.count).toBe(e.requests);
-  within(ttft.mean, PLAN.ttft, 'TTFT');
+  within(ttft.mean, PLAN.ttft, 'TTFT', 0.1, e.requests);
   expect(gaps.count).toBe(e.requests * (e.events - 1));
   // Events are sent when their last token is due: the mean gap is the span over the gaps.
-  within(gaps.mean, (PLAN.itl * (N - 1)) / (e.events - 1), 'mean gap');
+  within(gaps.mean, (PLAN.itl * (N - 1)) / (e.events - 1), 'mean gap', 0.1, e.requests * (e.events - 1));
   expect(tpot.count).toBe(e.requests);
-  within(tpot.mean, PLAN.itl, 'TPOT');
+  within(tpot.mean, PLAN.itl, 'TPOT', 0.1, e.requests * (N - 1));
   expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(e.requests * (e.output ?? N));
   expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBeGreaterThan(0);
   const streams = s.filter((x) => x.name === 'llm_proxy_streams_total' && x.labels.gen_ai_request_model === e.model);
