@@ -239,12 +239,26 @@ describe('upstream connections', () => {
   });
 
   it('does not reuse a connection the upstream closed while it was idle', async () => {
-    const up = await countingServer((_req, res) => res.end('ok'), 100);
-    proxy = await startTestProxy(up.url);
+    // No Keep-Alive hint, so the proxy pools the connection (upstreamKeepAlive, 4 s); the
+    // upstream ends it 100 ms after its answer, while it is idle in the pool.
+    const closing = await wireUpstream((sock) => {
+      sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok');
+      setTimeout(() => sock.end(), 100);
+    });
+    proxy = await startTestProxy(closing.url);
     expect((await get(proxy.proxyUrl, '/a')).body).toBe('ok');
     await sleep(400);
     expect((await get(proxy.proxyUrl, '/a')).body).toBe('ok');
-    expect(up.state.connections).toBe(2);
+    expect(closing.state.connections).toBe(2);
+    // The same upstream without the close: the pooled connection is reused, so the second
+    // connection above is the close's doing.
+    const open = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
+    await proxy.close();
+    proxy = await startTestProxy(open.url);
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('ok');
+    await sleep(400);
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('ok');
+    expect(open.state.connections).toBe(1);
   });
 
   it('keeps idle upstream connections for the Keep-Alive hint less 1 s (capped by upstreamKeepAliveMax), else for upstreamKeepAlive', async () => {
@@ -404,7 +418,7 @@ describe('request framing is the proxy own, whatever the client lists', () => {
       `POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: content-length, close\r\nContent-Length: ${smuggled.length}\r\n\r\n${smuggled}`,
     );
     expect(answer).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/);
-    await sleep(100); // a smuggled second request would reach the upstream just after
+    await sleep(300); // a smuggled second request would reach the upstream just after (ms; 300 for a loaded machine)
     expect(up.state.requests).toHaveLength(1);
     expect(up.state.requests[0]).toMatch(new RegExp(`\r\ncontent-length: ${smuggled.length}(\r\n|$)`, 'i'));
   });
@@ -415,7 +429,7 @@ describe('request framing is the proxy own, whatever the client lists', () => {
     const fields = Array.from({ length: 1100 }, (_, i) => `a${i}: 1\r\n`).join('');
     const answer = await rawClient(proxy.proxyUrl, `POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: close\r\n${fields}Content-Length: ${smuggled.length}\r\n\r\n${smuggled}`);
     expect(answer.startsWith('HTTP/1.1 200 OK\r\n')).toBe(true);
-    await sleep(100);
+    await sleep(300);
     expect(up.state.requests).toHaveLength(1);
     expect(up.state.requests[0]).toContain('\r\na1099: 1');
     expect(up.state.requests[0]).toMatch(/\r\ncontent-length: 44(\r\n|$)/i);
