@@ -11,7 +11,8 @@ export class ConfigError extends Error {
 const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 /** Node timers hold at most 2^31 − 1 ms (~24.8 days); a longer one fires after 1 ms. */
 const MAX_TIMER_SECONDS = 2_147_483;
-const seconds = z.number().positive().max(MAX_TIMER_SECONDS, `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`);
+const TIMER_LIMIT = `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`;
+const seconds = z.number().positive().max(MAX_TIMER_SECONDS, TIMER_LIMIT);
 const port = z.number().int().min(0).max(65535);
 const httpUrl = z
   .string()
@@ -104,7 +105,7 @@ const fileSchema = z
       .strict()
       .optional(),
     log: z.object({ level: z.enum(LOG_LEVELS).optional() }).strict().optional(),
-    drainTimeout: z.number().min(0).max(MAX_TIMER_SECONDS, `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`).optional(),
+    drainTimeout: z.number().min(0).max(MAX_TIMER_SECONDS, TIMER_LIMIT).optional(),
     otlp: z
       .object({
         enabled: z.boolean().optional(),

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { within } from '../helpers/bands.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, parseProm, scrape, total } from '../helpers/prom.js';
@@ -13,15 +14,6 @@ afterEach(async () => {
   for (const p of procs.splice(0)) await p.stop('SIGKILL');
   for (const c of closers.splice(0)) await c();
 });
-
-// A loaded 2-core machine can hold one timer or read back by a few hundred ms: such a stall
-// moves a mean over `over` intervals by STALL_S / over, so each band is 10 % plus that.
-const STALL_S = 0.2;
-const within = (actual: number, expected: number, over: number, rel = 0.1) => {
-  const tol = expected * rel + STALL_S / over;
-  expect(actual, `${actual} vs ${expected} ± ${tol}`).toBeGreaterThanOrEqual(expected - tol);
-  expect(actual, `${actual} vs ${expected} ± ${tol}`).toBeLessThanOrEqual(expected + tol);
-};
 
 async function startProxyCli(upstream: string) {
   const proxy = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
@@ -49,11 +41,11 @@ async function tenStreamsAndCheck(proxyUrl: string, metricsUrl: string) {
   const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds');
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds');
   expect(ttft.count).toBe(10);
-  within(ttft.mean, 0.2, 10);
+  within(ttft.mean, 0.2, { over: 10 });
   expect(gaps.count).toBe(490);
-  within(gaps.mean, 0.005, 490);
+  within(gaps.mean, 0.005, { over: 490 });
   expect(tpot.count).toBe(10);
-  within(tpot.mean, 0.005, 490);
+  within(tpot.mean, 0.005, { over: 490 });
   expect(total(s, 'gen_ai_client_token_usage_sum', { gen_ai_token_type: 'output' })).toBe(500);
   return s;
 }

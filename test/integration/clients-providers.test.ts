@@ -11,6 +11,7 @@ import type { RunningProxy } from '../../src/main.js';
 import { planBlocks, planGroups } from '../../src/simulate/formats/groups.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
 import { fullText } from '../../src/simulate/text.js';
+import { within } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -35,17 +36,6 @@ afterAll(async () => {
   await proxy?.close();
   await sim?.close();
 });
-
-// A loaded 2-core machine can hold one timer or read back by a few hundred ms: such a stall
-// moves a mean over `over` intervals by STALL_S / over, so a timed band is 10 % plus that
-// (values the simulator reports in-band have no `over`). The figures' precision is checked
-// on fake clocks in the unit tests.
-const STALL_S = 0.2;
-const within = (actual: number, expected: number, what: string, rel = 0.1, over = Infinity) => {
-  const tol = expected * rel + STALL_S / over;
-  expect(actual, `${what}: ${actual} vs ${expected} ± ${tol}`).toBeGreaterThanOrEqual(expected - tol);
-  expect(actual, `${what}: ${actual} vs ${expected} ± ${tol}`).toBeLessThanOrEqual(expected + tol);
-};
 
 /** Scrapes until `count` requests for this model were recorded (the client may finish a moment before the proxy). */
 async function settled(model: string, count: number): Promise<Sample[]> {
@@ -74,12 +64,12 @@ async function checkMetrics(e: Expect): Promise<Sample[]> {
   const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f);
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', f);
   expect(ttft.count).toBe(e.requests);
-  within(ttft.mean, PLAN.ttft, 'TTFT', 0.1, e.requests);
+  within(ttft.mean, PLAN.ttft, { what: 'TTFT', over: e.requests });
   expect(gaps.count).toBe(e.requests * (e.events - 1));
   // Events are sent when their last token is due: the mean gap is the span over the gaps.
-  within(gaps.mean, (PLAN.itl * (N - 1)) / (e.events - 1), 'mean gap', 0.1, e.requests * (e.events - 1));
+  within(gaps.mean, (PLAN.itl * (N - 1)) / (e.events - 1), { what: 'mean gap', over: e.requests * (e.events - 1) });
   expect(tpot.count).toBe(e.requests);
-  within(tpot.mean, PLAN.itl, 'TPOT', 0.1, e.requests * (N - 1));
+  within(tpot.mean, PLAN.itl, { what: 'TPOT', over: e.requests * (N - 1) });
   expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(e.requests * (e.output ?? N));
   expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBeGreaterThan(0);
   const streams = s.filter((x) => x.name === 'llm_proxy_streams_total' && x.labels.gen_ai_request_model === e.model);
@@ -263,7 +253,7 @@ describe('ollama: chat and generate (NDJSON)', () => {
     await checkMetrics({ model: 'o-gen', requests: 1, provider: 'ollama', operation: 'text_completion', events: N });
     const server = hist(s, 'llm_proxy_server_time_per_output_token_seconds', { gen_ai_request_model: 'o-chat' });
     expect(server.count).toBe(1);
-    within(server.mean, PLAN.itl, 'server TPOT', 0.01);
+    within(server.mean, PLAN.itl, { what: 'server TPOT', rel: 0.01 });
   });
 });
 
@@ -309,7 +299,7 @@ describe('@aws-sdk/client-bedrock-runtime: ConverseStream and InvokeModelWithRes
     const s = await checkMetrics({ model: modelId, requests: 1, provider: 'aws.bedrock', operation: 'chat', events: multiEvents() });
     const fb = hist(s, 'llm_proxy_server_time_to_first_token_seconds', { gen_ai_request_model: modelId });
     expect(fb.count).toBe(1);
-    within(fb.mean, PLAN.ttft, 'server firstByteLatency', 0.1);
+    within(fb.mean, PLAN.ttft, { what: 'server firstByteLatency' });
   });
 
   it('the event-stream bytes reach a client unchanged (raw fetch, hashed both ends)', async () => {

@@ -2,6 +2,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
+import { within } from '../helpers/bands.js';
 import { hist, scrape, total } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -42,16 +43,6 @@ async function metricsFor(model: string) {
   };
 }
 
-// A loaded 2-core machine can hold one timer or read back by a few hundred ms: such a stall
-// moves a mean over `over` intervals by STALL_S / over, so each band is 10 % plus that. The
-// precision of the figures is checked on fake clocks in the unit tests.
-const STALL_S = 0.2;
-const within = (actual: number, expected: number, over: number, rel = 0.1) => {
-  const tol = expected * rel + STALL_S / over;
-  expect(actual, `${actual} vs ${expected} ± ${tol}`).toBeGreaterThanOrEqual(expected - tol);
-  expect(actual, `${actual} vs ${expected} ± ${tol}`).toBeLessThanOrEqual(expected + tol);
-};
-
 describe('official openai client through the proxy', () => {
   it('streams with include_usage: bytes identical, metrics match the schedule', async () => {
     const n = 5;
@@ -77,11 +68,11 @@ describe('official openai client through the proxy', () => {
     expect(got).toEqual(sent.slice(sent.length - n));
     const m = await metricsFor('usage-model');
     expect(m.ttft.count).toBe(n);
-    within(m.ttft.mean, PLAN.ttft, n);
+    within(m.ttft.mean, PLAN.ttft, { over: n });
     expect(m.gaps.count).toBe(n * (PLAN.tokens - 1));
-    within(m.gaps.mean, PLAN.itl, n * (PLAN.tokens - 1));
+    within(m.gaps.mean, PLAN.itl, { over: n * (PLAN.tokens - 1) });
     expect(m.tpot.count).toBe(n);
-    within(m.tpot.mean, PLAN.itl, n * (PLAN.tokens - 1));
+    within(m.tpot.mean, PLAN.itl, { over: n * (PLAN.tokens - 1) });
     expect(m.outTokens).toBe(n * PLAN.tokens);
     expect(m.inTokens).toBeGreaterThan(0);
     expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'usage-model', token_count_source: 'usage' })).toBe(n);
@@ -95,7 +86,7 @@ describe('official openai client through the proxy', () => {
     const m = await metricsFor('count-model');
     expect(m.outTokens).toBe(PLAN.tokens);
     expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'count-model', token_count_source: 'events' })).toBe(1);
-    within(m.tpot.mean, PLAN.itl, PLAN.tokens - 1);
+    within(m.tpot.mean, PLAN.itl, { over: PLAN.tokens - 1 });
   });
 
   it('streams tool-call arguments as content', async () => {
