@@ -7,13 +7,16 @@ import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescrip
  * InvokeModelWithResponseStream chunks and Vertex AI `:streamRawPredict`.
  *
  * Content-bearing: `content_block_delta` whose delta is a `text_delta`,
- * `thinking_delta` or `input_json_delta` with non-empty text. Not content:
+ * `thinking_delta`, `input_json_delta` or `compaction_delta` with non-empty
+ * text. Not content:
  * `message_start`, `content_block_start/stop`, `ping`, `signature_delta`,
  * `citations_delta`, an empty `thinking_delta` or `partial_json:""`,
  * `message_delta`, `message_stop`. One event usually carries several tokens.
  *
  * Usage: `message_start.message.usage` (input, cache, an initial output count)
- * and `message_delta.usage` (cumulative; the last one is the final count).
+ * and `message_delta.usage` (cumulative; the last one is the final count;
+ * with `usage.iterations`, their sum). A `fallback` block start (server-side
+ * fallback) names the model that answers.
  * In-band error: `event: error` with `{"type":"error","error":{"type":...}}`.
  */
 export class AnthropicAdapter implements ResponseAdapter {
@@ -30,7 +33,9 @@ export class AnthropicAdapter implements ResponseAdapter {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const t = ev.type;
     // The SSE event name equals the payload's `type`: skip parsing what we do not need.
-    if (t === 'ping' || t === 'content_block_start' || t === 'content_block_stop' || t === 'message_stop') return EventKind.None;
+    if (t === 'ping' || t === 'content_block_stop' || t === 'message_stop') return EventKind.None;
+    // A block start is read only for a server-side fallback's hand-over (beta).
+    if (t === 'content_block_start' && !ev.data.includes('"fallback"')) return EventKind.None;
     const o = parseObject(ev.data);
     if (!o) return t === 'error' ? this.fail(undefined) : EventKind.None;
     return this.onObject(t !== '' ? t : typeof o.type === 'string' ? o.type : '', o);
@@ -41,6 +46,13 @@ export class AnthropicAdapter implements ResponseAdapter {
     switch (type) {
       case 'content_block_delta':
         return deltaHasContent(obj(o.delta)) ? EventKind.Content : EventKind.None;
+      case 'content_block_start': {
+        // Server-side fallback: the block names the model that answers from here on.
+        const b = obj(o.content_block);
+        const to = b?.type === 'fallback' ? obj(b.to)?.model : undefined;
+        if (typeof to === 'string' && to !== '') this.responseModel = to;
+        return EventKind.None;
+      }
       case 'message_start': {
         const m = obj(o.message);
         if (m) {
@@ -98,12 +110,28 @@ export class AnthropicAdapter implements ResponseAdapter {
     if (total !== undefined) this.usage.inputTokens = total;
     if (this.cacheRead !== undefined) this.usage.cachedInputTokens = this.cacheRead;
     if (this.cacheCreation !== undefined) this.usage.cacheCreationInputTokens = this.cacheCreation;
-    const out = num(u.output_tokens);
+    const out = iterationsOutput(u.iterations) ?? num(u.output_tokens);
     if (out !== undefined && final) {
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
     }
   }
+}
+
+/**
+ * With compaction or a server-side fallback (betas), `usage.iterations` lists
+ * every sampling pass of the response and the top-level `output_tokens`
+ * counts only the last: the streamed output is their sum.
+ */
+function iterationsOutput(v: unknown): number | undefined {
+  if (!Array.isArray(v) || v.length === 0) return undefined;
+  let sum = 0;
+  for (const it of v) {
+    const n = num(obj(it)?.output_tokens);
+    if (n === undefined) return undefined;
+    sum += n;
+  }
+  return sum;
 }
 
 function deltaHasContent(d: Record<string, unknown> | undefined): boolean {
@@ -115,6 +143,8 @@ function deltaHasContent(d: Record<string, unknown> | undefined): boolean {
       return nonEmpty(d.thinking);
     case 'input_json_delta':
       return nonEmpty(d.partial_json);
+    case 'compaction_delta': // the summary of a compaction (beta), generated like text
+      return nonEmpty(d.content);
     default:
       return false;
   }

@@ -10,16 +10,17 @@ import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescrip
  *
  * ConverseStream (`/model/{id}/converse-stream`): content-bearing
  * `contentBlockDelta` frames with non-empty `delta.text`,
- * `delta.reasoningContent.text` or `delta.toolUse.input` (several tokens
- * each). Usage: the `metadata` frame's `usage`; `metrics.latencyMs` is the
+ * `delta.reasoningContent.text` or `delta.toolUse.input`, or a
+ * `delta.image` (several tokens each). Usage: the `metadata` frame's `usage`; `metrics.latencyMs` is the
  * server-side duration.
  *
  * InvokeModelWithResponseStream (`/model/{id}/invoke-with-response-stream`):
  * `chunk` frames whose payload `{"bytes": base64}` wraps the model's own
  * event. Anthropic events (they have a `type`) go through the Anthropic
  * adapter's logic; other model families count as content when they carry
- * text (`generation`, `outputText`, `completion`, `outputs[].text`,
- * `choices[].delta.content`). The last chunk's
+ * text (`generation`, `outputText`, `completion`, `text`, `outputs[].text`,
+ * `generations[].text`, `choices[].delta.content`, Nova's
+ * `contentBlockDelta.delta`). The last chunk's
  * `amazon-bedrock-invocationMetrics` gives token counts (used when the model's
  * own usage is missing) and `firstByteLatency` / `invocationLatency`.
  *
@@ -53,8 +54,7 @@ export class BedrockAdapter implements ResponseAdapter {
       case 'contentBlockDelta': {
         const d = obj(parseObject(ev.data)?.delta);
         if (!d) return EventKind.None;
-        if (nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input)) return EventKind.Content;
-        return EventKind.None;
+        return converseDeltaHasContent(d) ? EventKind.Content : EventKind.None;
       }
       case 'metadata': {
         const o = parseObject(ev.data);
@@ -143,13 +143,25 @@ export class BedrockAdapter implements ResponseAdapter {
   }
 }
 
+/** A ConverseStream `delta` (also Nova's own invoke events): text, reasoning, tool input, or a generated image. */
+function converseDeltaHasContent(d: Record<string, unknown>): boolean {
+  return nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input) || obj(d.image) !== undefined;
+}
+
 function otherModelHasContent(o: Record<string, unknown>): boolean {
-  if (nonEmpty(o.generation) || nonEmpty(o.outputText) || nonEmpty(o.completion)) return true;
-  const outputs = o.outputs;
+  // Llama `generation`, Titan `outputText`, legacy Claude `completion`, Cohere Command R `text`.
+  if (nonEmpty(o.generation) || nonEmpty(o.outputText) || nonEmpty(o.completion) || nonEmpty(o.text)) return true;
+  const outputs = o.outputs; // Mistral
   if (Array.isArray(outputs) && outputs.some((x) => nonEmpty(obj(x)?.text))) return true;
+  const generations = o.generations; // Cohere Command
+  if (Array.isArray(generations) && generations.some((x) => nonEmpty(obj(x)?.text))) return true;
+  const nova = obj(obj(o.contentBlockDelta)?.delta); // Amazon Nova
+  if (nova && converseDeltaHasContent(nova)) return true;
   const choices = o.choices;
   if (Array.isArray(choices)) {
+    // OpenAI-shaped models (gpt-oss, Jamba): `delta`; DeepSeek-R1: completion-style `text`.
     for (const c of choices) {
+      if (nonEmpty(obj(c)?.text)) return true;
       const d = obj(obj(c)?.delta);
       if (d && (nonEmpty(d.content) || nonEmpty(d.reasoning_content))) return true;
     }

@@ -1,18 +1,24 @@
 import type { SseEvent } from '../sse/parser.js';
 import { safeDecode, stripQuery } from './anthropic.js';
-import { errorTypeOf } from './openai-chat.js';
+import { errorTypeOf, sanitizeErrorType } from './openai-chat.js';
 import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
  * `data:` events, CRLF-separated, no terminator.
  *
- * Content-bearing: a chunk whose candidates have a part with non-empty `text`
- * (`thought: true` parts are reasoning, still output) or a `functionCall`.
- * Chunks carry many tokens each.
+ * Content-bearing: a chunk whose candidates have a part the model generated:
+ * non-empty `text` (`thought: true` parts are reasoning, still output), a
+ * `functionCall` with a name, arguments or a streamed argument value (Vertex's
+ * `partialArgs`; the empty `functionCall: {}` that ends one is not content),
+ * `executableCode.code`, or `inlineData.data` (generated images). Not
+ * content: a `thoughtSignature` on an empty text, `codeExecutionResult` (the
+ * tool's output, not the model's). Chunks carry many tokens each.
  * Usage: `usageMetadata` on the chunks; `candidatesTokenCount` is cumulative
  * where present (it may only appear on the last chunk), `thoughtsTokenCount`
- * is not included in it. In-band error: a `{"error":{...}}` event.
+ * is not included in it. In-band error: a `{"error":{...}}` event, and a
+ * prompt the API blocked (`promptFeedback.blockReason`, with HTTP 200 and no
+ * candidates; Google's SDKs raise on it): typed by its reason.
  *
  * Without `alt=sse` (or with `alt=json`) the API streams one JSON array
  * (`application/json`), element by element: each element is an event, as with
@@ -40,6 +46,11 @@ export class GeminiAdapter implements ResponseAdapter {
     if (typeof o.modelVersion === 'string' && o.modelVersion !== '') this.responseModel = o.modelVersion;
     const u = obj(o.usageMetadata);
     if (u) this.readUsage(u);
+    const blocked = obj(o.promptFeedback)?.blockReason;
+    if (nonEmpty(blocked)) {
+      this.errorType = sanitizeErrorType(blocked as string);
+      return EventKind.Error;
+    }
     const cands = o.candidates;
     if (!Array.isArray(cands)) return EventKind.None;
     for (const c of cands) {
@@ -47,7 +58,7 @@ export class GeminiAdapter implements ResponseAdapter {
       if (!Array.isArray(parts)) continue;
       for (const p of parts) {
         const part = obj(p);
-        if (part && (nonEmpty(part.text) || obj(part.functionCall) !== undefined)) return EventKind.Content;
+        if (part && partHasContent(part)) return EventKind.Content;
       }
     }
     return EventKind.None;
@@ -90,6 +101,27 @@ export class GeminiAdapter implements ResponseAdapter {
   }
 }
 
+function partHasContent(part: Record<string, unknown>): boolean {
+  if (nonEmpty(part.text)) return true;
+  const call = obj(part.functionCall);
+  if (call) {
+    if (nonEmpty(call.name)) return true;
+    const args = obj(call.args);
+    if (args && Object.keys(args).length > 0) return true;
+    const partial = call.partialArgs;
+    if (Array.isArray(partial) && partial.some(partialArgHasValue)) return true;
+  }
+  return nonEmpty(obj(part.executableCode)?.code) || nonEmpty(obj(part.inlineData)?.data);
+}
+
+/** One streamed argument (`{jsonPath, stringValue | numberValue | boolValue | nullValue}`): content unless its value is an empty string. */
+function partialArgHasValue(a: unknown): boolean {
+  const o = obj(a);
+  if (!o) return false;
+  if (typeof o.stringValue === 'string') return o.stringValue !== '';
+  return o.numberValue !== undefined || o.boolValue !== undefined || o.nullValue !== undefined;
+}
+
 /** Google errors: `{code: 503, message, status: "UNAVAILABLE"}`: the status is the type. */
 function geminiError(e: unknown): unknown {
   const o = obj(e);
@@ -97,7 +129,7 @@ function geminiError(e: unknown): unknown {
   return e;
 }
 
-const MODEL_IN_PATH = /\/models\/([^/:?]+):(?:streamGenerateContent|generateContent)$/;
+const MODEL_IN_PATH = /\/(?:models|endpoints)\/([^/:?]+):(?:streamGenerateContent|generateContent)$/;
 
 function geminiModel(path: string): string | undefined {
   const m = MODEL_IN_PATH.exec(stripQuery(path));

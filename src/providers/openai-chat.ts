@@ -6,14 +6,20 @@ import { EventKind, parseObject, type ApiDescriptor, type ResponseAdapter, type 
  * OpenAI Chat Completions (and legacy Completions) streams, and the
  * OpenAI-compatible servers: vLLM, llama.cpp, TGI, SGLang, DeepSeek, Groq...
  *
- * Content-bearing: a choice whose delta carries non-empty `content`,
- * `reasoning_content`, `reasoning`, `refusal` or tool-call `arguments` (or a
- * legacy completion choice with non-empty `text`). Not content: the role-only
+ * Content-bearing: a choice whose delta carries non-empty `content` (a
+ * string, or Mistral's list of text/thinking parts), `reasoning_content`,
+ * `reasoning`, `refusal`, tool-call `arguments` or custom-tool `input`,
+ * legacy `function_call.arguments`, or `audio` (transcript or data); or a
+ * legacy completion choice with non-empty `text`. Not content: the role-only
  * first chunk, the finish chunk with an empty delta, the `choices: []` usage
  * chunk, `[DONE]`.
  *
  * Usage: the last `usage.completion_tokens` seen (final usage chunk, DeepSeek's
- * usage on the finish chunk, vLLM's cumulative usage on every chunk).
+ * usage on the finish chunk, vLLM's cumulative usage on every chunk; Groq's
+ * `x_groq.usage` where there is no `usage`).
+ * In-band errors: a chunk with `error` (typed by its `type`/`code`, or TGI's
+ * `error_type` beside a message), an `event: error`, and llama.cpp's `error:`
+ * field (see SseParser).
  * Server timings: llama.cpp's `timings` object (`prompt_ms`,
  * `predicted_per_token_ms`), on the final chunk or on every chunk.
  */
@@ -40,6 +46,12 @@ export class OpenAIChatAdapter implements ResponseAdapter {
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
+    if (ev.type === 'error') {
+      // `event: error`, or llama.cpp's `error:` field (builds before 2025-09), with the error object itself as data.
+      const o = parseObject(ev.data);
+      this.errorType = errorTypeOf(o && o.error !== undefined && o.error !== null ? o.error : o);
+      return EventKind.Error;
+    }
     const kind = this.classify(ev.data);
     if (kind === EventKind.Content) this.prefix.learn(ev.data);
     return kind;
@@ -49,13 +61,17 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const chunk = parseObject(data); // `[DONE]`, keep-alives, non-JSON: undefined
     if (!chunk) return EventKind.None;
     if (chunk.error !== undefined && chunk.error !== null) {
-      this.errorType = errorTypeOf(chunk.error);
+      this.errorType = errorTypeOf(chunk.error, chunk.error_type);
       return EventKind.Error;
     }
     if (this.responseModel === undefined && typeof chunk.model === 'string' && chunk.model !== '') {
       this.responseModel = chunk.model;
     }
     if (chunk.usage && typeof chunk.usage === 'object') this.readUsage(chunk.usage as Record<string, unknown>);
+    else {
+      const groq = chunk.x_groq as Record<string, unknown> | null | undefined; // Groq before it sent `usage` too
+      if (groq && typeof groq === 'object' && groq.usage && typeof groq.usage === 'object') this.readUsage(groq.usage as Record<string, unknown>);
+    }
     if (chunk.timings && typeof chunk.timings === 'object') this.readTimings(chunk.timings as Record<string, unknown>);
     const choices = chunk.choices;
     if (!Array.isArray(choices)) return EventKind.None;
@@ -68,7 +84,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   onBody(body: string): void {
     const r = parseObject(body);
     if (!r) return;
-    if (r.error !== undefined && r.error !== null) this.errorType = errorTypeOf(r.error);
+    if (r.error !== undefined && r.error !== null) this.errorType = errorTypeOf(r.error, r.error_type);
     if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
     if (r.usage && typeof r.usage === 'object') this.readUsage(r.usage as Record<string, unknown>);
     if (r.timings && typeof r.timings === 'object') this.readTimings(r.timings as Record<string, unknown>);
@@ -110,18 +126,38 @@ function choiceHasContent(choice: unknown): boolean {
   if (nonEmpty(delta.content) || nonEmpty(delta.reasoning_content) || nonEmpty(delta.reasoning) || nonEmpty(delta.refusal)) {
     return true;
   }
+  if (Array.isArray(delta.content) && delta.content.some(contentPartHasText)) return true; // Mistral
   const calls = delta.tool_calls;
   if (Array.isArray(calls)) {
     for (const call of calls) {
-      const fn = call && typeof call === 'object' ? (call as Record<string, unknown>).function : undefined;
-      if (fn && typeof fn === 'object' && nonEmpty((fn as Record<string, unknown>).arguments)) return true;
+      if (!call || typeof call !== 'object') continue;
+      const c = call as Record<string, unknown>;
+      if (nonEmpty(field(c.function, 'arguments')) || nonEmpty(field(c.custom, 'input'))) return true;
     }
   }
-  return false;
+  if (nonEmpty(field(delta.function_call, 'arguments'))) return true; // the deprecated `functions` API
+  return nonEmpty(field(delta.audio, 'transcript')) || nonEmpty(field(delta.audio, 'data'));
 }
 
-/** A short, bounded error type from an error payload: never the message text. */
-export function errorTypeOf(err: unknown): string {
+function field(o: unknown, key: string): unknown {
+  return o && typeof o === 'object' ? (o as Record<string, unknown>)[key] : undefined;
+}
+
+/** Mistral's content as a list of parts: `{type:"text", text}` or `{type:"thinking", thinking:[{type:"text", text}]}`. */
+function contentPartHasText(p: unknown): boolean {
+  if (nonEmpty(field(p, 'text'))) return true;
+  const thinking = field(p, 'thinking');
+  return Array.isArray(thinking) && thinking.some((t) => nonEmpty(field(t, 'text')));
+}
+
+/**
+ * A short, bounded error type from an error payload: never the message text.
+ * `fallback`: a type given beside an error that is only a message (TGI's `error_type`).
+ */
+export function errorTypeOf(err: unknown, fallback?: unknown): string {
+  if (typeof fallback === 'string' && fallback !== '' && (typeof err === 'string' || !err || typeof err !== 'object')) {
+    return sanitizeErrorType(fallback);
+  }
   if (err && typeof err === 'object') {
     const e = err as Record<string, unknown>;
     for (const k of ['type', 'code', 'status']) {

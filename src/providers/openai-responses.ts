@@ -13,6 +13,9 @@ const CONTENT_EVENTS = new Set([
   'response.mcp_call_arguments.delta',
   'response.code_interpreter_call_code.delta',
   'response.audio.transcript.delta',
+  'response.audio.delta',
+  'response.shell_call_command.delta',
+  'response.apply_patch_call_operation_diff.delta',
 ]);
 
 /** Events whose payload we read; every other event is classified by its name alone. */
@@ -23,10 +26,12 @@ const READ_EVENTS = new Set(['response.created', 'response.completed', 'response
  *
  * Content-bearing: the `*.delta` events in CONTENT_EVENTS with a non-empty
  * `delta` (answer text, refusal, reasoning summary / text, tool-call
- * arguments). About one token per event.
+ * arguments and inputs, shell commands, patch diffs, audio). About one token
+ * per event.
  * Usage: `response.completed` (or `response.incomplete`) → `response.usage`.
  * In-band errors: `response.failed` (`response.error.code`) and `error`
- * (`code`, else `type`).
+ * (`code`, else `type`), also a `{"error":{…}}` payload without `event:`.
+ * Also `GET /v1/responses/{id}?stream=true` (resuming a background response).
  */
 export class OpenAIResponsesAdapter implements ResponseAdapter {
   readonly usage: Usage = {};
@@ -43,6 +48,8 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       o = parseObject(ev.data);
       if (!o) return EventKind.None;
       type = typeof o.type === 'string' ? o.type : '';
+      // A chat-style error (`{"error":{…}}`, no `type`), as some gateways send one mid-stream.
+      if (type === '' && obj(o.error)) type = 'error';
     }
     if (CONTENT_EVENTS.has(type)) {
       o ??= parseObject(ev.data);

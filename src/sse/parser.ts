@@ -5,6 +5,10 @@
  * dispatched event. Line ends may be LF, CR or CRLF (also split across reads),
  * a leading UTF-8 BOM is skipped, `data:` lines are joined with "\n", a space
  * after the colon is optional, comments (`:` lines) are reported separately.
+ * One departure, for measurement only: an event with no `data:` but an
+ * `error:` field (llama.cpp's server wrote its errors so before 2025-09) is
+ * reported as an event of type `error` with that field's value as its data;
+ * the spec ignores the field, so a client never sees the error.
  *
  * Bytes are only decoded to text when an event is dispatched, so a multi-byte
  * UTF-8 character split across reads is reassembled before decoding.
@@ -93,6 +97,8 @@ export class SseParser {
   private hasData = false;
   private eventType = '';
   private lastId: string | undefined = undefined;
+  /** An `error:` field's value, reported only if the event has no data. */
+  private errorField: string | undefined = undefined;
   /** Current event exceeded the cap: ignore its fields until the blank line. */
   private skipping = false;
 
@@ -290,8 +296,10 @@ export class SseParser {
       }
       this.dataBytes += add;
       this.hasData = true;
-    } else if (nameLen === 5 && lineBuf.toString('latin1', s, c) === 'event') {
-      this.eventType = lineBuf.toString('utf8', vs, e);
+    } else if (nameLen === 5) {
+      const name = lineBuf.toString('latin1', s, c);
+      if (name === 'event') this.eventType = lineBuf.toString('utf8', vs, e);
+      else if (name === 'error' && e - vs <= this.maxEventBytes) this.errorField = lineBuf.toString('utf8', vs, e);
     } else if (nameLen === 2 && lineBuf.toString('latin1', s, c) === 'id') {
       const v = lineBuf.subarray(vs, e);
       if (v.indexOf(0) === -1) this.lastId = v.toString('utf8');
@@ -340,6 +348,9 @@ export class SseParser {
         // Buffer#toString replaces invalid UTF-8 with U+FFFD like the spec's decoder, and keeps a BOM.
         this.onEvent({ type: this.eventType, data: buf.toString('utf8', from, to), id: this.lastId });
       }
+    } else if (this.errorField !== undefined) {
+      const b = Buffer.from(this.errorField, 'utf8');
+      if (this.onData?.(b, 0, b.length, 'error') !== true) this.onEvent({ type: 'error', data: this.errorField, id: this.lastId });
     }
     this.resetEvent();
   }
@@ -351,6 +362,7 @@ export class SseParser {
     this.dataBytes = 0;
     this.hasData = false;
     this.eventType = '';
+    this.errorField = undefined;
     this.skipping = false;
   }
 }

@@ -2,7 +2,9 @@
  * A deliberately simple, whole-text implementation of the WHATWG event-stream
  * algorithm, used as the oracle for the incremental parser. It decodes all
  * bytes first and splits lines with one regular expression: nothing in it is
- * shared with src/sse/parser.ts.
+ * shared with src/sse/parser.ts. One documented departure from the spec, as in
+ * the parser: an event with no data but an `error:` field is an event of type
+ * `error` whose data is that field's (last) value.
  */
 export interface RefEvent {
   type: string;
@@ -20,12 +22,15 @@ export function referenceParse(bytes: Uint8Array): RefEvent[] {
   let hasData = false;
   let type = '';
   let id: string | undefined;
+  let error: string | undefined;
   for (const line of lines) {
     if (line === '') {
       if (hasData) events.push({ type, data: data.join('\n'), id });
+      else if (error !== undefined) events.push({ type: 'error', data: error, id });
       data = [];
       hasData = false;
       type = '';
+      error = undefined;
       continue;
     }
     if (line.startsWith(':')) continue;
@@ -37,6 +42,7 @@ export function referenceParse(bytes: Uint8Array): RefEvent[] {
       data.push(value);
       hasData = true;
     } else if (field === 'event') type = value;
+    else if (field === 'error') error = value;
     else if (field === 'id' && !value.includes('\0')) id = value;
   }
   text = '';

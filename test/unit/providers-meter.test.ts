@@ -107,6 +107,24 @@ describe('RequestMeter with the other framings and adapters', () => {
     expect(ok.finish(20)).toMatchObject({ errorType: 'rate_limit_error' });
   });
 
+  it('llama.cpp `error:` field and legacy function_call deltas, through the meter: error type, TTFT and gaps', async () => {
+    t = setup();
+    const chunk = (delta: unknown) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
+    const a = meter(new OpenAIChatAdapter(), 0);
+    a.responseStart(200, 'text/event-stream', undefined);
+    a.chunk(Buffer.from(chunk({ role: 'assistant', content: '' })), 5);
+    a.chunk(Buffer.from(chunk({ content: 'Hi' })), 40);
+    a.chunk(Buffer.from('error: {"code":400,"message":"context exceeded","type":"invalid_request_error"}\n\n'), 50);
+    expect(a.finish(60)).toMatchObject({ ttftMs: 40, errorType: 'invalid_request_error', outcome: 'error' });
+    const f = meter(new OpenAIChatAdapter(), 0);
+    f.responseStart(200, 'text/event-stream', undefined);
+    f.chunk(Buffer.from(chunk({ role: 'assistant', content: null, function_call: { name: 'get_weather', arguments: '' } })), 10);
+    for (let k = 0; k < 4; k++) f.chunk(Buffer.from(chunk({ function_call: { arguments: `"a${k}"` } })), 100 + 20 * k);
+    const s = f.finish(200)!;
+    expect(s).toMatchObject({ ttftMs: 100, contentEvents: 4, outcome: 'ok' });
+    expect(s.tpotMs).toBeCloseTo(20, 9);
+  });
+
   it('Responses error events, flat and nested (as the API sends a 429 mid-stream): the code, not "error"', async () => {
     t = setup();
     const cases: [string, string][] = [

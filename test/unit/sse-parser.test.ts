@@ -174,6 +174,8 @@ describe('SseParser against the reference algorithm', () => {
       fc.string({ maxLength: 10 }).map((s) => `id:${s.replace(/[\r\n]/g, '')}`),
       fc.constant('retry: 1000'),
       fc.constant('unknown: x'),
+      fc.constant('error: {"code":500,"type":"server_error"}'),
+      fc.string({ maxLength: 10 }).map((s) => `error:${s.replace(/[\r\n]/g, '')}`),
     );
     fc.assert(
       fc.property(
@@ -279,6 +281,16 @@ describe('SseParser details', () => {
   it('does not dispatch an event with no data field', () => {
     const { events } = parseChunks([Buffer.from('event: ping\n\nid: 3\n\n')]);
     expect(events).toEqual([]);
+  });
+
+  it('reports an `error:` field on an event without data as an error event (llama.cpp before 2025-09), and only then', () => {
+    const { events } = parseChunks([
+      Buffer.from('error: {"code":400,"type":"invalid_request_error"}\n\nevent: x\nerror: e\ndata: d\n\nerrors: no\n\n'),
+    ]);
+    expect(events).toEqual([
+      { type: 'error', data: '{"code":400,"type":"invalid_request_error"}', id: undefined },
+      { type: 'x', data: 'd', id: undefined },
+    ]);
   });
 });
 

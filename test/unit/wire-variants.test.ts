@@ -1,0 +1,334 @@
+import { describe, expect, it } from 'vitest';
+import { AnthropicAdapter } from '../../src/providers/anthropic.js';
+import { BedrockAdapter } from '../../src/providers/bedrock.js';
+import { detectApi } from '../../src/providers/detect.js';
+import { GeminiAdapter } from '../../src/providers/gemini.js';
+import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
+import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
+import { EventKind, type ResponseAdapter, type Usage } from '../../src/providers/types.js';
+import { EventStreamDecoder, encodeEventStreamFrame } from '../../src/sse/eventstream.js';
+import { SseParser, type SseEvent } from '../../src/sse/parser.js';
+
+/**
+ * Stream shapes the fixtures do not cover, each modelled on the source named
+ * beside it (provider docs, SDK types or a public capture). Each runs through
+ * the real framing decoder (split at every byte, too) and the adapter; the
+ * expected counts are read off the events by hand.
+ */
+interface Variant {
+  name: string;
+  adapter: () => ResponseAdapter;
+  bytes: Buffer;
+  framing: 'sse' | 'eventstream';
+  /** The kind of every decoded event, in order: C content, N none, E error. */
+  kinds: string;
+  usage?: Usage;
+  model?: string;
+  error?: string;
+}
+
+const sse = (...blocks: string[]) => Buffer.from(blocks.map((b) => `${b}\n\n`).join(''));
+const data = (o: unknown) => `data: ${JSON.stringify(o)}`;
+const chat = (delta: unknown, extra: Record<string, unknown> = {}) =>
+  data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm-1', choices: [{ index: 0, delta, finish_reason: null }], ...extra });
+const anthropic = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
+const gemini = (parts: unknown[], extra: Record<string, unknown> = {}) =>
+  `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts } }], modelVersion: 'gemini-3.1-pro-preview', ...extra })}\r\n`;
+/** An InvokeModelWithResponseStream `chunk` frame wrapping the model's own event. */
+const invokeChunk = (inner: unknown) =>
+  encodeEventStreamFrame(
+    { ':event-type': 'chunk', ':content-type': 'application/json', ':message-type': 'event' },
+    JSON.stringify({ bytes: Buffer.from(JSON.stringify(inner)).toString('base64') }),
+  );
+
+const VARIANTS: Variant[] = [
+  {
+    // openai-python types/chat/chat_completion_chunk.py, ChoiceDeltaFunctionCall (the deprecated `functions` API).
+    name: 'OpenAI chat: legacy function_call arguments are content; the name-only first chunk is not',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      chat({ role: 'assistant', content: null, function_call: { name: 'get_weather', arguments: '' } }),
+      chat({ function_call: { arguments: '{"loc' } }),
+      chat({ function_call: { arguments: 'ation":"Paris"}' } }),
+      data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm-1', choices: [{ index: 0, delta: {}, finish_reason: 'function_call' }] }),
+      'data: [DONE]',
+    ),
+    kinds: 'NCCNN',
+    model: 'm-1',
+  },
+  {
+    // Same file, ChoiceDeltaToolCallCustom: a custom tool's free-form input streams in `custom.input`.
+    name: 'OpenAI chat: custom-tool input is content',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      chat({ role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'custom', custom: { name: 'apply_patch', input: '' } }] }),
+      chat({ tool_calls: [{ index: 0, custom: { input: '*** Begin Patch' } }] }),
+      chat({ tool_calls: [{ index: 0, custom: { input: '\n*** End Patch' } }] }),
+    ),
+    kinds: 'NCC',
+  },
+  {
+    // OpenAI OpenAPI spec, ChatCompletionStreamResponseDeltaAudio (gpt-4o-audio-preview with stream: true).
+    name: 'OpenAI chat: audio transcript and audio data are content',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(chat({ role: 'assistant', audio: { id: 'audio_1', transcript: '' } }), chat({ audio: { transcript: 'Yes' } }), chat({ audio: { data: 'UklGRg==' } })),
+    kinds: 'NCC',
+  },
+  {
+    // vercel/ai packages/mistral/src/__fixtures__/mistral-reasoning.chunks.txt (magistral): content as a list of parts.
+    name: 'Mistral: content as a list of thinking and text parts is content',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      chat({ role: 'assistant', content: '' }),
+      chat({ content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'The user is asking' }] }] }),
+      chat({ content: [{ type: 'text', text: '2 + 2 = 4' }] }),
+      chat({ content: [{ type: 'text', text: '' }] }),
+      data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm-1', choices: [{ index: 0, delta: { content: '' }, finish_reason: 'stop' }], usage: { prompt_tokens: 10, completion_tokens: 46, total_tokens: 56 } }),
+    ),
+    kinds: 'NCCNN',
+    usage: { inputTokens: 10, outputTokens: 46 },
+  },
+  {
+    // vercel/ai packages/groq/src/groq-chat-language-model.test.ts (a 2024 capture): usage only in `x_groq`.
+    name: 'Groq: usage in x_groq.usage when there is no usage',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      chat({ role: 'assistant', content: '' }, { x_groq: { id: 'req_1' } }),
+      chat({ content: 'Hi' }),
+      data({
+        id: 'chatcmpl-1',
+        object: 'chat.completion.chunk',
+        created: 1,
+        model: 'm-1',
+        choices: [{ index: 0, delta: {}, finish_reason: 'stop' }],
+        x_groq: { id: 'req_1', usage: { queue_time: 0.061, prompt_tokens: 18, prompt_time: 0.002, completion_tokens: 439, completion_time: 0.798, total_tokens: 457, total_time: 0.8 } },
+      }),
+      'data: [DONE]',
+    ),
+    kinds: 'NCNN',
+    usage: { inputTokens: 18, outputTokens: 439 },
+  },
+  {
+    // ggml-org/llama.cpp server before PR #16109 (2025-09): errors went out as an `error:` field, no data.
+    name: 'llama.cpp: an `error:` field mid-stream is an in-band error',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(chat({ content: 'Hi' }), 'error: {"code":400,"message":"the request exceeds the available context size","type":"invalid_request_error"}'),
+    kinds: 'CE',
+    error: 'invalid_request_error',
+  },
+  {
+    // huggingface/text-generation-inference router/src/server.rs, `impl From<InferError> for Event`.
+    name: 'TGI: a message-only error takes its type from error_type',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: Buffer.from(`data:${JSON.stringify({ error: 'Request failed during generation: Server error: out of memory', error_type: 'generation' })}\n\n`),
+    kinds: 'E',
+    error: 'generation',
+  },
+  {
+    name: 'OpenAI-compatible: `event: error` with the error object itself as data',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(chat({ content: 'Hi' }), 'event: error\ndata: {"code":500,"message":"secret","type":"server_error"}'),
+    kinds: 'CE',
+    error: 'server_error',
+  },
+  {
+    // openai-python types/responses: ResponseShellCallCommandDeltaEvent, ResponseApplyPatchCallOperationDiffDeltaEvent, ResponseAudioDeltaEvent.
+    name: 'Responses: shell commands, patch diffs and audio are content; shell output is not',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'response.shell_call_command.delta', output_index: 0, command_index: 0, delta: 'ls -la' }),
+      anthropic({ type: 'response.shell_call_output_content.delta', output_index: 0, command_index: 0, delta: { stdout: 'x' } }),
+      anthropic({ type: 'response.apply_patch_call_operation_diff.delta', item_id: 'ap_1', output_index: 1, delta: '@@ -1 +1 @@' }),
+      anthropic({ type: 'response.audio.delta', delta: 'UklGRg==' }),
+    ),
+    kinds: 'CNCC',
+  },
+  {
+    // BerriAI/litellm PR #40243: mid-stream /v1/responses errors sent chat-style, with no event name and no type.
+    name: 'Responses: a chat-style {"error":{…}} payload is an in-band error',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(anthropic({ type: 'response.output_text.delta', delta: 'Hi' }), data({ error: { message: 'secret', type: 'None', code: '500' } })),
+    kinds: 'CE',
+    error: '500',
+  },
+  {
+    // platform.claude.com/docs/en/build-with-claude/compaction: the summary streams as compaction_delta; the
+    // top-level output_tokens leaves it out, usage.iterations lists every pass.
+    name: 'Anthropic compaction: the summary is content, output is the sum of the iterations',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'message_start', message: { model: 'claude-opus-4-6', usage: { input_tokens: 10, output_tokens: 1 } } }),
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'compaction', content: null } }),
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'compaction_delta', content: 'Summary of the conversation', encrypted_content: 'opaque' } }),
+      anthropic({ type: 'content_block_stop', index: 0 }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'text', text: '' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'The reply' } }),
+      anthropic({ type: 'content_block_stop', index: 1 }),
+      anthropic({
+        type: 'message_delta',
+        delta: { stop_reason: 'end_turn' },
+        usage: { output_tokens: 40, iterations: [{ type: 'compaction', input_tokens: 150000, output_tokens: 3500 }, { type: 'message', input_tokens: 4000, output_tokens: 40 }] },
+      }),
+      anthropic({ type: 'message_stop' }),
+    ),
+    kinds: 'NNCNNCNNN',
+    usage: { inputTokens: 10, outputTokens: 3540 },
+    model: 'claude-opus-4-6',
+  },
+  {
+    // platform.claude.com/docs/en/build-with-claude/refusals-and-fallback (server-side fallback, beta):
+    // message_start names the requested model; a `fallback` block hands over to the one that answers.
+    name: 'Anthropic server-side fallback: the model that answers, and both attempts counted',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'message_start', message: { model: 'claude-fable-5', usage: { input_tokens: 12, output_tokens: 1 } } }),
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }),
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Sure' } }),
+      anthropic({ type: 'content_block_stop', index: 0 }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'fallback', from: { model: 'claude-fable-5' }, to: { model: 'claude-opus-4-8' } } }),
+      anthropic({ type: 'content_block_stop', index: 1 }),
+      anthropic({ type: 'content_block_delta', index: 2, delta: { type: 'text_delta', text: 'Here is' } }),
+      anthropic({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 20, iterations: [{ type: 'message', output_tokens: 5 }, { type: 'fallback_message', output_tokens: 20 }] } }),
+    ),
+    kinds: 'NNCNNNCN',
+    usage: { inputTokens: 12, outputTokens: 25 },
+    model: 'claude-opus-4-8',
+  },
+  {
+    // vercel/ai packages/google/src/__fixtures__/google-stream-tool-call-arguments.chunks.txt (Vertex streamed
+    // function-call arguments): a name or a value is content; an empty value and the `{}` end marker are not.
+    name: 'Vertex: streamed function-call arguments',
+    adapter: () => new GeminiAdapter(),
+    framing: 'sse',
+    bytes: Buffer.from(
+      [
+        gemini([{ functionCall: { name: 'getWeather', willContinue: true }, thoughtSignature: 'c2ln' }]),
+        gemini([{ functionCall: { partialArgs: [{ jsonPath: '$.location', stringValue: 'Boston', willContinue: true }], willContinue: true } }]),
+        gemini([{ functionCall: { partialArgs: [{ jsonPath: '$.location', stringValue: '' }], willContinue: true } }]),
+        gemini([{ functionCall: {} }]),
+        gemini([{ functionCall: { partialArgs: [{ jsonPath: '$.days', numberValue: 3 }], willContinue: true } }]),
+        `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts: [{ functionCall: {} }] }, finishReason: 'STOP' }], usageMetadata: { promptTokenCount: 26, candidatesTokenCount: 23, thoughtsTokenCount: 132 } })}\r\n`,
+        '',
+      ].join('\r\n'),
+    ),
+    kinds: 'CCNNCN',
+    usage: { inputTokens: 26, outputTokens: 23 + 132, reasoningTokens: 132 },
+    model: 'gemini-3.1-pro-preview',
+  },
+  {
+    // vercel/ai packages/google/src/__fixtures__/issue-10660-image-thought-signature.chunks.txt (image output);
+    // Vertex code execution: `executableCode` is the model's, `codeExecutionResult` the tool's.
+    name: 'Gemini: generated images and code are content; a code result is not',
+    adapter: () => new GeminiAdapter(),
+    framing: 'sse',
+    bytes: Buffer.from(
+      [
+        gemini([{ inlineData: { mimeType: 'image/png', data: 'iVBORw0KGgo=' }, thoughtSignature: 'c2ln' }]),
+        gemini([{ executableCode: { language: 'PYTHON', code: 'print(2 + 2)' } }]),
+        gemini([{ codeExecutionResult: { outcome: 'OUTCOME_OK', output: '4\n' } }]),
+        gemini([{ text: '', thoughtSignature: 'c2ln' }]),
+        '',
+      ].join('\r\n'),
+    ),
+    kinds: 'CCNN',
+    model: 'gemini-3.1-pro-preview',
+  },
+  {
+    // vercel/ai packages/google/src/__fixtures__/issue-19758-prompt-block.chunks.txt: HTTP 200, no candidates.
+    name: 'Gemini: a blocked prompt is an in-band error typed by its reason',
+    adapter: () => new GeminiAdapter(),
+    framing: 'sse',
+    bytes: Buffer.from(`data: ${JSON.stringify({ promptFeedback: { blockReason: 'PROHIBITED_CONTENT' }, usageMetadata: { promptTokenCount: 9, totalTokenCount: 9 }, modelVersion: 'gemini-2.5-flash' })}\r\n\r\n`),
+    kinds: 'E',
+    error: 'PROHIBITED_CONTENT',
+    usage: { inputTokens: 9 },
+  },
+  {
+    // AWS "Amazon Nova: streaming responses" (InvokeModelWithResponseStream); awsdocs/aws-doc-sdk-examples
+    // cohere_command_*_invoke_model_with_response_stream; Cohere Command R's own stream (`text` events).
+    name: 'Bedrock invoke: Nova, Cohere Command and Command R, DeepSeek-R1 text is content',
+    adapter: () => new BedrockAdapter(),
+    framing: 'eventstream',
+    bytes: Buffer.concat([
+      invokeChunk({ messageStart: { role: 'assistant' } }),
+      invokeChunk({ contentBlockDelta: { delta: { text: 'Hello' }, contentBlockIndex: 0 } }),
+      invokeChunk({ contentBlockDelta: { delta: { text: '' }, contentBlockIndex: 0 } }),
+      invokeChunk({ generations: [{ text: ' there' }] }),
+      invokeChunk({ is_finished: false, event_type: 'text-generation', text: 'Hel' }),
+      invokeChunk({ choices: [{ text: 'lo', stop_reason: null }] }),
+      invokeChunk({ is_finished: true, event_type: 'stream-end', finish_reason: 'COMPLETE', 'amazon-bedrock-invocationMetrics': { inputTokenCount: 5, outputTokenCount: 4, invocationLatency: 900, firstByteLatency: 300 } }),
+    ]),
+    kinds: 'NCNCCCN',
+    usage: { inputTokens: 5, outputTokens: 4 },
+  },
+  {
+    // AWS Bedrock API reference, ContentBlockDelta: `image` (ImageBlockDelta) beside text, toolUse, reasoningContent.
+    name: 'Bedrock ConverseStream: an image delta is content',
+    adapter: () => new BedrockAdapter(),
+    framing: 'eventstream',
+    bytes: Buffer.concat([
+      encodeEventStreamFrame({ ':event-type': 'messageStart', ':content-type': 'application/json', ':message-type': 'event' }, '{"role":"assistant"}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"image":{"source":{"bytes":"iVBORw0KGgo="}}}}'),
+    ]),
+    kinds: 'NC',
+  },
+];
+
+function decode(v: Variant, pieces: Buffer[]): SseEvent[] {
+  const out: SseEvent[] = [];
+  if (v.framing === 'sse') {
+    const p = new SseParser((e) => out.push(e));
+    for (const b of pieces) p.push(b);
+    p.end();
+  } else {
+    const p = new EventStreamDecoder((e) => out.push(e));
+    for (const b of pieces) p.push(b);
+  }
+  return out;
+}
+
+const LETTER: Record<EventKind, string> = { [EventKind.Content]: 'C', [EventKind.None]: 'N', [EventKind.Error]: 'E' };
+
+function classify(v: Variant, pieces: Buffer[]) {
+  const a = v.adapter();
+  const kinds = decode(v, pieces)
+    .map((e) => LETTER[a.onEvent(e)])
+    .join('');
+  return { kinds, a };
+}
+
+describe('wire variants beyond the fixtures', () => {
+  for (const v of VARIANTS) {
+    it(v.name, () => {
+      const { kinds, a } = classify(v, [v.bytes]);
+      expect(kinds).toBe(v.kinds);
+      if (v.usage) expect(a.usage).toEqual(v.usage);
+      if (v.model) expect(a.responseModel).toBe(v.model);
+      expect(a.errorType).toBe(v.error);
+      // The same bytes one at a time: the same answer.
+      const bytes = [...v.bytes].map((b) => Buffer.of(b));
+      expect(classify(v, bytes).kinds).toBe(v.kinds);
+    });
+  }
+});
+
+describe('detection of the variants’ paths', () => {
+  it('Vertex tuned-model endpoints and resumed Responses streams get their adapters', () => {
+    expect(detectApi('/v1/projects/p/locations/us-central1/endpoints/123:streamGenerateContent?alt=sse', undefined)?.api).toBe('gemini');
+    expect(detectApi('/v1/projects/p/locations/us-central1/endpoints/123:streamGenerateContent', undefined)?.modelFromPath?.('/v1/projects/p/locations/us-central1/endpoints/123:streamGenerateContent')).toBe('123');
+    expect(detectApi('/v1/responses/resp_abc123?stream=true&starting_after=42', undefined)?.api).toBe('openai-responses');
+    expect(detectApi('/v1/responses/resp_abc123/input_items', undefined)?.api).toBe('generic');
+  });
+});
