@@ -145,12 +145,16 @@ export class BedrockAdapter implements ResponseAdapter {
 
 /** A ConverseStream `delta` (also Nova's own invoke events): text, reasoning, tool input, or a generated image. */
 function converseDeltaHasContent(d: Record<string, unknown>): boolean {
-  return nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input) || obj(d.image) !== undefined;
+  if (nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input)) return true;
+  const image = obj(d.image);
+  return image !== undefined && Object.keys(image).length > 0;
 }
 
 function otherModelHasContent(o: Record<string, unknown>): boolean {
-  // Llama `generation`, Titan `outputText`, legacy Claude `completion`, Cohere Command R `text`.
-  if (nonEmpty(o.generation) || nonEmpty(o.outputText) || nonEmpty(o.completion) || nonEmpty(o.text)) return true;
+  // Llama `generation`, Titan `outputText`, legacy Claude `completion`.
+  if (nonEmpty(o.generation) || nonEmpty(o.outputText) || nonEmpty(o.completion)) return true;
+  // Cohere Command R: `text-generation` events; its `tool-calls-generation` repeats the plan at the end.
+  if (nonEmpty(o.text) && (o.event_type === undefined || o.event_type === 'text-generation')) return true;
   const outputs = o.outputs; // Mistral
   if (Array.isArray(outputs) && outputs.some((x) => nonEmpty(obj(x)?.text))) return true;
   const generations = o.generations; // Cohere Command

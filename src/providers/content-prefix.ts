@@ -8,7 +8,7 @@
  * parse found an event to be content, `learn()` takes that prefix and proves
  * what it means: the prefix, closed with `x"` and the brackets still open,
  * must parse to an object whose `choices[0].delta[key]` is `"x"` and that
- * has no `error`, `timings` or non-null `usage`. JSON is context-free, so a
+ * has no `error`, `timings`, non-null `usage` or `x_groq.usage`. JSON is context-free, so a
  * later event that starts with the same bytes has its `choices[0].delta[key]`
  * string start right there. `match()` then checks the rest itself:
  *  - the text is a non-empty, well-formed JSON string (no raw control
@@ -243,6 +243,8 @@ function proves(prefix: string, key: string): Uint8Array | undefined {
   if (probe.error !== undefined && probe.error !== null) return undefined;
   if (probe.usage && typeof probe.usage === 'object') return undefined;
   if (probe.timings && typeof probe.timings === 'object') return undefined;
+  const groq = probe.x_groq as Record<string, unknown> | null | undefined;
+  if (groq && typeof groq === 'object' && groq.usage && typeof groq.usage === 'object') return undefined;
   const choices = probe.choices;
   if (!Array.isArray(choices)) return undefined;
   const delta = (choices[0] as { delta?: unknown } | null | undefined)?.delta;

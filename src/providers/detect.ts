@@ -50,7 +50,7 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/\/openai\/deployments\/[^/]+\/chat\/completions$/, azureOpenaiChat],
   [/(?:^|\/)chat\/completions$/, openaiChat],
   [/(?:^|\/)completions$/, openaiCompletions],
-  [/(?:^|\/)responses(?:\/resp_[^/]+)?$/, openaiResponses],
+  [/(?:^|\/)responses$/, openaiResponses],
   [/\/model\/[^/]+\/(?:converse-stream|converse)$/, bedrockConverse],
   [/\/model\/[^/]+\/(?:invoke-with-response-stream|invoke)$/, bedrockInvoke],
   [/\/(?:models|endpoints)\/[^/:]+:(?:streamGenerateContent|generateContent)$/, geminiStream],
@@ -59,6 +59,9 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/(?:^|\/)api\/chat$/, ollamaChat],
   [/(?:^|\/)api\/generate$/, ollamaGenerate],
 ];
+
+const RESPONSE_BY_ID = /(?:^|\/)responses\/resp_[^/]+$/;
+const STREAM_TRUE = /(?:^|&)stream=true(?:&|$)/;
 
 /**
  * The API of a request: the route's explicit `provider` first, then the
@@ -74,6 +77,9 @@ export function detectApi(path: string, routeProvider: string | undefined): ApiD
   const q = path.indexOf('?');
   const p = q === -1 ? path : path.slice(0, q);
   for (const [re, api] of PATH_RULES) if (re.test(p)) return api;
+  // Resuming a background response's stream; without `stream=true` the same path retrieves
+  // a stored response, whose usage the request that made it has already counted.
+  if (q !== -1 && RESPONSE_BY_ID.test(p) && STREAM_TRUE.test(path.slice(q + 1))) return openaiResponses;
   return genericStream;
 }
 

@@ -49,7 +49,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (ev.type === 'error') {
       // `event: error`, or llama.cpp's `error:` field (builds before 2025-09), with the error object itself as data.
       const o = parseObject(ev.data);
-      this.errorType = errorTypeOf(o && o.error !== undefined && o.error !== null ? o.error : o);
+      this.errorType = o && o.error !== undefined && o.error !== null ? errorTypeOf(o.error, o.error_type) : errorTypeOf(o);
       return EventKind.Error;
     }
     const kind = this.classify(ev.data);

@@ -161,7 +161,7 @@ export class SseParser {
     let nextCR = -2;
     while (i < len) {
       const lane = this.lane;
-      if (lane !== undefined && buf[i] === 0x64 /* d */ && this.pending.length === 0 && !this.hasData && !this.skipping && this.eventType === '') {
+      if (lane !== undefined && buf[i] === 0x64 /* d */ && this.pending.length === 0 && !this.hasData && !this.skipping && this.eventType === '' && this.errorField === undefined) {
         const next = this.fastLane(lane, buf, i, len);
         if (next >= 0) {
           i = next;

@@ -292,6 +292,18 @@ describe('SseParser details', () => {
       { type: 'x', data: 'd', id: undefined },
     ]);
   });
+
+  it('an `error:` field beside data is ignored, also when the lane takes the data line, at every split', () => {
+    const bytes = Buffer.from('error: {"type":"server_error"}\ndata: {"x":1}\n\n: keep-alive\n\ndata: 2\n\n');
+    for (let cut = 0; cut <= bytes.length; cut++) {
+      // parseChunks also runs the hooked and the laned parser and checks they agree with the plain one.
+      const { events } = parseChunks([bytes.subarray(0, cut), bytes.subarray(cut)]);
+      expect(plain(events)).toEqual([
+        { type: '', data: '{"x":1}', id: undefined },
+        { type: '', data: '2', id: undefined },
+      ]);
+    }
+  });
 });
 
 describe('SseParser lane', () => {

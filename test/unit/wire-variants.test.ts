@@ -140,6 +140,14 @@ const VARIANTS: Variant[] = [
     error: 'server_error',
   },
   {
+    name: 'OpenAI-compatible: `event: error` with a message-only error and its error_type',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse('event: error\ndata: {"error":"Input validation error","error_type":"validation"}'),
+    kinds: 'E',
+    error: 'validation',
+  },
+  {
     // openai-python types/responses: ResponseShellCallCommandDeltaEvent, ResponseApplyPatchCallOperationDiffDeltaEvent, ResponseAudioDeltaEvent.
     name: 'Responses: shell commands, patch diffs and audio are content; shell output is not',
     adapter: () => new OpenAIResponsesAdapter(),
@@ -268,9 +276,11 @@ const VARIANTS: Variant[] = [
       invokeChunk({ generations: [{ text: ' there' }] }),
       invokeChunk({ is_finished: false, event_type: 'text-generation', text: 'Hel' }),
       invokeChunk({ choices: [{ text: 'lo', stop_reason: null }] }),
+      // Command R repeats its tool plan whole at the end: not new output.
+      invokeChunk({ is_finished: false, event_type: 'tool-calls-generation', text: 'I will look it up.', tool_calls: [{ name: 'search', parameters: { q: 'x' } }] }),
       invokeChunk({ is_finished: true, event_type: 'stream-end', finish_reason: 'COMPLETE', 'amazon-bedrock-invocationMetrics': { inputTokenCount: 5, outputTokenCount: 4, invocationLatency: 900, firstByteLatency: 300 } }),
     ]),
-    kinds: 'NCNCCCN',
+    kinds: 'NCNCCCNN',
     usage: { inputTokens: 5, outputTokens: 4 },
   },
   {
@@ -281,8 +291,9 @@ const VARIANTS: Variant[] = [
     bytes: Buffer.concat([
       encodeEventStreamFrame({ ':event-type': 'messageStart', ':content-type': 'application/json', ':message-type': 'event' }, '{"role":"assistant"}'),
       encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"image":{"source":{"bytes":"iVBORw0KGgo="}}}}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"image":{}}}'),
     ]),
-    kinds: 'NC',
+    kinds: 'NCN',
   },
 ];
 
@@ -329,6 +340,10 @@ describe('detection of the variants’ paths', () => {
     expect(detectApi('/v1/projects/p/locations/us-central1/endpoints/123:streamGenerateContent?alt=sse', undefined)?.api).toBe('gemini');
     expect(detectApi('/v1/projects/p/locations/us-central1/endpoints/123:streamGenerateContent', undefined)?.modelFromPath?.('/v1/projects/p/locations/us-central1/endpoints/123:streamGenerateContent')).toBe('123');
     expect(detectApi('/v1/responses/resp_abc123?stream=true&starting_after=42', undefined)?.api).toBe('openai-responses');
+    expect(detectApi('/v1/responses/resp_abc123?starting_after=42&stream=true', undefined)?.api).toBe('openai-responses');
+    // Retrieving a stored response is not measured: the request that made it counted its usage.
+    expect(detectApi('/v1/responses/resp_abc123', undefined)?.api).toBe('generic');
+    expect(detectApi('/v1/responses/resp_abc123?stream=false', undefined)?.api).toBe('generic');
     expect(detectApi('/v1/responses/resp_abc123/input_items', undefined)?.api).toBe('generic');
   });
 });
