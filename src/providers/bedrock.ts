@@ -11,8 +11,8 @@ import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescrip
  * ConverseStream (`/model/{id}/converse-stream`): content-bearing
  * `contentBlockDelta` frames with non-empty `delta.text`,
  * `delta.reasoningContent.text` or `delta.toolUse.input`, or a
- * `delta.image` (several tokens each). Usage: the `metadata` frame's `usage`; `metrics.latencyMs` is the
- * server-side duration.
+ * `delta.image` (several tokens each). Usage: the `metadata` frame's
+ * `usage`; `metrics.latencyMs` is the server-side duration.
  *
  * InvokeModelWithResponseStream (`/model/{id}/invoke-with-response-stream`):
  * `chunk` frames whose payload `{"bytes": base64}` wraps the model's own

@@ -8,9 +8,9 @@
  * parse found an event to be content, `learn()` takes that prefix and proves
  * what it means: the prefix, closed with `x"` and the brackets still open,
  * must parse to an object whose `choices[0].delta[key]` is `"x"` and that
- * has no `error`, `timings`, non-null `usage` or `x_groq.usage`. JSON is context-free, so a
- * later event that starts with the same bytes has its `choices[0].delta[key]`
- * string start right there. `match()` then checks the rest itself:
+ * has no `error`, `timings`, non-null `usage` or `x_groq.usage`. JSON is
+ * context-free, so a later event that starts with the same bytes has its
+ * `choices[0].delta[key]` string start right there. `match()` then checks the rest itself:
  *  - the text is a non-empty, well-formed JSON string (no raw control
  *    bytes, valid escapes, a closing quote);
  *  - after it, no backslash at all (so no key is spelt with escapes and a

@@ -2,8 +2,9 @@
 // - a small Kustomize emulator (resources, components, configMapGenerator, patches as strategic
 //   merge or JSON 6902, images, namespace) renders the base, the base + operator component, and
 //   the production overlay, failing on anything it does not understand;
-// - every rendered object is validated against the Kubernetes OpenAPI schemas (kubernetes-models);
-//   ServiceMonitor/PrometheusRule (no schema package installed) get structural checks, and the
+// - every rendered object is validated against the Kubernetes OpenAPI schemas (kubernetes-models),
+//   ServiceMonitor/PrometheusRule against the Prometheus Operator CRD schemas
+//   (@kubernetes-models/prometheus-operator) plus a few checks the schemas leave out, and the
 //   PrometheusRule's groups go through `promtool check rules`;
 // - deployment invariants (drain vs grace period, probes, security context, ports) are checked by
 //   functions that are themselves shown to reject broken manifests.
@@ -18,6 +19,7 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Namespace, Service } from 'kubernetes-models/v1';
+import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { buildConfig, envOverrides, type Config } from '../../src/config.js';
 
 type Obj = Record<string, any>;
@@ -289,16 +291,16 @@ function validateObject(o: Obj): string[] {
     case 'autoscaling/v2 HorizontalPodAutoscaler':
       return run(() => new HorizontalPodAutoscaler(o as any).validate());
     case 'monitoring.coreos.com/v1 ServiceMonitor':
-      return checkServiceMonitor(o);
+      return [...run(() => new ServiceMonitor(o as any).validate()), ...checkServiceMonitor(o)];
     case 'monitoring.coreos.com/v1 PrometheusRule':
-      return checkPrometheusRule(o);
+      return [...run(() => new PrometheusRule(o as any).validate()), ...checkPrometheusRule(o)];
     default:
       return [`${id}: no validator for ${o.apiVersion} ${o.kind}`];
   }
 }
 
-// Structural checks from the Prometheus Operator CRDs (monitoring.coreos.com/v1): the schema
-// package @kubernetes-models/prometheus-operator is not installed.
+// What the Prometheus Operator CRD schemas do not say but the operator or Prometheus needs
+// (a selector and endpoints to scrape; one of record/alert; unique group names).
 function checkServiceMonitor(o: Obj): string[] {
   const errs: string[] = [];
   if (typeof o.metadata?.name !== 'string') errs.push('ServiceMonitor: metadata.name required');
@@ -699,6 +701,19 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
     expect(objs.flatMap(validateObject).join('\n')).toMatch(/containerPort must be integer/);
     const noContainers = mutate((o) => delete dep(o).spec.template.spec.containers);
     expect(noContainers.flatMap(validateObject).join('\n')).toMatch(/containers/);
+  });
+  it('Prometheus Operator schema violations are caught by @kubernetes-models/prometheus-operator', () => {
+    const render = () => baseWithComponent().objects.map((o) => structuredClone(o));
+    const clean = render();
+    expect(clean.filter((o) => o.apiVersion === 'monitoring.coreos.com/v1').map((o) => o.kind).sort()).toEqual(['PrometheusRule', 'ServiceMonitor']);
+    expect(clean.flatMap(validateObject)).toEqual([]);
+    const badFor = render();
+    const rule = badFor.find((o) => o.kind === 'PrometheusRule')!.spec.groups.flatMap((g: Obj) => g.rules).find((r: Obj) => r.for !== undefined);
+    rule.for = '5 minutes';
+    expect(badFor.flatMap(validateObject).join('\n')).toMatch(/rules\/\d+\/for must match pattern/);
+    const numericPort = render();
+    numericPort.find((o) => o.kind === 'ServiceMonitor')!.spec.endpoints[0].port = 9464;
+    expect(numericPort.flatMap(validateObject).join('\n')).toMatch(/endpoints\/0\/port must be string/);
   });
   it("the image's ENV is read from the Dockerfile (hosts set, ports left to the config)", () => {
     const env = imageEnv();
