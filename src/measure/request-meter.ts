@@ -354,7 +354,9 @@ export class RequestMeter {
     let outputTokens = usage.outputTokens;
     let source: TokenCountSource = 'usage';
     if (outputTokens === undefined) {
-      if (streamed && this.clock.contentEvents > 0) {
+      // About one token per event (OpenAI, Responses, Ollama): count them; several (Anthropic,
+      // Gemini, Bedrock): unknown, rather than a count that would inflate TPOT.
+      if (streamed && this.clock.contentEvents > 0 && adapter.multiTokenEvents !== true) {
         outputTokens = this.clock.contentEvents;
         source = 'events';
       } else {

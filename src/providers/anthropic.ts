@@ -20,6 +20,7 @@ import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescrip
  * In-band error: `event: error` with `{"type":"error","error":{"type":...}}`.
  */
 export class AnthropicAdapter implements ResponseAdapter {
+  readonly multiTokenEvents = true;
   readonly usage: Usage = {};
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;

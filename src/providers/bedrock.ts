@@ -28,6 +28,7 @@ import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescrip
  * `:exception-type`, e.g. `throttlingException`) or `error` (`:error-code`).
  */
 export class BedrockAdapter implements ResponseAdapter {
+  readonly multiTokenEvents = true;
   readonly usage: Usage = {};
   cumulativeOutputTokens: number | undefined;
   errorType: string | undefined;

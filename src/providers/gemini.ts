@@ -25,6 +25,7 @@ import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type Re
  * SSE. A non-array JSON body (`:generateContent`) is read whole at the end.
  */
 export class GeminiAdapter implements ResponseAdapter {
+  readonly multiTokenEvents = true;
   readonly streamsJsonArray = true;
   readonly usage: Usage = {};
   cumulativeOutputTokens: number | undefined;

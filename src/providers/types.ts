@@ -86,6 +86,13 @@ export interface ResponseAdapter {
    * only streamed responses (duration and first byte), and nothing else.
    */
   readonly generic?: boolean;
+  /**
+   * True when one content event usually carries several tokens (Anthropic,
+   * Gemini, Bedrock): a stream that ends without the provider's count
+   * (cancelled, cut) then has no output count and no TPOT, since its number
+   * of events would undercount the tokens and inflate TPOT.
+   */
+  readonly multiTokenEvents?: boolean;
 }
 
 /** The API family of a request: decides the adapter and the semconv names. */

@@ -82,8 +82,27 @@ describe('RequestMeter with the other framings and adapters', () => {
     m.responseStart(200, 'text/event-stream', undefined);
     sseChunks(fixture('anthropic-error.sse')).forEach((c, i) => m.chunk(c, 10 * i));
     const s = m.finish(100)!;
-    expect(s).toMatchObject({ errorType: 'overloaded_error', outcome: 'error', contentEvents: 2, tokenCountSource: 'events', outputTokens: 2 });
+    // Anthropic events carry several tokens each: without the provider's count the output is unknown.
+    expect(s).toMatchObject({ errorType: 'overloaded_error', outcome: 'error', contentEvents: 2, tokenCountSource: 'none', outputTokens: undefined, tpotMs: undefined });
     expect((await t.hist(METRIC.duration)).attributes[0]!['error.type']).toBe('overloaded_error');
+  });
+
+  it('a cancelled multi-token stream (Anthropic, Gemini, Bedrock) records no TPOT and no output count; a one-token-per-event stream counts its events', async () => {
+    t = setup();
+    const anthropicEvents = sseChunks(fixture('anthropic-messages.sse')).slice(0, 6); // message_start … 3 text deltas
+    const a = meter(new AnthropicAdapter(), 0);
+    a.responseStart(200, 'text/event-stream', undefined);
+    anthropicEvents.forEach((c, i) => a.chunk(c, 100 + 50 * i));
+    const sa = a.finish(500, 'client_cancelled')!;
+    expect(sa).toMatchObject({ outcome: 'cancelled', contentEvents: 3, tokenCountSource: 'none', outputTokens: undefined, tpotMs: undefined });
+    expect(sa.ttftMs).toBe(250);
+    expect((await t.hist(METRIC.chunkGap)).count).toBe(2); // the gaps between events are still measured
+    expect((await t.hist(METRIC.tpot)).count).toBe(0);
+    const o = meter(new OpenAIChatAdapter(), 0);
+    o.responseStart(200, 'text/event-stream', undefined);
+    sseChunks(fixture('openai-chat.sse')).slice(0, 6).forEach((c, i) => o.chunk(c, 100 + 20 * i));
+    expect(o.finish(400, 'client_cancelled')).toMatchObject({ outcome: 'cancelled', contentEvents: 5, tokenCountSource: 'events', outputTokens: 5 });
+    expect((await t.hist(METRIC.tpot)).count).toBe(1);
   });
 
   it('an error status wins over the error type its body carries, however the body is framed', async () => {
