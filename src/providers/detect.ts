@@ -1,6 +1,7 @@
 import { anthropicMessages, anthropicVertex } from './anthropic.js';
 import { bedrockConverse, bedrockInvoke } from './bedrock.js';
 import { geminiStream } from './gemini.js';
+import { geminiInteractions } from './gemini-interactions.js';
 import { genericStream } from './generic.js';
 import { ollamaChat, ollamaGenerate } from './ollama.js';
 import { azureOpenaiChat, openaiChat, openaiCompletions } from './openai-chat.js';
@@ -35,6 +36,7 @@ export const API_BY_NAME: Readonly<Record<string, ApiDescriptor>> = {
   gemini: geminiStream,
   'gcp.gemini': geminiStream,
   'gcp.vertex_ai': geminiStream,
+  'gemini-interactions': geminiInteractions,
   ollama: ollamaChat,
   'ollama-chat': ollamaChat,
   'ollama-generate': ollamaGenerate,
@@ -58,9 +60,11 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/(?:^|\/)v1\/messages$/, anthropicMessages],
   [/(?:^|\/)api\/chat$/, ollamaChat],
   [/(?:^|\/)api\/generate$/, ollamaGenerate],
+  [/\/v1[a-z0-9]*\/(?:projects\/[^/]+\/locations\/[^/]+\/)?interactions$/, geminiInteractions],
 ];
 
 const RESPONSE_BY_ID = /(?:^|\/)responses\/resp_[^/]+$/;
+const INTERACTION_BY_ID = /\/v1[a-z0-9]*\/(?:projects\/[^/]+\/locations\/[^/]+\/)?interactions\/[^/]+$/;
 const STREAM_TRUE = /(?:^|&)stream=true(?:&|$)/;
 
 /**
@@ -79,7 +83,10 @@ export function detectApi(path: string, routeProvider: string | undefined): ApiD
   for (const [re, api] of PATH_RULES) if (re.test(p)) return api;
   // Resuming a background response's stream; without `stream=true` the same path retrieves
   // a stored response, whose usage the request that made it has already counted.
-  if (q !== -1 && RESPONSE_BY_ID.test(p) && STREAM_TRUE.test(path.slice(q + 1))) return openaiResponses;
+  if (q !== -1 && STREAM_TRUE.test(path.slice(q + 1))) {
+    if (RESPONSE_BY_ID.test(p)) return openaiResponses;
+    if (INTERACTION_BY_ID.test(p)) return geminiInteractions; // the same for a Gemini interaction
+  }
   return genericStream;
 }
 

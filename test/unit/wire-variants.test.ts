@@ -3,6 +3,7 @@ import { AnthropicAdapter } from '../../src/providers/anthropic.js';
 import { BedrockAdapter } from '../../src/providers/bedrock.js';
 import { detectApi } from '../../src/providers/detect.js';
 import { GeminiAdapter } from '../../src/providers/gemini.js';
+import { GeminiInteractionsAdapter } from '../../src/providers/gemini-interactions.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
 import { EventKind, type ResponseAdapter, type Usage } from '../../src/providers/types.js';
@@ -32,6 +33,8 @@ const data = (o: unknown) => `data: ${JSON.stringify(o)}`;
 const chat = (delta: unknown, extra: Record<string, unknown> = {}) =>
   data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm-1', choices: [{ index: 0, delta, finish_reason: null }], ...extra });
 const anthropic = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
+/** An Interactions API event: its SSE name is its `event_type`. */
+const interaction = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}`;
 const gemini = (parts: unknown[], extra: Record<string, unknown> = {}) =>
   `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts } }], modelVersion: 'gemini-3.1-pro-preview', ...extra })}\r\n`;
 /** An InvokeModelWithResponseStream `chunk` frame wrapping the model's own event. */
@@ -264,6 +267,96 @@ const VARIANTS: Variant[] = [
     usage: { inputTokens: 9 },
   },
   {
+    // @google/genai's InteractionSSEEvent types (StepDelta, StepStart, StepDeltaMetadata.total_usage):
+    // generated deltas and steps are content; signatures, annotations and tool results are not.
+    name: 'Gemini Interactions: step deltas and steps, running usage',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      interaction({ event_type: 'interaction.created', interaction: { id: 'v1_1', status: 'in_progress', model: 'gemini-3-flash-preview' } }),
+      interaction({ event_type: 'step.start', index: 0, step: { type: 'function_call', id: 'f1', name: 'get_weather', arguments: { city: 'Paris' } } }),
+      interaction({ event_type: 'step.start', index: 1, step: { type: 'function_call', id: 'f2', name: 'get_time', arguments: {} } }),
+      interaction({ event_type: 'step.delta', index: 1, delta: { type: 'arguments_delta', arguments: '{"tz":' } }),
+      interaction({ event_type: 'step.delta', index: 2, delta: { type: 'code_execution_result', result: '4' } }),
+      interaction({ event_type: 'step.delta', index: 2, delta: { type: 'google_search_call', arguments: { queries: ['weather Paris'] } } }),
+      interaction({ event_type: 'step.delta', index: 2, delta: { type: 'google_search_result', result: [{ url: 'https://x' }] } }),
+      interaction({ event_type: 'step.delta', index: 3, delta: { type: 'image', mime_type: 'image/png', data: 'iVBORw0KGgo=' } }),
+      interaction({ event_type: 'step.delta', index: 3, delta: { type: 'thought_signature', signature: 'c2ln' } }),
+      interaction({ event_type: 'step.delta', index: 3, delta: { type: 'text_annotation_delta', annotations: [] } }),
+      interaction({ event_type: 'step.delta', index: 4, delta: { type: 'text', text: 'Sunny' }, metadata: { total_usage: { total_input_tokens: 7, total_output_tokens: 30 } } }),
+      interaction({ event_type: 'step.stop', index: 4 }),
+    ),
+    kinds: 'NCNCNCNCNNCN',
+    usage: { inputTokens: 7, outputTokens: 30 },
+    model: 'gemini-3-flash-preview',
+  },
+  {
+    // The same API with steps disabled (legacy event names), then an error event (ErrorEvent: error.code).
+    name: 'Gemini Interactions: legacy content.delta events and an error event',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      interaction({ event_type: 'interaction.start', interaction: { id: 'v1_2', status: 'in_progress', model: 'gemini-2.5-flash' } }),
+      interaction({ event_type: 'content.delta', index: 0, delta: { type: 'text', text: 'Hi' } }),
+      interaction({ event_type: 'error', error: { code: 'https://ai.google.dev/errors/RESOURCE_EXHAUSTED', message: 'secret' } }),
+    ),
+    kinds: 'NCE',
+    error: 'RESOURCE_EXHAUSTED',
+    model: 'gemini-2.5-flash',
+  },
+  {
+    // StepStart.step: ModelOutputStep.error is a google.rpc Status (numeric code); a status update may end it.
+    name: 'Gemini Interactions: a model-output step with an error, by its rpc code name',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(interaction({ event_type: 'step.start', index: 0, step: { type: 'model_output', error: { code: 8, message: 'secret' } } })),
+    kinds: 'E',
+    error: 'RESOURCE_EXHAUSTED',
+  },
+  {
+    name: 'Gemini Interactions: a status update with usage; budget_exceeded ends it as an error; a thought summary image is content',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      interaction({ event_type: 'step.delta', index: 0, delta: { type: 'thought_summary', content: { type: 'image', mime_type: 'image/png', data: 'iVBORw0KGgo=' } } }),
+      interaction({ event_type: 'interaction.status_update', interaction_id: 'v1_4', status: 'incomplete', usage: { total_input_tokens: 4, total_output_tokens: 6 } }),
+      interaction({ event_type: 'interaction.status_update', interaction_id: 'v1_4', status: 'budget_exceeded' }),
+    ),
+    kinds: 'CNE',
+    error: 'interaction_budget_exceeded',
+    usage: { inputTokens: 4, outputTokens: 6 },
+  },
+  {
+    // total_tokens tells whether the output count already holds the thoughts.
+    name: 'Gemini Interactions: thoughts not added twice when total_tokens shows the output holds them',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      interaction({
+        event_type: 'interaction.completed',
+        interaction: { id: 'v1_5', status: 'completed', agent: 'deep-research-preview', usage: { total_input_tokens: 10, total_output_tokens: 50, total_thought_tokens: 30, total_tokens: 60 } },
+      }),
+    ),
+    kinds: 'N',
+    usage: { inputTokens: 10, outputTokens: 50, reasoningTokens: 30 },
+    model: 'deep-research-preview',
+  },
+  {
+    name: 'Gemini Interactions: a failed interaction is an in-band error; usage with thoughts',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      interaction({ event_type: 'step.delta', index: 0, delta: { type: 'thought_summary', content: { type: 'text', text: 'Hmm' } } }),
+      interaction({
+        event_type: 'interaction.completed',
+        interaction: { id: 'v1_3', status: 'failed', model: 'gemini-3-flash-preview', usage: { total_input_tokens: 3, total_output_tokens: 0, total_thought_tokens: 9 } },
+      }),
+    ),
+    kinds: 'CE',
+    error: 'interaction_failed',
+    usage: { inputTokens: 3, outputTokens: 9, reasoningTokens: 9 },
+  },
+  {
     // AWS "Amazon Nova: streaming responses" (InvokeModelWithResponseStream); awsdocs/aws-doc-sdk-examples
     // cohere_command_*_invoke_model_with_response_stream; Cohere Command R's own stream (`text` events).
     name: 'Bedrock invoke: Nova, Cohere Command and Command R, DeepSeek-R1 text is content',
@@ -345,5 +438,10 @@ describe('detection of the variants’ paths', () => {
     expect(detectApi('/v1/responses/resp_abc123', undefined)?.api).toBe('generic');
     expect(detectApi('/v1/responses/resp_abc123?stream=false', undefined)?.api).toBe('generic');
     expect(detectApi('/v1/responses/resp_abc123/input_items', undefined)?.api).toBe('generic');
+    expect(detectApi('/v1beta/interactions', undefined)?.api).toBe('gemini-interactions');
+    expect(detectApi('/v1beta1/projects/p/locations/global/interactions', undefined)?.api).toBe('gemini-interactions');
+    expect(detectApi('/v1beta/interactions/v1_abc?stream=true&last_event_id=7', undefined)?.api).toBe('gemini-interactions');
+    expect(detectApi('/v1beta/interactions/v1_abc', undefined)?.api).toBe('generic');
+    expect(detectApi('/v1beta/interactions/v1_abc/cancel', undefined)?.api).toBe('generic');
   });
 });

@@ -1,0 +1,186 @@
+import type { SseEvent } from '../sse/parser.js';
+import { sanitizeErrorType } from './openai-chat.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+
+/**
+ * Gemini Interactions API (`POST /v1beta/interactions` with `stream: true`),
+ * the interface Google now recommends over `generateContent`. SSE with
+ * `event:` names equal to the payload's `event_type` (the SDK's types in
+ * `@google/genai`: `InteractionSSEEvent`).
+ *
+ * Content-bearing: a `step.delta` whose `delta` the model generated: `text`,
+ * a `thought_summary` with text, `arguments_delta` with arguments, generated
+ * `image` / `audio` / `video` / `document` data, `code_execution_call` or
+ * other tool-call (`*_call`) arguments; and a `step.start` whose step
+ * already holds generated output (model output, a tool call's arguments, a
+ * thought summary). Not content: signatures, annotations, tool results, the
+ * interaction's lifecycle events. Events carry several tokens each. The
+ * legacy event names (`content.delta`, `interaction.start`,
+ * `interaction.complete`, when steps are disabled) are read the same way.
+ *
+ * Usage: `interaction.usage` on `interaction.completed`, or the running
+ * `metadata.total_usage` of a delta: output = `total_output_tokens` +
+ * `total_thought_tokens` (as with `generateContent`, thoughts are reported
+ * apart). In-band errors: `error` (`error.code`, a URI: its last segment),
+ * an interaction that ends `failed`, `cancelled` or `budget_exceeded`, a
+ * model-output step with an `error` (its `google.rpc.Code` by name).
+ */
+export class GeminiInteractionsAdapter implements ResponseAdapter {
+  readonly multiTokenEvents = true;
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  responseModel: string | undefined;
+  errorType: string | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
+    const o = parseObject(ev.data);
+    if (!o) return ev.type === 'error' ? this.fail('error') : EventKind.None;
+    const type = ev.type !== '' && ev.type !== 'message' ? ev.type : typeof o.event_type === 'string' ? o.event_type : '';
+    switch (type) {
+      case 'step.delta':
+      case 'content.delta': {
+        const u = obj(obj(o.metadata)?.total_usage);
+        if (u) this.readUsage(u);
+        return deltaHasContent(obj(o.delta)) ? EventKind.Content : EventKind.None;
+      }
+      case 'step.start': {
+        const step = obj(o.step);
+        const failed = obj(step?.error);
+        if (failed) return this.fail(rpcCodeName(failed.code) ?? 'model_output_error');
+        return step && stepHasContent(step) ? EventKind.Content : EventKind.None;
+      }
+      case 'step.stop':
+      case 'interaction.status_update': {
+        const u = obj(o.usage);
+        if (u) this.readUsage(u);
+        return typeof o.status === 'string' && FAILED.has(o.status) ? this.fail(`interaction_${o.status}`) : EventKind.None;
+      }
+      case 'interaction.created':
+      case 'interaction.start':
+      case 'interaction.completed':
+      case 'interaction.complete': {
+        const i = obj(o.interaction);
+        if (i) this.readInteraction(i);
+        return typeof i?.status === 'string' && FAILED.has(i.status) ? this.fail(`interaction_${i.status}`) : EventKind.None;
+      }
+      case 'error':
+        return this.fail(errorCode(obj(o.error)?.code) ?? 'error');
+      default:
+        return EventKind.None;
+    }
+  }
+
+  /** A whole interaction (`stream: false`, or a retrieval). */
+  onBody(body: string): void {
+    const o = parseObject(body);
+    if (!o) return;
+    const e = obj(o.error);
+    if (e) this.errorType = sanitizeErrorType(firstString(e.status, e.code) ?? 'error');
+    else if (typeof o.status === 'string' && FAILED.has(o.status)) this.errorType = `interaction_${o.status}`;
+    this.readInteraction(o);
+  }
+
+  private fail(type: string): EventKind {
+    this.errorType = sanitizeErrorType(type);
+    return EventKind.Error;
+  }
+
+  private readInteraction(i: Record<string, unknown>): void {
+    // An agent interaction (Deep Research) names an agent and no model.
+    if (typeof i.model === 'string' && i.model !== '') this.responseModel = i.model;
+    else if (typeof i.agent === 'string' && i.agent !== '' && this.responseModel === undefined) this.responseModel = i.agent;
+    const u = obj(i.usage);
+    if (u) this.readUsage(u);
+  }
+
+  /**
+   * Usage arithmetic: input = `total_input_tokens` (+ `total_tool_use_tokens`),
+   * cached = `total_cached_tokens` (part of the input); output =
+   * `total_output_tokens` + `total_thought_tokens`, as `generateContent`
+   * reports thoughts apart, unless `total_tokens` says the output already
+   * holds them (total = input + tool use + output).
+   */
+  private readUsage(u: Record<string, unknown>): void {
+    const input = num(u.total_input_tokens);
+    const toolUse = num(u.total_tool_use_tokens) ?? 0;
+    if (input !== undefined) this.usage.inputTokens = input + toolUse;
+    const cached = num(u.total_cached_tokens);
+    if (cached !== undefined) this.usage.cachedInputTokens = cached;
+    const out = num(u.total_output_tokens);
+    const thoughts = num(u.total_thought_tokens);
+    if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
+    if (out !== undefined || thoughts !== undefined) {
+      const all = num(u.total_tokens);
+      const included = thoughts !== undefined && thoughts > 0 && out !== undefined && input !== undefined && all === input + toolUse + out;
+      const total = (out ?? 0) + (included ? 0 : (thoughts ?? 0));
+      this.usage.outputTokens = total;
+      this.cumulativeOutputTokens = total;
+    }
+  }
+}
+
+/** Delta types whose `data` (or `uri`) is generated media. */
+const MEDIA = new Set(['image', 'audio', 'video', 'document']);
+
+/** Interaction statuses that end it without its answer (`incomplete` and `requires_*` are normal stops). */
+const FAILED = new Set(['failed', 'cancelled', 'budget_exceeded']);
+
+/** Text or media the model generated (`Content`: text, image, audio, video, document). */
+function contentHasOutput(c: unknown): boolean {
+  const o = obj(c);
+  return o !== undefined && (nonEmpty(o.text) || nonEmpty(o.data) || nonEmpty(o.uri));
+}
+
+function deltaHasContent(d: Record<string, unknown> | undefined): boolean {
+  if (!d) return false;
+  const t = d.type;
+  if (typeof t !== 'string') return false;
+  if (t === 'text') return nonEmpty(d.text);
+  if (t === 'arguments_delta') return nonEmpty(d.arguments);
+  if (t === 'thought_summary') return contentHasOutput(d.content);
+  if (MEDIA.has(t)) return nonEmpty(d.data) || nonEmpty(d.uri);
+  // Tool calls the model writes (`code_execution_call`, `google_search_call`, `mcp_server_tool_call`, …);
+  // a `*_result` is the tool's.
+  if (t.endsWith('_call')) return nonEmptyObject(d.arguments);
+  return false;
+}
+
+function stepHasContent(s: Record<string, unknown>): boolean {
+  const t = s.type;
+  if (t === 'model_output') return Array.isArray(s.content) && s.content.some(contentHasOutput);
+  if (t === 'thought') return Array.isArray(s.summary) && s.summary.some(contentHasOutput);
+  return typeof t === 'string' && t.endsWith('_call') && nonEmptyObject(s.arguments);
+}
+
+/** google.rpc.Code numbers (a `Status.code`) by name. */
+const RPC_CODES = ['OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS', 'PERMISSION_DENIED', 'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS', 'UNAUTHENTICATED'];
+
+function rpcCodeName(code: unknown): string | undefined {
+  return typeof code === 'number' ? (RPC_CODES[code] ?? String(code)) : firstString(code);
+}
+
+/** An `ErrorT.code`: "a URI that identifies the error type"; its last path segment names it. */
+function errorCode(code: unknown): string | undefined {
+  const c = firstString(code);
+  if (c === undefined) return undefined;
+  const seg = c.replace(/[/#]+$/, '').split(/[/#]/).pop();
+  return seg !== undefined && seg !== '' ? seg : c;
+}
+
+function nonEmptyObject(v: unknown): boolean {
+  const o = obj(v);
+  return o !== undefined && Object.keys(o).length > 0;
+}
+
+function firstString(...vs: unknown[]): string | undefined {
+  for (const v of vs) if ((typeof v === 'string' && v !== '') || typeof v === 'number') return String(v);
+  return undefined;
+}
+
+export const geminiInteractions: ApiDescriptor = {
+  api: 'gemini-interactions',
+  operation: 'generate_content',
+  defaultProviderName: 'gcp.gemini',
+  newAdapter: () => new GeminiInteractionsAdapter(),
+};
