@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Gemini Interactions API (`POST /v1beta/interactions` with `stream: true`),
@@ -171,11 +171,6 @@ function errorCode(code: unknown): string | undefined {
 function nonEmptyObject(v: unknown): boolean {
   const o = obj(v);
   return o !== undefined && Object.keys(o).length > 0;
-}
-
-function firstString(...vs: unknown[]): string | undefined {
-  for (const v of vs) if ((typeof v === 'string' && v !== '') || typeof v === 'number') return String(v);
-  return undefined;
 }
 
 export const geminiInteractions: ApiDescriptor = {

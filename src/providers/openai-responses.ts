@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /** Delta events that carry generated output (non-empty `delta`). */
 const CONTENT_EVENTS = new Set([
@@ -110,11 +110,6 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     const reasoning = num(obj(u.output_tokens_details)?.reasoning_tokens);
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
   }
-}
-
-function firstString(...vs: unknown[]): string | undefined {
-  for (const v of vs) if ((typeof v === 'string' && v !== '') || typeof v === 'number') return String(v);
-  return undefined;
 }
 
 export const openaiResponses: ApiDescriptor = {

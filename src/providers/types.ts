@@ -121,6 +121,12 @@ export function nonEmpty(v: unknown): boolean {
   return typeof v === 'string' && v.length > 0;
 }
 
+/** The first non-empty string or number among `vs`, as a string (an error code, say). */
+export function firstString(...vs: unknown[]): string | undefined {
+  for (const v of vs) if ((typeof v === 'string' && v !== '') || typeof v === 'number') return String(v);
+  return undefined;
+}
+
 /** JSON.parse that returns an object or undefined, never throws. */
 export function parseObject(data: string): Record<string, unknown> | undefined {
   if (data.length === 0 || data.charCodeAt(0) !== 0x7b /* { */) {
