@@ -2,7 +2,7 @@ import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
 import { AnthropicAdapter, safeDecode, stripQuery } from './anthropic.js';
 import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one
@@ -146,9 +146,7 @@ export class BedrockAdapter implements ResponseAdapter {
 
 /** A ConverseStream `delta` (also Nova's own invoke events): text, reasoning, tool input, or a generated image. */
 function converseDeltaHasContent(d: Record<string, unknown>): boolean {
-  if (nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input)) return true;
-  const image = obj(d.image);
-  return image !== undefined && Object.keys(image).length > 0;
+  return nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input) || nonEmptyObject(d.image);
 }
 
 function otherModelHasContent(o: Record<string, unknown>): boolean {

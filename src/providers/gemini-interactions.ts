@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, firstString, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Gemini Interactions API (`POST /v1beta/interactions` with `stream: true`),
@@ -166,11 +166,6 @@ function errorCode(code: unknown): string | undefined {
   if (c === undefined) return undefined;
   const seg = c.replace(/[/#]+$/, '').split(/[/#]/).pop();
   return seg !== undefined && seg !== '' ? seg : c;
-}
-
-function nonEmptyObject(v: unknown): boolean {
-  const o = obj(v);
-  return o !== undefined && Object.keys(o).length > 0;
 }
 
 export const geminiInteractions: ApiDescriptor = {

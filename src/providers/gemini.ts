@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { safeDecode, stripQuery } from './anthropic.js';
 import { errorTypeOf, sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
@@ -107,8 +107,7 @@ function partHasContent(part: Record<string, unknown>): boolean {
   const call = obj(part.functionCall);
   if (call) {
     if (nonEmpty(call.name)) return true;
-    const args = obj(call.args);
-    if (args && Object.keys(args).length > 0) return true;
+    if (nonEmptyObject(call.args)) return true;
     const partial = call.partialArgs;
     if (Array.isArray(partial) && partial.some(partialArgHasValue)) return true;
   }

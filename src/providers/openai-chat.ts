@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
-import { EventKind, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -113,10 +113,6 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   }
 }
 
-function nonEmpty(v: unknown): boolean {
-  return typeof v === 'string' && v.length > 0;
-}
-
 function choiceHasContent(choice: unknown): boolean {
   if (!choice || typeof choice !== 'object') return false;
   const c = choice as Record<string, unknown>;
@@ -132,22 +128,18 @@ function choiceHasContent(choice: unknown): boolean {
     for (const call of calls) {
       if (!call || typeof call !== 'object') continue;
       const c = call as Record<string, unknown>;
-      if (nonEmpty(field(c.function, 'arguments')) || nonEmpty(field(c.custom, 'input'))) return true;
+      if (nonEmpty(obj(c.function)?.arguments) || nonEmpty(obj(c.custom)?.input)) return true;
     }
   }
-  if (nonEmpty(field(delta.function_call, 'arguments'))) return true; // the deprecated `functions` API
-  return nonEmpty(field(delta.audio, 'transcript')) || nonEmpty(field(delta.audio, 'data'));
-}
-
-function field(o: unknown, key: string): unknown {
-  return o && typeof o === 'object' ? (o as Record<string, unknown>)[key] : undefined;
+  if (nonEmpty(obj(delta.function_call)?.arguments)) return true; // the deprecated `functions` API
+  return nonEmpty(obj(delta.audio)?.transcript) || nonEmpty(obj(delta.audio)?.data);
 }
 
 /** Mistral's content as a list of parts: `{type:"text", text}` or `{type:"thinking", thinking:[{type:"text", text}]}`. */
 function contentPartHasText(p: unknown): boolean {
-  if (nonEmpty(field(p, 'text'))) return true;
-  const thinking = field(p, 'thinking');
-  return Array.isArray(thinking) && thinking.some((t) => nonEmpty(field(t, 'text')));
+  if (nonEmpty(obj(p)?.text)) return true;
+  const thinking = obj(p)?.thinking;
+  return Array.isArray(thinking) && thinking.some((t) => nonEmpty(obj(t)?.text));
 }
 
 /**

@@ -121,6 +121,12 @@ export function nonEmpty(v: unknown): boolean {
   return typeof v === 'string' && v.length > 0;
 }
 
+/** An object with at least one key (a tool call's arguments, a generated image's source). */
+export function nonEmptyObject(v: unknown): boolean {
+  const o = obj(v);
+  return o !== undefined && Object.keys(o).length > 0;
+}
+
 /** The first non-empty string or number among `vs`, as a string (an error code, say). */
 export function firstString(...vs: unknown[]): string | undefined {
   for (const v of vs) if ((typeof v === 'string' && v !== '') || typeof v === 'number') return String(v);
