@@ -67,7 +67,8 @@ export function streamKindOf(contentType: string | undefined): StreamKind | unde
     ct.startsWith('application/x-ndjson') ||
     ct.startsWith('application/ndjson') ||
     ct.startsWith('application/jsonl') ||
-    ct.startsWith('application/x-jsonlines')
+    ct.startsWith('application/x-jsonlines') ||
+    ct.startsWith('application/stream+json') // another name for the same (Spring WebFlux and others)
   ) {
     return 'ndjson';
   }

@@ -8,7 +8,7 @@ import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescrip
  *
  * Content-bearing: `content_block_delta` whose delta is a `text_delta`,
  * `thinking_delta`, `input_json_delta` or `compaction_delta` with non-empty
- * text. Not content:
+ * text, and a `redacted_thinking` block (it arrives whole in its start). Not content:
  * `message_start`, `content_block_start/stop`, `ping`, `signature_delta`,
  * `citations_delta`, an empty `thinking_delta` or `partial_json:""`,
  * `message_delta`, `message_stop`. One event usually carries several tokens.
@@ -35,8 +35,8 @@ export class AnthropicAdapter implements ResponseAdapter {
     const t = ev.type;
     // The SSE event name equals the payload's `type`: skip parsing what we do not need.
     if (t === 'ping' || t === 'content_block_stop' || t === 'message_stop') return EventKind.None;
-    // A block start is read only for a server-side fallback's hand-over (beta).
-    if (t === 'content_block_start' && !ev.data.includes('"fallback"')) return EventKind.None;
+    // A block start is read only for a server-side fallback's hand-over (beta) or redacted thinking.
+    if (t === 'content_block_start' && !ev.data.includes('"fallback"') && !ev.data.includes('"redacted_thinking"')) return EventKind.None;
     const o = parseObject(ev.data);
     if (!o) return t === 'error' ? this.fail(undefined) : EventKind.None;
     return this.onObject(t !== '' ? t : typeof o.type === 'string' ? o.type : '', o);
@@ -48,8 +48,10 @@ export class AnthropicAdapter implements ResponseAdapter {
       case 'content_block_delta':
         return deltaHasContent(obj(o.delta)) ? EventKind.Content : EventKind.None;
       case 'content_block_start': {
-        // Server-side fallback: the block names the model that answers from here on.
         const b = obj(o.content_block);
+        // Thinking the safety systems encrypted arrives whole here, with no deltas: it is output.
+        if (b?.type === 'redacted_thinking') return nonEmpty(b.data) ? EventKind.Content : EventKind.None;
+        // Server-side fallback: the block names the model that answers from here on.
         const to = b?.type === 'fallback' ? obj(b.to)?.model : undefined;
         if (typeof to === 'string' && to !== '') this.responseModel = to;
         return EventKind.None;

@@ -1,11 +1,15 @@
 import { anthropicMessages, anthropicVertex } from './anthropic.js';
 import { bedrockConverse, bedrockInvoke } from './bedrock.js';
+import { cohereChat } from './cohere.js';
 import { geminiStream } from './gemini.js';
 import { geminiInteractions } from './gemini-interactions.js';
 import { genericStream } from './generic.js';
 import { ollamaChat, ollamaGenerate } from './ollama.js';
-import { azureOpenaiChat, openaiChat, openaiCompletions } from './openai-chat.js';
+import { azureOpenaiChat, llamacppCompletion, openaiChat, openaiCompletions } from './openai-chat.js';
 import { openaiResponses } from './openai-responses.js';
+import { sglangGenerate } from './sglang.js';
+import { tgiGenerate } from './tgi.js';
+import { tritonGenerate } from './triton.js';
 import type { ApiDescriptor } from './types.js';
 
 /** The same API under another default `gen_ai.provider.name`. */
@@ -27,7 +31,12 @@ export const API_BY_NAME: Readonly<Record<string, ApiDescriptor>> = {
   azure: azureOpenaiChat,
   vllm: named(openaiChat, 'vllm'),
   'llama.cpp': named(openaiChat, 'llama.cpp'),
+  'llama.cpp-completion': llamacppCompletion,
   tgi: named(openaiChat, 'tgi'),
+  'tgi-generate': tgiGenerate,
+  'sglang-generate': sglangGenerate,
+  'triton-generate': tritonGenerate,
+  cohere: cohereChat,
   deepseek: named(openaiChat, 'deepseek'),
   groq: named(openaiChat, 'groq'),
   openrouter: named(openaiChat, 'openrouter'),
@@ -61,19 +70,29 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/(?:^|\/)api\/chat$/, ollamaChat],
   [/(?:^|\/)api\/generate$/, ollamaGenerate],
   [/\/v1[a-z0-9]*\/(?:projects\/[^/]+\/locations\/[^/]+\/)?interactions$/, geminiInteractions],
+  // Self-hosted servers' own APIs (after Ollama's `/api/generate`).
+  // Not `/api/…/completion` (an app's own route, e.g. the Vercel AI SDK's `useCompletion`) nor
+  // `/api/…/generate` (KoboldCpp, text-generation-webui): other formats.
+  [/(?:^|\/)(?<!(?:^|\/)api\/(?:v\d+\/)?)(?:completion|infill)$/, llamacppCompletion],
+  [/\/v2\/models\/[^/]+(?:\/versions\/[^/]+)?\/generate(?:_stream)?$/, tritonGenerate],
+  [/(?:^|\/)generate_stream$/, tgiGenerate],
+  [/(?:^|\/)(?<!(?:^|\/)api\/(?:v\d+\/)?)generate$/, sglangGenerate],
+  [/(?:^|\/)v2\/chat$/, cohereChat],
 ];
 
+const COHERE_V1 = /(?:^|\/)v1\/chat$/;
 const RESPONSE_BY_ID = /(?:^|\/)responses\/resp_[^/]+$/;
 const INTERACTION_BY_ID = /\/v1[a-z0-9]*\/(?:projects\/[^/]+\/locations\/[^/]+\/)?interactions\/[^/]+$/;
 const STREAM_TRUE = /(?:^|&)stream=true(?:&|$)/;
 
 /**
  * The API of a request: the route's explicit `provider` first, then the
- * path, then the generic fallback (streams are timed, nothing else is
- * measured). Undefined is no longer returned; the signature keeps it so that
+ * path (for a path other APIs share, with the route's provider name, from its
+ * `providerName` or its host), then the generic fallback (streams are timed,
+ * nothing else is measured). Undefined is no longer returned; the signature keeps it so that
  * callers may treat "no API" as before.
  */
-export function detectApi(path: string, routeProvider: string | undefined): ApiDescriptor | undefined {
+export function detectApi(path: string, routeProvider: string | undefined, providerName?: string): ApiDescriptor | undefined {
   if (routeProvider !== undefined) {
     const forced = API_BY_NAME[routeProvider];
     if (forced) return forced;
@@ -81,6 +100,8 @@ export function detectApi(path: string, routeProvider: string | undefined): ApiD
   const q = path.indexOf('?');
   const p = q === -1 ? path : path.slice(0, q);
   for (const [re, api] of PATH_RULES) if (re.test(p)) return api;
+  // Cohere's v1 Chat: other APIs use `/v1/chat` (Writer, OpenAI-shaped; LM Studio's `/api/v1/chat`).
+  if (providerName === 'cohere' && COHERE_V1.test(p)) return cohereChat;
   // Resuming a background response's stream; without `stream=true` the same path retrieves
   // a stored response, whose usage the request that made it has already counted.
   if (q !== -1 && STREAM_TRUE.test(path.slice(q + 1))) {
@@ -102,6 +123,7 @@ const HOST_PROVIDERS: ReadonlyArray<readonly [RegExp, string]> = [
   [/(^|\.)deepseek\.com$/, 'deepseek'],
   [/(^|\.)groq\.com$/, 'groq'],
   [/(^|\.)mistral\.ai$/, 'mistral_ai'],
+  [/(^|\.)cohere\.(?:com|ai)$/, 'cohere'],
   [/(^|\.)x\.ai$/, 'x_ai'],
   [/(^|\.)perplexity\.ai$/, 'perplexity'],
   [/(^|\.)openrouter\.ai$/, 'openrouter'],

@@ -1,6 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
-import { EventKind, nonEmpty, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { SequenceCounts } from './sequence-counts.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -22,6 +23,8 @@ import { EventKind, nonEmpty, obj, parseObject, type ApiDescriptor, type Respons
  * field (see SseParser).
  * Server timings: llama.cpp's `timings` object (`prompt_ms`,
  * `predicted_per_token_ms`), on the final chunk or on every chunk.
+ * llama.cpp's native completion chunks (`{"content", "stop", "tokens_predicted"}`,
+ * no `choices`) are read here too: `/completions` without `/v1` is native there.
  */
 export class OpenAIChatAdapter implements ResponseAdapter {
   readonly usage: Usage = {};
@@ -30,6 +33,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   errorType: string | undefined;
   serverTimings: ServerTimings | undefined;
   private readonly prefix = new ContentPrefix();
+  /** llama.cpp native chunks only. */
+  private sequences: SequenceCounts | undefined;
 
   /**
    * Most events of a long stream are plain deltas that, once the model is
@@ -74,11 +79,28 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     }
     if (chunk.timings && typeof chunk.timings === 'object') this.readTimings(chunk.timings as Record<string, unknown>);
     const choices = chunk.choices;
-    if (!Array.isArray(choices)) return EventKind.None;
+    if (!Array.isArray(choices)) return this.llamacppNative(chunk);
     for (const choice of choices) {
       if (choiceHasContent(choice)) return EventKind.Content;
     }
     return EventKind.None;
+  }
+
+  /**
+   * llama.cpp's own completion format (`/completion`, `/completions`, `/infill`): one chunk
+   * a token, `content` and `stop` at the top level. `tokens_predicted` is the sequence's
+   * running count on every chunk of newer servers, and on the final `stop: true` chunk of
+   * all; several prompts (or `n` > 1) interleave sequences told apart by `index`.
+   */
+  private llamacppNative(chunk: Record<string, unknown>): EventKind {
+    if (typeof chunk.stop !== 'boolean') return EventKind.None;
+    const { total } = (this.sequences ??= new SequenceCounts()).update(
+      chunk.index,
+      { output: num(chunk.tokens_predicted), input: num(chunk.tokens_evaluated) },
+      this.usage,
+    );
+    if (num(chunk.tokens_predicted) !== undefined) this.cumulativeOutputTokens = total;
+    return nonEmpty(chunk.content) ? EventKind.Content : EventKind.None;
   }
 
   onBody(body: string): void {
@@ -88,6 +110,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
     if (r.usage && typeof r.usage === 'object') this.readUsage(r.usage as Record<string, unknown>);
     if (r.timings && typeof r.timings === 'object') this.readTimings(r.timings as Record<string, unknown>);
+    if (!Array.isArray(r.choices)) this.llamacppNative(r);
   }
 
   /** llama.cpp server timings (milliseconds on the wire). */
@@ -189,6 +212,14 @@ export const azureOpenaiChat: ApiDescriptor = {
       return m[1];
     }
   },
+};
+
+/** llama.cpp's native `/completion` and `/infill` (see `llamacppNative`). */
+export const llamacppCompletion: ApiDescriptor = {
+  api: 'llama.cpp-completion',
+  operation: 'text_completion',
+  defaultProviderName: 'llama.cpp',
+  newAdapter: () => new OpenAIChatAdapter(),
 };
 
 export const openaiCompletions: ApiDescriptor = {

@@ -173,6 +173,23 @@ const VARIANTS: Variant[] = [
     error: '500',
   },
   {
+    // docs.claude.com extended thinking, "Thinking redaction": a redacted_thinking block arrives whole in its
+    // content_block_start (no deltas), with the encrypted thinking in `data`.
+    name: 'Anthropic: a redacted_thinking block is content (it has no deltas); other block starts are not',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-3-7-sonnet-20250219', content: [], usage: { input_tokens: 20, output_tokens: 1 } } }),
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'redacted_thinking', data: 'EmwKAhgBEgy3va3pzix/LafPsn4a' } }),
+      anthropic({ type: 'content_block_stop', index: 0 }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'text', text: '' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'The answer' } }),
+      anthropic({ type: 'content_block_start', index: 2, content_block: { type: 'redacted_thinking', data: '' } }),
+    ),
+    kinds: 'NCNNCN',
+    model: 'claude-3-7-sonnet-20250219',
+  },
+  {
     // platform.claude.com/docs/en/build-with-claude/compaction: the summary streams as compaction_delta; the
     // top-level output_tokens leaves it out, usage.iterations lists every pass.
     name: 'Anthropic compaction: the summary is content, output is the sum of the iterations',

@@ -1,0 +1,107 @@
+import type { SseEvent } from '../sse/parser.js';
+import { sanitizeErrorType } from './openai-chat.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+
+/**
+ * Cohere Chat streams: v2 (`POST /v2/chat`, SSE, the event's JSON `type`) and
+ * v1 (`POST /v1/chat`, newline-delimited JSON, `event_type`). Cohere documents
+ * one token per content delta.
+ *
+ * Content-bearing (v2): `content-delta` with non-empty `delta.message.content.text`
+ * or `.thinking`, `tool-plan-delta` with a non-empty `delta.message.tool_plan`,
+ * `tool-call-start`/`tool-call-delta` with non-empty
+ * `delta.message.tool_calls.function.arguments`. (v1): `text-generation` with
+ * non-empty `text`, `tool-calls-chunk` with non-empty `text`,
+ * `tool_call_delta.parameters` or `tool_call_delta.text` (the tool plan). Not content: message/content/tool-call
+ * start and end markers, citations, `debug`, v1's search events.
+ * Usage: `message-end.delta.usage` (v1: `stream-end.response.meta`): `tokens`
+ * (what the model read and produced) before `billed_units`; `cached_tokens`.
+ * The stream names no model. In-band error: a final `finish_reason` of `ERROR`
+ * or `TIMEOUT`.
+ */
+export class CohereAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  readonly responseModel = undefined;
+  errorType: string | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
+    const o = parseObject(ev.data);
+    if (!o) return EventKind.None;
+    const type = typeof o.type === 'string' ? o.type : typeof o.event_type === 'string' ? o.event_type : ev.type;
+    const m = obj(obj(o.delta)?.message);
+    switch (type) {
+      case 'content-delta': {
+        const c = obj(m?.content);
+        return nonEmpty(c?.text) || nonEmpty(c?.thinking) ? EventKind.Content : EventKind.None;
+      }
+      case 'tool-plan-delta':
+        return nonEmpty(m?.tool_plan) ? EventKind.Content : EventKind.None;
+      case 'tool-call-start':
+      case 'tool-call-delta':
+        return nonEmpty(obj(obj(m?.tool_calls)?.function)?.arguments) ? EventKind.Content : EventKind.None;
+      case 'message-end': {
+        const d = obj(o.delta);
+        this.readUsage(obj(d?.usage));
+        return this.finishReason(d?.finish_reason);
+      }
+      // v1
+      case 'text-generation':
+        return nonEmpty(o.text) ? EventKind.Content : EventKind.None;
+      case 'tool-calls-chunk':
+        return nonEmpty(o.text) || nonEmpty(obj(o.tool_call_delta)?.parameters) || nonEmpty(obj(o.tool_call_delta)?.text)
+          ? EventKind.Content
+          : EventKind.None;
+      case 'stream-end': {
+        const r = obj(o.response);
+        this.readUsage(obj(r?.meta));
+        return this.finishReason(o.finish_reason ?? r?.finish_reason);
+      }
+      default:
+        return EventKind.None;
+    }
+  }
+
+  /** A non-streamed answer: v2 `usage`, v1 `meta`. */
+  onBody(body: string): void {
+    const o = parseObject(body);
+    if (!o) return;
+    this.readUsage(obj(o.usage) ?? obj(o.meta));
+  }
+
+  private finishReason(reason: unknown): EventKind {
+    if (typeof reason !== 'string' || !ERROR_REASONS.has(reason)) return EventKind.None;
+    this.errorType = sanitizeErrorType(reason.toLowerCase());
+    return EventKind.Error;
+  }
+
+  /** Usage arithmetic: `tokens.{input,output}_tokens`, else `billed_units`; `cached_tokens` of the input. */
+  private readUsage(u: Record<string, unknown> | undefined): void {
+    if (!u) return;
+    const tokens = obj(u.tokens);
+    const billed = obj(u.billed_units);
+    const out = num(tokens?.output_tokens) ?? num(billed?.output_tokens);
+    if (out !== undefined) {
+      this.usage.outputTokens = out;
+      this.cumulativeOutputTokens = out;
+    }
+    const input = num(tokens?.input_tokens) ?? num(billed?.input_tokens);
+    if (input !== undefined) this.usage.inputTokens = input;
+    const cached = num(u.cached_tokens);
+    if (cached !== undefined) this.usage.cachedInputTokens = cached;
+  }
+}
+
+/**
+ * Finish reasons that are failures. Not v1's `ERROR_LIMIT` (the context length cut the reply)
+ * nor `ERROR_TOXIC` (a filtered reply): stops, as OpenAI's `length` and `content_filter` are.
+ */
+const ERROR_REASONS = new Set(['ERROR', 'TIMEOUT']);
+
+export const cohereChat: ApiDescriptor = {
+  api: 'cohere-chat',
+  operation: 'chat',
+  defaultProviderName: 'cohere',
+  newAdapter: () => new CohereAdapter(),
+};

@@ -1,0 +1,73 @@
+import type { SseEvent } from '../sse/parser.js';
+import { errorTypeOf } from './openai-chat.js';
+import { EventKind, nonEmpty, num, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+
+/**
+ * NVIDIA Triton's generate extension (`POST /v2/models/{model}[/versions/{v}]/generate_stream`,
+ * and `/generate` for one JSON answer), as TensorRT-LLM and vLLM backends serve it:
+ * SSE `data:` events `{"model_name", "model_version", "text_output", …}`, one a step.
+ *
+ * Content-bearing: non-empty `text_output` (a string, or with several sequences an
+ * array of them). Usage: the sum of `num_output_tokens` and `num_input_tokens`, which
+ * vLLM's backend adds on request; otherwise output tokens are the content events.
+ * In-band error: `{"error":"…"}`.
+ */
+export class TritonGenerateAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  responseModel: string | undefined;
+  errorType: string | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
+    const o = parseObject(ev.data);
+    if (ev.type === 'error' || (o && o.error !== undefined && o.error !== null)) {
+      this.errorType = errorTypeOf(o?.error);
+      return EventKind.Error;
+    }
+    if (!o) return EventKind.None;
+    if (this.responseModel === undefined && nonEmpty(o.model_name)) this.responseModel = o.model_name as string;
+    this.readCounts(o);
+    const text = o.text_output;
+    return nonEmpty(text) || (Array.isArray(text) && text.some(nonEmpty)) ? EventKind.Content : EventKind.None;
+  }
+
+  /**
+   * vLLM's Triton backend (`return_num_input_tokens`, `return_num_output_tokens`): the prompt
+   * length, and the tokens this response added (not a running count), summed here.
+   */
+  private readCounts(o: Record<string, unknown>): void {
+    const input = num(o.num_input_tokens);
+    if (input !== undefined) this.usage.inputTokens = input;
+    const added = num(o.num_output_tokens);
+    if (added === undefined) return;
+    this.usage.outputTokens = (this.usage.outputTokens ?? 0) + added;
+    this.cumulativeOutputTokens = this.usage.outputTokens;
+  }
+
+  onBody(body: string): void {
+    const o = parseObject(body);
+    if (!o) return;
+    if (o.error !== undefined && o.error !== null) this.errorType = errorTypeOf(o.error);
+    if (nonEmpty(o.model_name)) this.responseModel = o.model_name as string;
+    this.readCounts(o);
+  }
+}
+
+const TRITON_MODEL = /\/v2\/models\/([^/]+)\//;
+
+export const tritonGenerate: ApiDescriptor = {
+  api: 'triton-generate',
+  operation: 'text_completion',
+  defaultProviderName: 'triton',
+  newAdapter: () => new TritonGenerateAdapter(),
+  modelFromPath(path) {
+    const m = TRITON_MODEL.exec(path);
+    if (!m) return undefined;
+    try {
+      return decodeURIComponent(m[1]!);
+    } catch {
+      return m[1];
+    }
+  },
+};
