@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, nonEmpty, num, obj, parseObject, safeDecode, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Anthropic Messages streams (`POST /v1/messages`), also reused for Bedrock
@@ -179,10 +179,3 @@ export function stripQuery(path: string): string {
   return q === -1 ? path : path.slice(0, q);
 }
 
-export function safeDecode(s: string): string {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return s;
-  }
-}

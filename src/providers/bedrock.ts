@@ -1,8 +1,8 @@
 import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
-import { AnthropicAdapter, safeDecode, stripQuery } from './anthropic.js';
+import { AnthropicAdapter, stripQuery } from './anthropic.js';
 import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, safeDecode, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one

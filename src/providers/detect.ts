@@ -5,7 +5,8 @@ import { geminiStream } from './gemini.js';
 import { geminiInteractions } from './gemini-interactions.js';
 import { genericStream } from './generic.js';
 import { ollamaChat, ollamaGenerate } from './ollama.js';
-import { azureOpenaiChat, llamacppCompletion, openaiChat, openaiCompletions } from './openai-chat.js';
+import { lmstudioChat } from './lmstudio.js';
+import { azureOpenaiChat, llamacppCompletion, openaiChat, openaiCompletions, workersAi } from './openai-chat.js';
 import { openaiResponses } from './openai-responses.js';
 import { sglangGenerate } from './sglang.js';
 import { tgiGenerate } from './tgi.js';
@@ -37,6 +38,9 @@ export const API_BY_NAME: Readonly<Record<string, ApiDescriptor>> = {
   'sglang-generate': sglangGenerate,
   'triton-generate': tritonGenerate,
   cohere: cohereChat,
+  lmstudio: lmstudioChat,
+  'workers-ai': workersAi,
+  'cloudflare.workers_ai': workersAi,
   deepseek: named(openaiChat, 'deepseek'),
   groq: named(openaiChat, 'groq'),
   openrouter: named(openaiChat, 'openrouter'),
@@ -78,6 +82,8 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/(?:^|\/)generate_stream$/, tgiGenerate],
   [/(?:^|\/)(?<!(?:^|\/)api\/(?:v\d+\/)?)generate$/, sglangGenerate],
   [/(?:^|\/)v2\/chat$/, cohereChat],
+  [/(?:^|\/)api\/v1\/chat$/, lmstudioChat],
+  [/\/(?:ai\/run|workers-ai)\/(?:@|%40).+$/, workersAi],
 ];
 
 const COHERE_V1 = /(?:^|\/)v1\/chat$/;
@@ -100,7 +106,7 @@ export function detectApi(path: string, routeProvider: string | undefined, provi
   const q = path.indexOf('?');
   const p = q === -1 ? path : path.slice(0, q);
   for (const [re, api] of PATH_RULES) if (re.test(p)) return api;
-  // Cohere's v1 Chat: other APIs use `/v1/chat` (Writer, OpenAI-shaped; LM Studio's `/api/v1/chat`).
+  // Cohere's v1 Chat: other APIs use `/v1/chat` (Writer, OpenAI-shaped).
   if (providerName === 'cohere' && COHERE_V1.test(p)) return cohereChat;
   // Resuming a background response's stream; without `stream=true` the same path retrieves
   // a stored response, whose usage the request that made it has already counted.

@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
-import { safeDecode, stripQuery } from './anthropic.js';
+import { stripQuery } from './anthropic.js';
 import { errorTypeOf, sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, safeDecode, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):

@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
 import { SequenceCounts } from './sequence-counts.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, safeDecode, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -22,9 +22,11 @@ import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type Re
  * `error_type` beside a message), an `event: error`, and llama.cpp's `error:`
  * field (see SseParser).
  * Server timings: llama.cpp's `timings` object (`prompt_ms`,
- * `predicted_per_token_ms`), on the final chunk or on every chunk.
+ * `predicted_per_token_ms`), on the final chunk or on every chunk; Groq's
+ * `prompt_time`, `completion_time`, `total_time` in its usage.
  * llama.cpp's native completion chunks (`{"content", "stop", "tokens_predicted"}`,
- * no `choices`) are read here too: `/completions` without `/v1` is native there.
+ * no `choices`) are read here too: `/completions` without `/v1` is native there;
+ * and Cloudflare Workers AI's (`{"response"}`).
  */
 export class OpenAIChatAdapter implements ResponseAdapter {
   readonly usage: Usage = {};
@@ -79,7 +81,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     }
     if (chunk.timings && typeof chunk.timings === 'object') this.readTimings(chunk.timings as Record<string, unknown>);
     const choices = chunk.choices;
-    if (!Array.isArray(choices)) return this.llamacppNative(chunk);
+    if (!Array.isArray(choices)) return chunk.response !== undefined || chunk.tool_calls !== undefined ? workersAiNative(chunk) : this.llamacppNative(chunk);
     for (const choice of choices) {
       if (choiceHasContent(choice)) return EventKind.Content;
     }
@@ -133,7 +135,34 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const pd = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
     if (pd && typeof pd.cached_tokens === 'number') this.usage.cachedInputTokens = pd.cached_tokens;
     else if (typeof u.prompt_cache_hit_tokens === 'number') this.usage.cachedInputTokens = u.prompt_cache_hit_tokens; // DeepSeek
+    this.readGroqTimings(u);
   }
+
+  /** Groq's usage also says how long it took (seconds): `prompt_time`, `completion_time`, `total_time`. */
+  private readGroqTimings(u: Record<string, unknown>): void {
+    const prompt = num(u.prompt_time);
+    const completion = num(u.completion_time);
+    const total = num(u.total_time);
+    if (prompt === undefined && completion === undefined && total === undefined) return;
+    const st: ServerTimings = (this.serverTimings ??= {});
+    const out = num(u.completion_tokens);
+    if (completion !== undefined && out !== undefined && out > 0) st.timePerOutputToken = completion / out;
+    if (prompt !== undefined) st.timeToFirstToken = prompt;
+    if (total !== undefined) st.duration = total;
+  }
+}
+
+/**
+ * Cloudflare Workers AI's own chunks (`/ai/run/{model}`): `{"response": "…"}` (a number on
+ * some models), tool calls at the top level; usage as in OpenAI's. Newer models send
+ * OpenAI-shaped chunks on the same path, which the rest of this adapter reads.
+ */
+function workersAiNative(chunk: Record<string, unknown>): EventKind {
+  const r = chunk.response;
+  if (nonEmpty(r) || typeof r === 'number') return EventKind.Content;
+  const calls = chunk.tool_calls;
+  if (Array.isArray(calls) && calls.some((c) => nonEmpty(obj(obj(c)?.function)?.arguments) || nonEmptyObject(obj(c)?.arguments))) return EventKind.Content;
+  return EventKind.None;
 }
 
 function choiceHasContent(choice: unknown): boolean {
@@ -205,12 +234,21 @@ export const azureOpenaiChat: ApiDescriptor = {
   newAdapter: () => new OpenAIChatAdapter(),
   modelFromPath(path) {
     const m = AZURE_DEPLOYMENT.exec(path);
-    if (!m) return undefined;
-    try {
-      return decodeURIComponent(m[1]!);
-    } catch {
-      return m[1];
-    }
+    return m ? safeDecode(m[1]!) : undefined;
+  },
+};
+
+const WORKERS_AI_MODEL = /\/(?:ai\/run|workers-ai)\/((?:@|%40)[^?]+)/;
+
+/** Cloudflare Workers AI (`…/ai/run/@cf/…`, AI Gateway `…/workers-ai/@cf/…`): the model is the rest of the path. */
+export const workersAi: ApiDescriptor = {
+  api: 'workers-ai',
+  operation: 'chat',
+  defaultProviderName: 'cloudflare.workers_ai',
+  newAdapter: () => new OpenAIChatAdapter(),
+  modelFromPath(path) {
+    const m = WORKERS_AI_MODEL.exec(path);
+    return m ? safeDecode(m[1]!) : undefined;
   },
 };
 

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, num, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, nonEmpty, num, parseObject, safeDecode, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * NVIDIA Triton's generate extension (`POST /v2/models/{model}[/versions/{v}]/generate_stream`,
@@ -63,11 +63,6 @@ export const tritonGenerate: ApiDescriptor = {
   newAdapter: () => new TritonGenerateAdapter(),
   modelFromPath(path) {
     const m = TRITON_MODEL.exec(path);
-    if (!m) return undefined;
-    try {
-      return decodeURIComponent(m[1]!);
-    } catch {
-      return m[1];
-    }
+    return m ? safeDecode(m[1]!) : undefined;
   },
 };

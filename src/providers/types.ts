@@ -153,3 +153,12 @@ export function sumDefined(...vs: (number | undefined)[]): number | undefined {
   for (const v of vs) if (v !== undefined) s = (s ?? 0) + v;
   return s;
 }
+
+/** A path segment URL-decoded; as it is when it is not valid percent-encoding. */
+export function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}

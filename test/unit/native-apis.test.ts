@@ -20,7 +20,11 @@ import { testInstruments } from '../helpers/metrics.js';
  *   (`text` cumulative by default, `meta_info.completion_tokens` running);
  * - Triton's generate extension (`/v2/models/{model}/generate_stream`, `text_output`);
  * - Cohere: cohere-python `v2/types/v2chat_stream_response.py` and its event types,
- *   `chat_finish_reason.py`; v1's `event_type` lines from the v1 OpenAPI.
+ *   `chat_finish_reason.py`; v1's `event_type` lines from the v1 OpenAPI;
+ * - LM Studio: lmstudio-ai/docs `1_developer/2_rest/streaming-events.md` and `_2_rest/chat.md`
+ *   (`chat.end.result.stats`);
+ * - Cloudflare Workers AI: cloudflare/ai `packages/workers-ai-provider` (`utils.ts`, `streaming.ts`,
+ *   `test/stream-text.test.ts`): `{"response"}` chunks, or OpenAI-shaped ones from newer models.
  */
 
 let t: ReturnType<typeof testInstruments>;
@@ -356,10 +360,10 @@ describe('Cohere Chat', () => {
   it('paths and host', () => {
     expect(detectApi('/v2/chat', undefined)).toMatchObject({ api: 'cohere-chat', defaultProviderName: 'cohere', operation: 'chat' });
     // `/v1/chat` is Cohere's only on a Cohere route (its host, or `providerName: cohere`): Writer
-    // serves OpenAI-shaped chunks there, LM Studio its own events under `/api/v1/chat`.
+    // serves OpenAI-shaped chunks there; LM Studio's `/api/v1/chat` has its own adapter.
     expect(detectApi('/v1/chat', undefined, 'cohere')?.api).toBe('cohere-chat');
     expect(detectApi('/v1/chat', undefined)?.api).toBe('generic');
-    expect(detectApi('/api/v1/chat', undefined)?.api).toBe('generic');
+    expect(detectApi('/api/v1/chat', undefined, 'cohere')?.api).toBe('lmstudio-chat');
     expect(detectApi('/compatibility/v1/chat/completions', undefined)?.api).toBe('openai-chat');
   });
 
@@ -419,5 +423,96 @@ describe('Cohere Chat', () => {
     m.responseStart(200, 'text/event-stream', undefined);
     v2.slice(0, 8).forEach((b, i) => m.chunk(b, 10 * i));
     expect(m.finish(100, 'client_cancelled')).toMatchObject({ outcome: 'cancelled', contentEvents: 3, outputTokens: 3, tokenCountSource: 'events' });
+  });
+});
+
+describe('LM Studio native /api/v1/chat', () => {
+  const named = (o: { type: string } & Record<string, unknown>) => Buffer.from(`event: ${o.type}\ndata: ${JSON.stringify(o)}\n\n`);
+  const stream = [
+    named({ type: 'chat.start', model_instance_id: 'qwen/qwen3-8b' }),
+    named({ type: 'prompt_processing.start' }),
+    named({ type: 'prompt_processing.progress', progress: 0.5 }),
+    named({ type: 'prompt_processing.end' }),
+    named({ type: 'reasoning.start' }),
+    named({ type: 'reasoning.delta', content: 'Let me' }),
+    named({ type: 'reasoning.end' }),
+    named({ type: 'tool_call.start', tool: 'get_weather' }),
+    named({ type: 'tool_call.arguments', tool: 'get_weather', arguments: { city: 'Paris' } }),
+    named({ type: 'tool_call.success', tool: 'get_weather', arguments: { city: 'Paris' }, output: '22C' }),
+    named({ type: 'message.start' }),
+    named({ type: 'message.delta', content: 'The current' }),
+    named({ type: 'message.delta', content: '' }),
+    named({ type: 'message.delta', content: ' weather' }),
+    named({ type: 'message.end' }),
+    named({ type: 'chat.end', result: { model_instance_id: 'qwen/qwen3-8b', output: [], stats: { input_tokens: 120, total_output_tokens: 9, reasoning_output_tokens: 3, tokens_per_second: 50, time_to_first_token_seconds: 0.25 }, response_id: 'resp_1' } }),
+  ];
+
+  it('path; reasoning, tool arguments and message deltas are content; usage and server timings from chat.end stats', async () => {
+    expect(detectApi('/api/v1/chat', undefined)).toMatchObject({ api: 'lmstudio-chat', defaultProviderName: 'lmstudio' });
+    expect(detectApi('/api/chat', undefined)?.api).toBe('ollama-chat');
+    t = testInstruments();
+    const m = meterFor('/api/v1/chat');
+    m.responseStart(200, 'text/event-stream', undefined);
+    stream.forEach((b, i) => m.chunk(b, 10 * i));
+    const s = m.finish(200)!;
+    // Content at 50 (reasoning), 80 (tool arguments), 110, 130.
+    expect(s).toMatchObject({ ttftMs: 50, contentEvents: 4, outputTokens: 9, inputTokens: 120, responseModel: 'qwen/qwen3-8b', outcome: 'ok' });
+    expect(s.tpotMs).toBeCloseTo(80 / 8, 9);
+    expect((await t.histogram(METRIC.serverTtft)).sum).toBeCloseTo(0.25, 9);
+    expect((await t.histogram(METRIC.serverTpot)).sum).toBeCloseTo(0.02, 9);
+    expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'reasoning' })).toMatchObject({ sum: 3 });
+  });
+
+  it('an error event is an in-band error (chat.end still follows)', () => {
+    t = testInstruments();
+    const m = meterFor('/api/v1/chat');
+    m.responseStart(200, 'text/event-stream', undefined);
+    m.chunk(stream[11]!, 10);
+    m.chunk(named({ type: 'error', error: { type: 'model_crashed', message: 'The model has crashed without additional information.' } }), 20);
+    m.chunk(stream[15]!, 30);
+    expect(m.finish(40)).toMatchObject({ outcome: 'error', errorType: 'model_crashed', contentEvents: 1 });
+  });
+});
+
+describe('Cloudflare Workers AI /ai/run', () => {
+  it('paths and the model from the path (slashes kept)', () => {
+    const path = '/client/v4/accounts/0123abcd/ai/run/@cf/meta/llama-3.1-8b-instruct';
+    const api = detectApi(path, undefined)!;
+    expect(api).toMatchObject({ api: 'workers-ai', defaultProviderName: 'cloudflare.workers_ai', operation: 'chat' });
+    expect(api.modelFromPath?.(path)).toBe('@cf/meta/llama-3.1-8b-instruct');
+    expect(api.modelFromPath?.('/v1/acct/gw/workers-ai/%40cf%2Fmeta%2Fllama-3.1-8b-instruct?x=1')).toBe('@cf/meta/llama-3.1-8b-instruct');
+    expect(detectApi('/v1/acct/gw/workers-ai/@hf/thebloke/mistral-7b-instruct-v0.1-awq', undefined)?.api).toBe('workers-ai');
+    expect(detectApi('/v1/acct/gw/workers-ai/%40cf%2Fmeta%2Fllama-3.1-8b-instruct?x=1', undefined)?.api).toBe('workers-ai');
+    // The gateway's OpenAI-compatible path for Workers AI is OpenAI Chat.
+    expect(detectApi('/v1/acct/gw/workers-ai/v1/chat/completions', undefined)?.api).toBe('openai-chat');
+  });
+
+  it('native {"response"} chunks: content, padding and empty tool_calls are not; usage from the final chunk', () => {
+    t = testInstruments();
+    const m = meterFor('/client/v4/accounts/a/ai/run/@cf/meta/llama-3.1-8b-instruct');
+    m.responseStart(200, 'text/event-stream', undefined);
+    [
+      ev({ response: 'Today', p: 'abdefgh' }),
+      ev({ response: ' in', p: 'ab' }),
+      ev({ tool_calls: [], p: 'abdefgh' }),
+      ev({ response: ' Paris' }),
+      ev({ response: '', usage: { prompt_tokens: 14, completion_tokens: 3, total_tokens: 17, prompt_tokens_details: { cached_tokens: 0 } } }),
+      Buffer.from('data: [DONE]\n\n'),
+    ].forEach((b, i) => m.chunk(b, 100 + 10 * i));
+    const s = m.finish(200)!;
+    expect(s).toMatchObject({ ttftMs: 100, contentEvents: 3, outputTokens: 3, inputTokens: 14, tokenCountSource: 'usage', outcome: 'ok' });
+    expect(s.tpotMs).toBeCloseTo(15, 9);
+  });
+
+  it('native tool calls (argument fragments at the top level) and OpenAI-shaped chunks on the same path', () => {
+    t = testInstruments();
+    const m = meterFor('/client/v4/accounts/a/ai/run/@cf/openai/gpt-oss-20b');
+    m.responseStart(200, 'text/event-stream', undefined);
+    [
+      ev({ tool_calls: [{ id: 'c1', type: 'function', index: 0, function: { name: 'get_weather', arguments: '' } }] }),
+      ev({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+      ev({ id: 'chatcmpl-1', object: 'chat.completion.chunk', model: '@cf/openai/gpt-oss-20b', choices: [{ index: 0, delta: { reasoning_content: 'Okay' }, finish_reason: null }], usage: { prompt_tokens: 13, total_tokens: 16, completion_tokens: 3 } }),
+    ].forEach((b, i) => m.chunk(b, 10 * i));
+    expect(m.finish(50)).toMatchObject({ ttftMs: 10, contentEvents: 2, outputTokens: 3, responseModel: '@cf/openai/gpt-oss-20b' });
   });
 });

@@ -445,6 +445,28 @@ describe('wire variants beyond the fixtures', () => {
   }
 });
 
+describe('server-reported timings in variants', () => {
+  it('Groq: prompt_time, completion_time / completion_tokens and total_time (seconds) from its usage', () => {
+    // groq-sdk CompletionUsage: queue_time, prompt_time, completion_time, total_time (seconds), beside the counts;
+    // older streams carry it as x_groq.usage.
+    for (const where of ['usage', 'x_groq'] as const) {
+      const a = new OpenAIChatAdapter();
+      const usage = { queue_time: 0.0123, prompt_tokens: 40, prompt_time: 0.004, completion_tokens: 200, completion_time: 0.28, total_tokens: 240, total_time: 0.284 };
+      const last = where === 'usage' ? { usage } : { x_groq: { id: 'req_1', usage } };
+      const out = decode({ framing: 'sse' } as Variant, [sse(chat({ content: 'Hi' }), data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'llama-3.3-70b-versatile', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], ...last }))]);
+      out.forEach((e) => a.onEvent(e));
+      expect(a.usage).toMatchObject({ outputTokens: 200, inputTokens: 40 });
+      expect(a.serverTimings?.timeToFirstToken).toBeCloseTo(0.004, 12);
+      expect(a.serverTimings?.timePerOutputToken).toBeCloseTo(0.0014, 12);
+      expect(a.serverTimings?.duration).toBeCloseTo(0.284, 12);
+    }
+    // OpenAI's usage has none of these: no server timings.
+    const plain = new OpenAIChatAdapter();
+    decode({ framing: 'sse' } as Variant, [sse(chat({ content: 'Hi' }, { usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }))]).forEach((e) => plain.onEvent(e));
+    expect(plain.serverTimings).toBeUndefined();
+  });
+});
+
 describe('detection of the variants’ paths', () => {
   it('Vertex tuned-model endpoints and resumed Responses streams get their adapters', () => {
     expect(detectApi('/v1/projects/p/locations/us-central1/endpoints/123:streamGenerateContent?alt=sse', undefined)?.api).toBe('gemini');

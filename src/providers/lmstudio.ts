@@ -1,0 +1,85 @@
+import type { SseEvent } from '../sse/parser.js';
+import { errorTypeOf } from './openai-chat.js';
+import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+
+/**
+ * LM Studio's own REST API (`POST /api/v1/chat`, 0.4+): SSE events named by
+ * their JSON `type`, from `chat.start` to `chat.end`.
+ *
+ * Content-bearing: `message.delta` and `reasoning.delta` with non-empty
+ * `content`, `tool_call.arguments` with arguments (a whole object, once per
+ * call). Not content: the start/end markers, model load and prompt progress,
+ * tool results. Usage and server timings: `chat.end.result.stats`
+ * (`input_tokens`, `total_output_tokens`, `reasoning_output_tokens`,
+ * `time_to_first_token_seconds`, `tokens_per_second`). Model:
+ * `model_instance_id`. In-band error: an `error` event (`error.type`); its
+ * `chat.end` still follows.
+ */
+export class LmStudioAdapter implements ResponseAdapter {
+  readonly usage: Usage = {};
+  cumulativeOutputTokens: number | undefined;
+  responseModel: string | undefined;
+  errorType: string | undefined;
+  serverTimings: ServerTimings | undefined;
+
+  onEvent(ev: SseEvent): EventKind {
+    this.cumulativeOutputTokens = undefined; // a count of this event's, or none
+    const o = parseObject(ev.data);
+    const type = typeof o?.type === 'string' ? o.type : ev.type;
+    if (type === 'error') {
+      this.errorType = errorTypeOf(o?.error);
+      return EventKind.Error;
+    }
+    if (!o) return EventKind.None;
+    switch (type) {
+      case 'message.delta':
+      case 'reasoning.delta':
+        return nonEmpty(o.content) ? EventKind.Content : EventKind.None;
+      case 'tool_call.arguments':
+        return nonEmptyObject(o.arguments) || nonEmpty(o.arguments) ? EventKind.Content : EventKind.None;
+      case 'chat.start':
+        if (nonEmpty(o.model_instance_id)) this.responseModel = o.model_instance_id as string;
+        return EventKind.None;
+      case 'chat.end':
+        this.readResult(obj(o.result));
+        return EventKind.None;
+      default:
+        return EventKind.None;
+    }
+  }
+
+  /** A non-streamed answer carries the same `stats`. */
+  onBody(body: string): void {
+    this.readResult(parseObject(body));
+  }
+
+  /** Usage arithmetic: output = `total_output_tokens` (reasoning included), input = `input_tokens`. */
+  private readResult(r: Record<string, unknown> | undefined): void {
+    if (!r) return;
+    if (nonEmpty(r.model_instance_id)) this.responseModel = r.model_instance_id as string;
+    const s = obj(r.stats);
+    if (!s) return;
+    const out = num(s.total_output_tokens);
+    if (out !== undefined) {
+      this.usage.outputTokens = out;
+      this.cumulativeOutputTokens = out;
+    }
+    const input = num(s.input_tokens);
+    if (input !== undefined) this.usage.inputTokens = input;
+    const reasoning = num(s.reasoning_output_tokens);
+    if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
+    const st: ServerTimings = {};
+    const ttft = num(s.time_to_first_token_seconds);
+    if (ttft !== undefined) st.timeToFirstToken = ttft;
+    const tps = num(s.tokens_per_second);
+    if (tps !== undefined && tps > 0) st.timePerOutputToken = 1 / tps;
+    this.serverTimings = st;
+  }
+}
+
+export const lmstudioChat: ApiDescriptor = {
+  api: 'lmstudio-chat',
+  operation: 'chat',
+  defaultProviderName: 'lmstudio',
+  newAdapter: () => new LmStudioAdapter(),
+};
