@@ -142,8 +142,9 @@ export class RequestMeter {
   responseStart(status: number, contentType: string | undefined, contentEncoding: string | undefined): void {
     this.status = status;
     const kind = streamKindOf(contentType);
-    if (this.adapter.generic === true && kind === undefined) {
-      // Not an LLM API we know, and not a stream: no gen_ai metrics (e.g. GET /v1/models).
+    if ((this.adapter.generic === true || this.adapter.streamsOnly === true) && kind === undefined) {
+      // Not an LLM API we know (or a path that also serves other models), and not a stream:
+      // no gen_ai metrics (e.g. GET /v1/models).
       this.disabled = true;
       return;
     }
@@ -342,12 +343,13 @@ export class RequestMeter {
     this.parser = undefined;
 
     // An error status wins over the body's own error type, however the body is framed: a 429
-    // is "429" whether its body is JSON or an SSE error event.
+    // is "429" whether its body is JSON or an SSE error event. The adapter's own `errorType`
+    // last: a JSON body's, or an error a stream reported before its final usage (LM Studio).
     const err =
       errorType ??
       (this.status >= 400 ? String(this.status) : undefined) ??
       this.inbandError ??
-      (this.framing === 'json' ? adapter.errorType : undefined);
+      adapter.errorType;
     const outcome = err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error';
 
     const usage = adapter.usage;

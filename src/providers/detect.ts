@@ -82,11 +82,11 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/(?:^|\/)generate_stream$/, tgiGenerate],
   [/(?:^|\/)(?<!(?:^|\/)api\/(?:v\d+\/)?)generate$/, sglangGenerate],
   [/(?:^|\/)v2\/chat$/, cohereChat],
-  [/(?:^|\/)api\/v1\/chat$/, lmstudioChat],
-  [/\/(?:ai\/run|workers-ai)\/(?:@|%40).+$/, workersAi],
+  [/\/(?:ai\/run|workers-ai(?:\/run)?)\/(?:@|%40).+$/, workersAi],
 ];
 
 const COHERE_V1 = /(?:^|\/)v1\/chat$/;
+const LMSTUDIO_CHAT = /(?:^|\/)api\/v1\/chat$/;
 const RESPONSE_BY_ID = /(?:^|\/)responses\/resp_[^/]+$/;
 const INTERACTION_BY_ID = /\/v1[a-z0-9]*\/(?:projects\/[^/]+\/locations\/[^/]+\/)?interactions\/[^/]+$/;
 const STREAM_TRUE = /(?:^|&)stream=true(?:&|$)/;
@@ -106,8 +106,11 @@ export function detectApi(path: string, routeProvider: string | undefined, provi
   const q = path.indexOf('?');
   const p = q === -1 ? path : path.slice(0, q);
   for (const [re, api] of PATH_RULES) if (re.test(p)) return api;
-  // Cohere's v1 Chat: other APIs use `/v1/chat` (Writer, OpenAI-shaped).
+  // Paths other APIs use too, on a route to the provider (its host, or `providerName`) only:
+  // Cohere's v1 Chat (Writer serves OpenAI-shaped chunks at `/v1/chat`) and LM Studio's
+  // native chat (`/api/v1/chat` is a common route name in apps).
   if (providerName === 'cohere' && COHERE_V1.test(p)) return cohereChat;
+  if (providerName === 'lmstudio' && LMSTUDIO_CHAT.test(p)) return lmstudioChat;
   // Resuming a background response's stream; without `stream=true` the same path retrieves
   // a stored response, whose usage the request that made it has already counted.
   if (q !== -1 && STREAM_TRUE.test(path.slice(q + 1))) {

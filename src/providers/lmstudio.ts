@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * LM Studio's own REST API (`POST /api/v1/chat`, 0.4+): SSE events named by
@@ -13,7 +13,8 @@ import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDes
  * (`input_tokens`, `total_output_tokens`, `reasoning_output_tokens`,
  * `time_to_first_token_seconds`, `tokens_per_second`). Model:
  * `model_instance_id`. In-band error: an `error` event (`error.type`); its
- * `chat.end` still follows.
+ * `chat.end` still follows. Tool calls on this API are MCP or plugin tools the
+ * server runs itself, so their run time is inside the gaps and TPOT.
  */
 export class LmStudioAdapter implements ResponseAdapter {
   readonly usage: Usage = {};
@@ -27,16 +28,18 @@ export class LmStudioAdapter implements ResponseAdapter {
     const o = parseObject(ev.data);
     const type = typeof o?.type === 'string' ? o.type : ev.type;
     if (type === 'error') {
+      // Not an Error kind: `chat.end` follows with the usage of what was generated, and the
+      // meter stops reading at an Error. The meter takes `errorType` at the end.
       this.errorType = errorTypeOf(o?.error);
-      return EventKind.Error;
+      return EventKind.None;
     }
     if (!o) return EventKind.None;
     switch (type) {
       case 'message.delta':
       case 'reasoning.delta':
         return nonEmpty(o.content) ? EventKind.Content : EventKind.None;
-      case 'tool_call.arguments':
-        return nonEmptyObject(o.arguments) || nonEmpty(o.arguments) ? EventKind.Content : EventKind.None;
+      case 'tool_call.arguments': // the whole arguments object, once a call (even `{}`)
+        return EventKind.Content;
       case 'chat.start':
         if (nonEmpty(o.model_instance_id)) this.responseModel = o.model_instance_id as string;
         return EventKind.None;
@@ -70,7 +73,7 @@ export class LmStudioAdapter implements ResponseAdapter {
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
     const st: ServerTimings = {};
     const ttft = num(s.time_to_first_token_seconds);
-    if (ttft !== undefined) st.timeToFirstToken = ttft;
+    if (ttft !== undefined) st.timeToFirstToken = ttft + (num(s.model_load_time_seconds) ?? 0); // as Ollama's load time
     const tps = num(s.tokens_per_second);
     if (tps !== undefined && tps > 0) st.timePerOutputToken = 1 / tps;
     this.serverTimings = st;

@@ -138,17 +138,22 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     this.readGroqTimings(u);
   }
 
-  /** Groq's usage also says how long it took (seconds): `prompt_time`, `completion_time`, `total_time`. */
+  /**
+   * Groq's usage also says how long it took (seconds): `queue_time`, `prompt_time`,
+   * `completion_time` and `total_time` (prompt + completion). The server's time to first token
+   * and duration include the queueing, as Ollama's include loading the model.
+   */
   private readGroqTimings(u: Record<string, unknown>): void {
     const prompt = num(u.prompt_time);
     const completion = num(u.completion_time);
     const total = num(u.total_time);
     if (prompt === undefined && completion === undefined && total === undefined) return;
+    const queue = num(u.queue_time) ?? 0;
     const st: ServerTimings = (this.serverTimings ??= {});
     const out = num(u.completion_tokens);
     if (completion !== undefined && out !== undefined && out > 0) st.timePerOutputToken = completion / out;
-    if (prompt !== undefined) st.timeToFirstToken = prompt;
-    if (total !== undefined) st.duration = total;
+    if (prompt !== undefined) st.timeToFirstToken = queue + prompt;
+    if (total !== undefined) st.duration = queue + total;
   }
 }
 
@@ -161,8 +166,14 @@ function workersAiNative(chunk: Record<string, unknown>): EventKind {
   const r = chunk.response;
   if (nonEmpty(r) || typeof r === 'number') return EventKind.Content;
   const calls = chunk.tool_calls;
-  if (Array.isArray(calls) && calls.some((c) => nonEmpty(obj(obj(c)?.function)?.arguments) || nonEmptyObject(obj(c)?.arguments))) return EventKind.Content;
+  if (Array.isArray(calls) && calls.some(toolCallHasArguments)) return EventKind.Content;
   return EventKind.None;
+}
+
+/** `{function: {arguments}}`, or flat `{name, arguments}` (a string or an object). */
+function toolCallHasArguments(c: unknown): boolean {
+  const args = obj(c)?.arguments;
+  return nonEmpty(obj(obj(c)?.function)?.arguments) || nonEmpty(args) || nonEmptyObject(args);
 }
 
 function choiceHasContent(choice: unknown): boolean {
@@ -238,14 +249,25 @@ export const azureOpenaiChat: ApiDescriptor = {
   },
 };
 
-const WORKERS_AI_MODEL = /\/(?:ai\/run|workers-ai)\/((?:@|%40)[^?]+)/;
+const WORKERS_AI_MODEL = /\/(?:ai\/run|workers-ai(?:\/run)?)\/((?:@|%40)[^?]+)/;
 
-/** Cloudflare Workers AI (`…/ai/run/@cf/…`, AI Gateway `…/workers-ai/@cf/…`): the model is the rest of the path. */
+/**
+ * Workers AI serves every model on one path: embeddings, images and speech too. Only its
+ * streams (text generation) are measured; a JSON answer records nothing, as for an unknown API.
+ */
+class WorkersAiAdapter extends OpenAIChatAdapter {
+  readonly streamsOnly = true;
+}
+
+/**
+ * Cloudflare Workers AI (`…/ai/run/@cf/…`; AI Gateway `…/workers-ai/@cf/…` and
+ * `…/workers-ai/run/@cf/…`): the model is the rest of the path.
+ */
 export const workersAi: ApiDescriptor = {
   api: 'workers-ai',
   operation: 'chat',
   defaultProviderName: 'cloudflare.workers_ai',
-  newAdapter: () => new OpenAIChatAdapter(),
+  newAdapter: () => new WorkersAiAdapter(),
   modelFromPath(path) {
     const m = WORKERS_AI_MODEL.exec(path);
     return m ? safeDecode(m[1]!) : undefined;

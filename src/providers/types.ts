@@ -93,6 +93,11 @@ export interface ResponseAdapter {
    * of events would undercount the tokens and inflate TPOT.
    */
   readonly multiTokenEvents?: boolean;
+  /**
+   * True when the API's path also serves non-LLM models (Workers AI): only streamed
+   * answers are measured; a JSON answer records nothing, as for an unknown API.
+   */
+  readonly streamsOnly?: boolean;
 }
 
 /** The API family of a request: decides the adapter and the semconv names. */

@@ -34,7 +34,7 @@ const opts = { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 };
 const labels = { provider: 'x', operation: 'text_completion', requestModel: 'm', serverAddress: '127.0.0.1' };
 
 function meterFor(path: string): RequestMeter {
-  const api = detectApi(path, undefined, path === '/v1/chat' ? 'cohere' : undefined)!;
+  const api = detectApi(path, undefined, path === '/v1/chat' ? 'cohere' : path === '/api/v1/chat' ? 'lmstudio' : undefined)!;
   return new RequestMeter(t.instruments, api.newAdapter() as ResponseAdapter, { ...labels }, 0, opts);
 }
 
@@ -363,7 +363,6 @@ describe('Cohere Chat', () => {
     // serves OpenAI-shaped chunks there; LM Studio's `/api/v1/chat` has its own adapter.
     expect(detectApi('/v1/chat', undefined, 'cohere')?.api).toBe('cohere-chat');
     expect(detectApi('/v1/chat', undefined)?.api).toBe('generic');
-    expect(detectApi('/api/v1/chat', undefined, 'cohere')?.api).toBe('lmstudio-chat');
     expect(detectApi('/compatibility/v1/chat/completions', undefined)?.api).toBe('openai-chat');
   });
 
@@ -437,18 +436,21 @@ describe('LM Studio native /api/v1/chat', () => {
     named({ type: 'reasoning.delta', content: 'Let me' }),
     named({ type: 'reasoning.end' }),
     named({ type: 'tool_call.start', tool: 'get_weather' }),
-    named({ type: 'tool_call.arguments', tool: 'get_weather', arguments: { city: 'Paris' } }),
+    named({ type: 'tool_call.arguments', tool: 'get_weather', arguments: {} }), // even empty: the call is output
     named({ type: 'tool_call.success', tool: 'get_weather', arguments: { city: 'Paris' }, output: '22C' }),
     named({ type: 'message.start' }),
     named({ type: 'message.delta', content: 'The current' }),
     named({ type: 'message.delta', content: '' }),
     named({ type: 'message.delta', content: ' weather' }),
     named({ type: 'message.end' }),
-    named({ type: 'chat.end', result: { model_instance_id: 'qwen/qwen3-8b', output: [], stats: { input_tokens: 120, total_output_tokens: 9, reasoning_output_tokens: 3, tokens_per_second: 50, time_to_first_token_seconds: 0.25 }, response_id: 'resp_1' } }),
+    named({ type: 'chat.end', result: { model_instance_id: 'qwen/qwen3-8b', output: [], stats: { input_tokens: 120, total_output_tokens: 9, reasoning_output_tokens: 3, tokens_per_second: 50, time_to_first_token_seconds: 0.25, model_load_time_seconds: 1.5 }, response_id: 'resp_1' } }),
   ];
 
   it('path; reasoning, tool arguments and message deltas are content; usage and server timings from chat.end stats', async () => {
-    expect(detectApi('/api/v1/chat', undefined)).toMatchObject({ api: 'lmstudio-chat', defaultProviderName: 'lmstudio' });
+    // `/api/v1/chat` is a common route name in apps: LM Studio's only on a route named lmstudio.
+    expect(detectApi('/api/v1/chat', undefined, 'lmstudio')).toMatchObject({ api: 'lmstudio-chat', defaultProviderName: 'lmstudio' });
+    expect(detectApi('/api/v1/chat', undefined)?.api).toBe('generic');
+    expect(detectApi('/x', 'lmstudio')?.api).toBe('lmstudio-chat');
     expect(detectApi('/api/chat', undefined)?.api).toBe('ollama-chat');
     t = testInstruments();
     const m = meterFor('/api/v1/chat');
@@ -458,19 +460,25 @@ describe('LM Studio native /api/v1/chat', () => {
     // Content at 50 (reasoning), 80 (tool arguments), 110, 130.
     expect(s).toMatchObject({ ttftMs: 50, contentEvents: 4, outputTokens: 9, inputTokens: 120, responseModel: 'qwen/qwen3-8b', outcome: 'ok' });
     expect(s.tpotMs).toBeCloseTo(80 / 8, 9);
-    expect((await t.histogram(METRIC.serverTtft)).sum).toBeCloseTo(0.25, 9);
+    expect((await t.histogram(METRIC.serverTtft)).sum).toBeCloseTo(1.75, 9); // with the model load, as Ollama's
     expect((await t.histogram(METRIC.serverTpot)).sum).toBeCloseTo(0.02, 9);
     expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'reasoning' })).toMatchObject({ sum: 3 });
   });
 
-  it('an error event is an in-band error (chat.end still follows)', () => {
+  it('an error event ends as an error, with the usage of the chat.end that follows it', () => {
     t = testInstruments();
     const m = meterFor('/api/v1/chat');
     m.responseStart(200, 'text/event-stream', undefined);
     m.chunk(stream[11]!, 10);
     m.chunk(named({ type: 'error', error: { type: 'model_crashed', message: 'The model has crashed without additional information.' } }), 20);
     m.chunk(stream[15]!, 30);
-    expect(m.finish(40)).toMatchObject({ outcome: 'error', errorType: 'model_crashed', contentEvents: 1 });
+    expect(m.finish(40)).toMatchObject({ outcome: 'error', errorType: 'model_crashed', contentEvents: 1, outputTokens: 9, inputTokens: 120, tokenCountSource: 'usage' });
+    // Cut after the error, before chat.end: still an error.
+    const cut = meterFor('/api/v1/chat');
+    cut.responseStart(200, 'text/event-stream', undefined);
+    cut.chunk(stream[11]!, 10);
+    cut.chunk(named({ type: 'error', error: { type: 'model_crashed', message: 'x' } }), 20);
+    expect(cut.finish(40)).toMatchObject({ outcome: 'error', errorType: 'model_crashed' });
   });
 });
 
@@ -483,6 +491,9 @@ describe('Cloudflare Workers AI /ai/run', () => {
     expect(api.modelFromPath?.('/v1/acct/gw/workers-ai/%40cf%2Fmeta%2Fllama-3.1-8b-instruct?x=1')).toBe('@cf/meta/llama-3.1-8b-instruct');
     expect(detectApi('/v1/acct/gw/workers-ai/@hf/thebloke/mistral-7b-instruct-v0.1-awq', undefined)?.api).toBe('workers-ai');
     expect(detectApi('/v1/acct/gw/workers-ai/%40cf%2Fmeta%2Fllama-3.1-8b-instruct?x=1', undefined)?.api).toBe('workers-ai');
+    // The path Cloudflare's own workers-ai-provider builds for the gateway (utils.ts createRun).
+    expect(detectApi('/v1/acct/gw/workers-ai/run/@cf/meta/llama-3.1-8b-instruct', undefined)?.api).toBe('workers-ai');
+    expect(api.modelFromPath?.('/v1/acct/gw/workers-ai/run/@cf/meta/llama-3.1-8b-instruct')).toBe('@cf/meta/llama-3.1-8b-instruct');
     // The gateway's OpenAI-compatible path for Workers AI is OpenAI Chat.
     expect(detectApi('/v1/acct/gw/workers-ai/v1/chat/completions', undefined)?.api).toBe('openai-chat');
   });
@@ -504,15 +515,26 @@ describe('Cloudflare Workers AI /ai/run', () => {
     expect(s.tpotMs).toBeCloseTo(15, 9);
   });
 
-  it('native tool calls (argument fragments at the top level) and OpenAI-shaped chunks on the same path', () => {
+  it('native tool calls (argument fragments at the top level, nested or flat) and OpenAI-shaped chunks on the same path', () => {
     t = testInstruments();
     const m = meterFor('/client/v4/accounts/a/ai/run/@cf/openai/gpt-oss-20b');
     m.responseStart(200, 'text/event-stream', undefined);
     [
       ev({ tool_calls: [{ id: 'c1', type: 'function', index: 0, function: { name: 'get_weather', arguments: '' } }] }),
       ev({ tool_calls: [{ index: 0, function: { arguments: '{"city":' } }] }),
+      ev({ tool_calls: [{ name: 'get_time', arguments: '{"tz":"CET"}' }] }),
+      ev({ tool_calls: [{ id: null, type: null, index: 0, function: { name: null, arguments: null } }] }), // the closing item
       ev({ id: 'chatcmpl-1', object: 'chat.completion.chunk', model: '@cf/openai/gpt-oss-20b', choices: [{ index: 0, delta: { reasoning_content: 'Okay' }, finish_reason: null }], usage: { prompt_tokens: 13, total_tokens: 16, completion_tokens: 3 } }),
     ].forEach((b, i) => m.chunk(b, 10 * i));
-    expect(m.finish(50)).toMatchObject({ ttftMs: 10, contentEvents: 2, outputTokens: 3, responseModel: '@cf/openai/gpt-oss-20b' });
+    expect(m.finish(50)).toMatchObject({ ttftMs: 10, contentEvents: 3, outputTokens: 3, responseModel: '@cf/openai/gpt-oss-20b' });
+  });
+
+  it('a JSON answer records nothing: the path also serves embeddings, images and speech', async () => {
+    t = testInstruments();
+    const m = meterFor('/client/v4/accounts/a/ai/run/@cf/baai/bge-base-en-v1.5');
+    m.responseStart(200, 'application/json', undefined);
+    m.chunk(Buffer.from('{"result":{"shape":[1,768],"data":[[0.1]]},"success":true,"errors":[],"messages":[]}'), 5);
+    expect(m.finish(6)).toBeUndefined();
+    expect((await t.histogram(METRIC.duration)).count).toBe(0);
   });
 });

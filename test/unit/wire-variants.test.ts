@@ -446,7 +446,7 @@ describe('wire variants beyond the fixtures', () => {
 });
 
 describe('server-reported timings in variants', () => {
-  it('Groq: prompt_time, completion_time / completion_tokens and total_time (seconds) from its usage', () => {
+  it('Groq: queue_time + prompt_time, completion_time / completion_tokens and queue_time + total_time (seconds) from its usage', () => {
     // groq-sdk CompletionUsage: queue_time, prompt_time, completion_time, total_time (seconds), beside the counts;
     // older streams carry it as x_groq.usage.
     for (const where of ['usage', 'x_groq'] as const) {
@@ -456,9 +456,10 @@ describe('server-reported timings in variants', () => {
       const out = decode({ framing: 'sse' } as Variant, [sse(chat({ content: 'Hi' }), data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'llama-3.3-70b-versatile', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], ...last }))]);
       out.forEach((e) => a.onEvent(e));
       expect(a.usage).toMatchObject({ outputTokens: 200, inputTokens: 40 });
-      expect(a.serverTimings?.timeToFirstToken).toBeCloseTo(0.004, 12);
+      // TTFT and duration include the queueing (as Ollama's include loading the model).
+      expect(a.serverTimings?.timeToFirstToken).toBeCloseTo(0.0123 + 0.004, 12);
       expect(a.serverTimings?.timePerOutputToken).toBeCloseTo(0.0014, 12);
-      expect(a.serverTimings?.duration).toBeCloseTo(0.284, 12);
+      expect(a.serverTimings?.duration).toBeCloseTo(0.0123 + 0.284, 12);
     }
     // OpenAI's usage has none of these: no server timings.
     const plain = new OpenAIChatAdapter();
