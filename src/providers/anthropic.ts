@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, safeDecode, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Anthropic Messages streams (`POST /v1/messages`), also reused for Bedrock
@@ -168,14 +168,7 @@ export const anthropicVertex: ApiDescriptor = {
   operation: 'chat',
   defaultProviderName: 'gcp.vertex_ai',
   newAdapter: () => new AnthropicAdapter(),
-  modelFromPath(path) {
-    const m = VERTEX_MODEL.exec(stripQuery(path));
-    return m ? safeDecode(m[1]!) : undefined;
-  },
+  modelFromPath: modelInPath(VERTEX_MODEL),
 };
 
-export function stripQuery(path: string): string {
-  const q = path.indexOf('?');
-  return q === -1 ? path : path.slice(0, q);
-}
 

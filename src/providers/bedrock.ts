@@ -1,8 +1,8 @@
 import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
-import { AnthropicAdapter, stripQuery } from './anthropic.js';
+import { AnthropicAdapter } from './anthropic.js';
 import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, safeDecode, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one
@@ -174,10 +174,7 @@ function otherModelHasContent(o: Record<string, unknown>): boolean {
 
 const MODEL_IN_PATH = /\/model\/([^/]+)\/(?:converse-stream|converse|invoke-with-response-stream|invoke)$/;
 
-function bedrockModel(path: string): string | undefined {
-  const m = MODEL_IN_PATH.exec(stripQuery(path));
-  return m ? safeDecode(m[1]!) : undefined;
-}
+const bedrockModel = modelInPath(MODEL_IN_PATH);
 
 export const bedrockConverse: ApiDescriptor = {
   api: 'bedrock-converse',

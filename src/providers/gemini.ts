@@ -1,7 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
-import { stripQuery } from './anthropic.js';
 import { errorTypeOf, sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, safeDecode, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
@@ -131,10 +130,7 @@ function geminiError(e: unknown): unknown {
 
 const MODEL_IN_PATH = /\/(?:models|endpoints)\/([^/:?]+):(?:streamGenerateContent|generateContent)$/;
 
-function geminiModel(path: string): string | undefined {
-  const m = MODEL_IN_PATH.exec(stripQuery(path));
-  return m ? safeDecode(m[1]!) : undefined;
-}
+const geminiModel = modelInPath(MODEL_IN_PATH);
 
 export const geminiStream: ApiDescriptor = {
   api: 'gemini',

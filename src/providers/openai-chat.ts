@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
 import { SequenceCounts } from './sequence-counts.js';
-import { EventKind, nonEmpty, nonEmptyObject, num, obj, parseObject, safeDecode, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -243,10 +243,7 @@ export const azureOpenaiChat: ApiDescriptor = {
   operation: 'chat',
   defaultProviderName: 'azure.ai.openai',
   newAdapter: () => new OpenAIChatAdapter(),
-  modelFromPath(path) {
-    const m = AZURE_DEPLOYMENT.exec(path);
-    return m ? safeDecode(m[1]!) : undefined;
-  },
+  modelFromPath: modelInPath(AZURE_DEPLOYMENT),
 };
 
 const WORKERS_AI_MODEL = /\/(?:ai\/run|workers-ai(?:\/run)?)\/((?:@|%40)[^?]+)/;
@@ -268,10 +265,7 @@ export const workersAi: ApiDescriptor = {
   operation: 'chat',
   defaultProviderName: 'cloudflare.workers_ai',
   newAdapter: () => new WorkersAiAdapter(),
-  modelFromPath(path) {
-    const m = WORKERS_AI_MODEL.exec(path);
-    return m ? safeDecode(m[1]!) : undefined;
-  },
+  modelFromPath: modelInPath(WORKERS_AI_MODEL),
 };
 
 /** llama.cpp's native `/completion` and `/infill` (see `llamacppNative`). */

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, num, parseObject, safeDecode, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, num, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * NVIDIA Triton's generate extension (`POST /v2/models/{model}[/versions/{v}]/generate_stream`,
@@ -61,8 +61,5 @@ export const tritonGenerate: ApiDescriptor = {
   operation: 'text_completion',
   defaultProviderName: 'triton',
   newAdapter: () => new TritonGenerateAdapter(),
-  modelFromPath(path) {
-    const m = TRITON_MODEL.exec(path);
-    return m ? safeDecode(m[1]!) : undefined;
-  },
+  modelFromPath: modelInPath(TRITON_MODEL),
 };

@@ -159,8 +159,20 @@ export function sumDefined(...vs: (number | undefined)[]): number | undefined {
   return s;
 }
 
+/**
+ * The model an API names in its path: the first group of `re` in the path without its
+ * query, URL-decoded (for `ApiDescriptor.modelFromPath`).
+ */
+export function modelInPath(re: RegExp): (path: string) => string | undefined {
+  return (path) => {
+    const q = path.indexOf('?');
+    const m = re.exec(q === -1 ? path : path.slice(0, q));
+    return m ? safeDecode(m[1]!) : undefined;
+  };
+}
+
 /** A path segment URL-decoded; as it is when it is not valid percent-encoding. */
-export function safeDecode(s: string): string {
+function safeDecode(s: string): string {
   try {
     return decodeURIComponent(s);
   } catch {
