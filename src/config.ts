@@ -36,7 +36,7 @@ const routeSchema = z
     upstream: httpUrl,
     /** Forces the wire format / adapter (e.g. `openai`), instead of detecting it from the path. */
     provider: z.string().min(1).optional(),
-    /** Overrides the `gen_ai_provider_name` label only. */
+    /** Overrides the `gen_ai_provider_name` label; on `/v1/chat` and `/api/v1/chat` it also picks the API (Cohere, LM Studio). */
     providerName: z.string().min(1).optional(),
     /** Remove the prefix before forwarding (default true). */
     stripPrefix: z.boolean().default(true),

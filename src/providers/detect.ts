@@ -19,6 +19,12 @@ function named(api: ApiDescriptor, providerName: string): ApiDescriptor {
 }
 
 /**
+ * `/generate` by its path: SGLang streams there, but TGI (one JSON answer) and vLLM's demo
+ * server answer there too, so the provider label comes from the route or its host.
+ */
+const generateByPath = named(sglangGenerate, '_OTHER');
+
+/**
  * Adapters selectable by name in a route's `provider:` setting. Names are the
  * `gen_ai.provider.name` values where there is one, plus API ids.
  */
@@ -77,10 +83,10 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   // Self-hosted servers' own APIs (after Ollama's `/api/generate`).
   // Not `/api/…/completion` (an app's own route, e.g. the Vercel AI SDK's `useCompletion`) nor
   // `/api/…/generate` (KoboldCpp, text-generation-webui): other formats.
-  [/(?:^|\/)(?<!(?:^|\/)api\/(?:v\d+\/)?)(?:completion|infill)$/, llamacppCompletion],
+  [/(?:^|\/)(?<!(?:^|\/)api\/(?:[^/]+\/)*)(?:completion|infill)$/, llamacppCompletion],
   [/\/v2\/models\/[^/]+(?:\/versions\/[^/]+)?\/generate(?:_stream)?$/, tritonGenerate],
   [/(?:^|\/)generate_stream$/, tgiGenerate],
-  [/(?:^|\/)(?<!(?:^|\/)api\/(?:v\d+\/)?)generate$/, sglangGenerate],
+  [/(?:^|\/)(?<!(?:^|\/)api\/(?:[^/]+\/)*)generate$/, generateByPath],
   [/(?:^|\/)v2\/chat$/, cohereChat],
   [/\/(?:ai\/run|workers-ai(?:\/run)?)\/(?:@|%40).+$/, workersAi],
 ];
@@ -93,12 +99,12 @@ const STREAM_TRUE = /(?:^|&)stream=true(?:&|$)/;
 
 /**
  * The API of a request: the route's explicit `provider` first, then the
- * path (for a path other APIs share, with the route's provider name, from its
- * `providerName` or its host), then the generic fallback (streams are timed,
- * nothing else is measured). Undefined is no longer returned; the signature keeps it so that
+ * path (for a path other APIs share, with the provider names the route gives:
+ * its `providerName` and the one its host implies), then the generic fallback
+ * (streams are timed, nothing else is measured). Undefined is no longer returned; the signature keeps it so that
  * callers may treat "no API" as before.
  */
-export function detectApi(path: string, routeProvider: string | undefined, providerName?: string): ApiDescriptor | undefined {
+export function detectApi(path: string, routeProvider: string | undefined, providerNames: readonly string[] = []): ApiDescriptor | undefined {
   if (routeProvider !== undefined) {
     const forced = API_BY_NAME[routeProvider];
     if (forced) return forced;
@@ -109,8 +115,8 @@ export function detectApi(path: string, routeProvider: string | undefined, provi
   // Paths other APIs use too, on a route to the provider (its host, or `providerName`) only:
   // Cohere's v1 Chat (Writer serves OpenAI-shaped chunks at `/v1/chat`) and LM Studio's
   // native chat (`/api/v1/chat` is a common route name in apps).
-  if (providerName === 'cohere' && COHERE_V1.test(p)) return cohereChat;
-  if (providerName === 'lmstudio' && LMSTUDIO_CHAT.test(p)) return lmstudioChat;
+  if (providerNames.includes('cohere') && COHERE_V1.test(p)) return cohereChat;
+  if (providerNames.includes('lmstudio') && LMSTUDIO_CHAT.test(p)) return lmstudioChat;
   // Resuming a background response's stream; without `stream=true` the same path retrieves
   // a stored response, whose usage the request that made it has already counted.
   if (q !== -1 && STREAM_TRUE.test(path.slice(q + 1))) {

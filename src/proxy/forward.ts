@@ -222,7 +222,7 @@ class InFlight implements ExchangeHandler {
    * covers the header (AWS SigV4) keeps it: changing it would fail the signature.
    */
   private askIdentity(headers: string[]): void {
-    const api = (this.api = detectApi(this.match.upstreamPath, this.match.resolved.route.provider, this.match.resolved.providerName));
+    const api = (this.api = detectApi(this.match.upstreamPath, this.match.resolved.route.provider, this.match.resolved.providerNames));
     if (api === undefined || api === genericStream || signsAcceptEncoding(this.req)) return;
     replaceRaw(headers, 'accept-encoding', 'identity');
   }
@@ -245,7 +245,7 @@ class InFlight implements ExchangeHandler {
 
   private measure(seen: Buffer[] | undefined): void {
     const { match, deps } = this;
-    const api = this.api ?? detectApi(match.upstreamPath, match.resolved.route.provider, match.resolved.providerName);
+    const api = this.api ?? detectApi(match.upstreamPath, match.resolved.route.provider, match.resolved.providerNames);
     if (api === undefined) return;
     const pathModel = api.modelFromPath?.(match.upstreamPath);
     this.labels = {

@@ -9,6 +9,11 @@ export interface ResolvedRoute {
   readonly basePath: string;
   /** `gen_ai.provider.name` from the route or the upstream host, when either says; else the API's default. */
   readonly providerName: string | undefined;
+  /**
+   * The provider names the route gives (its `providerName`, and the one its upstream host
+   * implies): what picks the API on a path several APIs use (`detectApi`).
+   */
+  readonly providerNames: readonly string[];
   /** Where the upstream client connects. */
   readonly origin: Origin;
 }
@@ -33,11 +38,13 @@ export class Router {
         const upstream = new URL(route.upstream);
         const connectHost = upstream.hostname.replace(/^\[|\]$/g, '');
         const port = upstream.port === '' ? (upstream.protocol === 'https:' ? 443 : 80) : Number(upstream.port);
+        const hostName = providerNameForHost(upstream.hostname);
         return {
           route,
           upstream,
           basePath: upstream.pathname.replace(/\/+$/, ''),
-          providerName: route.providerName ?? providerNameForHost(upstream.hostname),
+          providerName: route.providerName ?? hostName,
+          providerNames: [route.providerName, hostName].filter((n): n is string => n !== undefined),
           origin: { protocol: upstream.protocol, host: connectHost, port },
         };
       })

@@ -2,6 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { RequestMeter } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { detectApi } from '../../src/providers/detect.js';
+import { Router } from '../../src/proxy/routes.js';
 import type { ResponseAdapter } from '../../src/providers/types.js';
 import { testInstruments } from '../helpers/metrics.js';
 
@@ -34,7 +35,7 @@ const opts = { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 };
 const labels = { provider: 'x', operation: 'text_completion', requestModel: 'm', serverAddress: '127.0.0.1' };
 
 function meterFor(path: string): RequestMeter {
-  const api = detectApi(path, undefined, path === '/v1/chat' ? 'cohere' : path === '/api/v1/chat' ? 'lmstudio' : undefined)!;
+  const api = detectApi(path, undefined, path === '/v1/chat' ? ['cohere'] : path === '/api/v1/chat' ? ['lmstudio'] : [])!;
   return new RequestMeter(t.instruments, api.newAdapter() as ResponseAdapter, { ...labels }, 0, opts);
 }
 
@@ -73,6 +74,7 @@ describe('llama.cpp native completion (/completion, /infill, /completions)', () 
     // An app's own `/api/completion` (the Vercel AI SDK's useCompletion default) is another format.
     expect(detectApi('/api/completion', undefined)?.api).toBe('generic');
     expect(detectApi('/api/v1/completion', undefined)?.api).toBe('generic');
+    expect(detectApi('/api/ai/completion', undefined)?.api).toBe('generic');
   });
 
   for (const path of ['/completion', '/completions']) {
@@ -224,10 +226,13 @@ describe('SGLang native /generate', () => {
     ev({ text, output_ids: Array.from({ length: n }, (_, i) => 100 + i), meta_info: { id: 'ab12', finish_reason: finish, prompt_tokens: 9, completion_tokens: n, cached_tokens: 4, ...extra } });
 
   it('path: /generate (not Ollama\'s /api/generate)', () => {
-    expect(detectApi('/generate', undefined)).toMatchObject({ api: 'sglang-generate', defaultProviderName: 'sglang' });
+    // TGI and vLLM's demo server answer at `/generate` too: the label comes from the route or its host.
+    expect(detectApi('/generate', undefined)).toMatchObject({ api: 'sglang-generate', defaultProviderName: '_OTHER' });
+    expect(detectApi('/x', 'sglang-generate')).toMatchObject({ api: 'sglang-generate', defaultProviderName: 'sglang' });
     expect(detectApi('/api/generate', undefined)?.api).toBe('ollama-generate');
     // KoboldCpp, Aphrodite and text-generation-webui serve other formats there.
     expect(detectApi('/api/v1/generate', undefined)?.api).toBe('generic');
+    expect(detectApi('/api/latest/generate', undefined)?.api).toBe('generic'); // KoboldCpp
   });
 
   it('cumulative text: content when completion_tokens grows; TPOT and per-token ITL from the running count', async () => {
@@ -361,7 +366,11 @@ describe('Cohere Chat', () => {
     expect(detectApi('/v2/chat', undefined)).toMatchObject({ api: 'cohere-chat', defaultProviderName: 'cohere', operation: 'chat' });
     // `/v1/chat` is Cohere's only on a Cohere route (its host, or `providerName: cohere`): Writer
     // serves OpenAI-shaped chunks there; LM Studio's `/api/v1/chat` has its own adapter.
-    expect(detectApi('/v1/chat', undefined, 'cohere')?.api).toBe('cohere-chat');
+    expect(detectApi('/v1/chat', undefined, ['cohere'])?.api).toBe('cohere-chat');
+    // A route to Cohere's host whose label says otherwise is still Cohere's: the router gives both names.
+    const r = new Router([{ prefix: '/', upstream: 'https://api.cohere.com', stripPrefix: true, providerName: 'my-gateway' }]).match('/v1/chat')!;
+    expect(r.resolved.providerName).toBe('my-gateway');
+    expect(detectApi(r.upstreamPath, undefined, r.resolved.providerNames)?.api).toBe('cohere-chat');
     expect(detectApi('/v1/chat', undefined)?.api).toBe('generic');
     expect(detectApi('/compatibility/v1/chat/completions', undefined)?.api).toBe('openai-chat');
   });
@@ -448,7 +457,7 @@ describe('LM Studio native /api/v1/chat', () => {
 
   it('path; reasoning, tool arguments and message deltas are content; usage and server timings from chat.end stats', async () => {
     // `/api/v1/chat` is a common route name in apps: LM Studio's only on a route named lmstudio.
-    expect(detectApi('/api/v1/chat', undefined, 'lmstudio')).toMatchObject({ api: 'lmstudio-chat', defaultProviderName: 'lmstudio' });
+    expect(detectApi('/api/v1/chat', undefined, ['lmstudio'])).toMatchObject({ api: 'lmstudio-chat', defaultProviderName: 'lmstudio' });
     expect(detectApi('/api/v1/chat', undefined)?.api).toBe('generic');
     expect(detectApi('/x', 'lmstudio')?.api).toBe('lmstudio-chat');
     expect(detectApi('/api/chat', undefined)?.api).toBe('ollama-chat');
