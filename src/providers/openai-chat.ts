@@ -38,6 +38,9 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   /** llama.cpp native chunks only. */
   private sequences: SequenceCounts | undefined;
 
+  /** `native`: the chunk shape without `choices` this path may also carry, if any. */
+  constructor(private readonly native?: 'llama.cpp' | 'workers-ai') {}
+
   /**
    * Most events of a long stream are plain deltas that, once the model is
    * known, carry nothing else the adapter reads: recognised from their bytes
@@ -81,7 +84,12 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     }
     if (chunk.timings && typeof chunk.timings === 'object') this.readTimings(chunk.timings as Record<string, unknown>);
     const choices = chunk.choices;
-    if (!Array.isArray(choices)) return chunk.response !== undefined || chunk.tool_calls !== undefined ? workersAiNative(chunk) : this.llamacppNative(chunk);
+    if (!Array.isArray(choices)) {
+      // A server's own chunk shape, read only on that server's paths (see the descriptors).
+      if (this.native === 'llama.cpp') return this.llamacppNative(chunk);
+      if (this.native === 'workers-ai') return workersAiNative(chunk);
+      return EventKind.None;
+    }
     for (const choice of choices) {
       if (choiceHasContent(choice)) return EventKind.Content;
     }
@@ -112,7 +120,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
     if (r.usage && typeof r.usage === 'object') this.readUsage(r.usage as Record<string, unknown>);
     if (r.timings && typeof r.timings === 'object') this.readTimings(r.timings as Record<string, unknown>);
-    if (!Array.isArray(r.choices)) this.llamacppNative(r);
+    if (!Array.isArray(r.choices) && this.native === 'llama.cpp') this.llamacppNative(r);
   }
 
   /** llama.cpp server timings (milliseconds on the wire). */
@@ -254,6 +262,9 @@ const WORKERS_AI_MODEL = /\/(?:ai\/run|workers-ai(?:\/run)?)\/((?:@|%40)[^?]+)/;
  */
 class WorkersAiAdapter extends OpenAIChatAdapter {
   readonly streamsOnly = true;
+  constructor() {
+    super('workers-ai');
+  }
 }
 
 /**
@@ -273,12 +284,12 @@ export const llamacppCompletion: ApiDescriptor = {
   api: 'llama.cpp-completion',
   operation: 'text_completion',
   defaultProviderName: 'llama.cpp',
-  newAdapter: () => new OpenAIChatAdapter(),
+  newAdapter: () => new OpenAIChatAdapter('llama.cpp'),
 };
 
 export const openaiCompletions: ApiDescriptor = {
   api: 'openai-completions',
   operation: 'text_completion',
   defaultProviderName: 'openai',
-  newAdapter: () => new OpenAIChatAdapter(),
+  newAdapter: () => new OpenAIChatAdapter('llama.cpp'), // `/completions` without `/v1` is native on llama.cpp
 };

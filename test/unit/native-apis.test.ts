@@ -114,6 +114,14 @@ describe('llama.cpp native completion (/completion, /infill, /completions)', () 
     expect(per.sum).toBeCloseTo(0.06, 9);
   });
 
+  it('the native shapes are read only on their paths: on /v1/chat/completions such chunks are not content', () => {
+    t = testInstruments();
+    const m = meterFor('/v1/chat/completions');
+    m.responseStart(200, 'text/event-stream', undefined);
+    [ev({ index: 0, content: 'Today', stop: false, tokens_predicted: 1 }), ev({ response: 'Today' }), ev({ tool_calls: [{ name: 'f', arguments: '{}' }] })].forEach((b, i) => m.chunk(b, 10 * i));
+    expect(m.finish(50)).toMatchObject({ contentEvents: 0, outputTokens: undefined, ttftMs: undefined });
+  });
+
   it('older servers report tokens_predicted only at the end: the same TPOT, no per-token ITL', async () => {
     t = testInstruments({ perTokenItl: true });
     const m = meterFor('/completion');
