@@ -63,11 +63,17 @@ export class CohereAdapter implements ResponseAdapter {
     }
   }
 
-  /** A non-streamed answer: v2 `usage`, v1 `meta`. */
+  /**
+   * A non-streamed answer: v2 `usage`, v1 `meta`. A stream sent with a plain JSON content
+   * type (its lines then arrive here as one body) still gives its usage and its error.
+   */
   onBody(body: string): void {
     const o = parseObject(body);
-    if (!o) return;
-    this.readUsage(obj(o.usage) ?? obj(o.meta));
+    if (o) {
+      this.readUsage(obj(o.usage) ?? obj(o.meta));
+      return;
+    }
+    for (const line of body.split('\n')) if (line.trim() !== '') this.onEvent({ type: '', data: line } as SseEvent);
   }
 
   private finishReason(reason: unknown): EventKind {

@@ -433,6 +433,18 @@ describe('Cohere Chat', () => {
     expect(m.finish(100)).toMatchObject({ ttftMs: 10, contentEvents: 4, outputTokens: 24, inputTokens: 17, outcome: 'ok' });
   });
 
+  it('JSON lines sent as application/json (a content type not verified for v1): read whole at the end, usage and errors kept', () => {
+    t = testInstruments();
+    const line = (o: unknown) => `${JSON.stringify(o)}\n`;
+    for (const [finish, outcome] of [['COMPLETE', 'ok'], ['ERROR', 'error']] as const) {
+      const m = meterFor('/v1/chat');
+      m.responseStart(200, 'application/json', undefined);
+      m.chunk(Buffer.from(line({ is_finished: false, event_type: 'text-generation', text: 'Hello' })), 10);
+      m.chunk(Buffer.from(line({ is_finished: true, event_type: 'stream-end', finish_reason: finish, response: { meta: { tokens: { input_tokens: 17, output_tokens: 24 } } } })), 20);
+      expect(m.finish(30), finish).toMatchObject({ streamed: false, outputTokens: 24, inputTokens: 17, outcome, ttftMs: undefined });
+    }
+  });
+
   it('a cancelled v2 stream counts its deltas (one token each, as Cohere documents)', () => {
     t = testInstruments();
     const m = meterFor('/v2/chat');
