@@ -73,7 +73,7 @@ export class CohereAdapter implements ResponseAdapter {
       this.readUsage(obj(o.usage) ?? obj(o.meta));
       return;
     }
-    for (const line of body.split('\n')) if (line.trim() !== '') this.onEvent({ type: '', data: line } as SseEvent);
+    for (const line of body.split('\n')) if (line.trim() !== '') this.onEvent({ type: '', data: line, id: undefined });
   }
 
   private finishReason(reason: unknown): EventKind {

@@ -104,12 +104,12 @@ export class OpenAIChatAdapter implements ResponseAdapter {
    */
   private llamacppNative(chunk: Record<string, unknown>): EventKind {
     if (typeof chunk.stop !== 'boolean') return EventKind.None;
-    const { total } = (this.sequences ??= new SequenceCounts()).update(
+    const { total, grew } = (this.sequences ??= new SequenceCounts()).update(
       chunk.index,
       { output: num(chunk.tokens_predicted), input: num(chunk.tokens_evaluated) },
       this.usage,
     );
-    if (num(chunk.tokens_predicted) !== undefined) this.cumulativeOutputTokens = total;
+    if (grew !== undefined) this.cumulativeOutputTokens = total; // this chunk reported a count
     return nonEmpty(chunk.content) ? EventKind.Content : EventKind.None;
   }
 

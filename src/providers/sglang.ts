@@ -1,6 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf, sanitizeErrorType } from './openai-chat.js';
 import { SequenceCounts } from './sequence-counts.js';
+import { readTgiDetails } from './tgi.js';
 import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
@@ -53,11 +54,7 @@ export class SglangGenerateAdapter implements ResponseAdapter {
     if (!o) return;
     const meta = obj(o.meta_info);
     if (meta) this.readMeta(o.index, meta);
-    const d = obj(o.details); // TGI
-    const out = num(d?.generated_tokens);
-    if (out !== undefined) this.usage.outputTokens = out;
-    const input = num(d?.input_length) ?? num(d?.prompt_tokens);
-    if (input !== undefined) this.usage.inputTokens = input;
+    readTgiDetails(o, this.usage); // TGI's non-streamed `/generate` answer
   }
 
   /** Usage arithmetic (summed over a batch's sequences); whether this sequence's count grew. */

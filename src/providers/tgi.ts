@@ -29,7 +29,7 @@ export class TgiGenerateAdapter implements ResponseAdapter {
       return EventKind.Error;
     }
     if (!o) return EventKind.None;
-    this.readDetails(o);
+    readTgiDetails(o, this.usage);
     if (!obj(o.token)) return EventKind.None;
     // `index` counts every response of the stream; `generated_tokens` is not compared with it.
     this.cumulativeOutputTokens = num(o.index);
@@ -41,18 +41,21 @@ export class TgiGenerateAdapter implements ResponseAdapter {
     const o = parseObject(body);
     if (!o) return;
     if (o.error !== undefined && o.error !== null) this.errorType = errorTypeOf(o.error, o.error_type);
-    else this.readDetails(o);
+    else readTgiDetails(o, this.usage);
   }
+}
 
-  /** Usage arithmetic: output = `details.generated_tokens`; input = `input_length` or `prompt_tokens`. */
-  private readDetails(o: Record<string, unknown>): void {
-    const d = obj(o.details);
-    if (!d) return;
-    const out = num(d.generated_tokens);
-    if (out !== undefined) this.usage.outputTokens = out;
-    const input = num(d.input_length) ?? num(d.prompt_tokens);
-    if (input !== undefined) this.usage.inputTokens = input;
-  }
+/**
+ * TGI's usage arithmetic (also for a non-streamed `/generate` answer read by the SGLang
+ * adapter): output = `details.generated_tokens`; input = `input_length` or `prompt_tokens`.
+ */
+export function readTgiDetails(o: Record<string, unknown>, usage: Usage): void {
+  const d = obj(o.details);
+  if (!d) return;
+  const out = num(d.generated_tokens);
+  if (out !== undefined) usage.outputTokens = out;
+  const input = num(d.input_length) ?? num(d.prompt_tokens);
+  if (input !== undefined) usage.inputTokens = input;
 }
 
 export const tgiGenerate: ApiDescriptor = {
