@@ -189,12 +189,13 @@ export interface Overrides {
 }
 
 function formatIssues(issues: readonly z.core.$ZodIssue[], source: string): string {
-  const lines = issues.map((i) => {
+  const lines = issues.flatMap((i) => {
     const path = i.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('').replace(/^\./, '');
-    if (i.code === 'unrecognized_keys') {
-      return i.keys.map((k) => `${path ? `${path}.` : ''}${k}: unknown key`).join('\n');
-    }
-    return `${path || '(root)'}: ${i.message}`;
+    if (i.code === 'unrecognized_keys') return i.keys.map((k) => `${path ? `${path}.` : ''}${k}: unknown key`);
+    // zod says "Invalid input: expected string, received undefined" for a key left out.
+    // (`input` is there because the parse asks for `reportInput`.)
+    if (i.code === 'invalid_type' && i.input === undefined) return [`${path || '(root)'}: required (${i.expected})`];
+    return [`${path || '(root)'}: ${i.message}`];
   });
   return `invalid configuration in ${source}:\n  ${lines.join('\n  ')}`;
 }
@@ -217,7 +218,7 @@ export function loadFile(path: string): FileConfig {
 
 /** Validates a config object (from YAML) merged with overrides into the runtime config. */
 export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'config'): Config {
-  const parsed = fileSchema.safeParse(raw ?? {});
+  const parsed = fileSchema.safeParse(raw ?? {}, { reportInput: true });
   if (!parsed.success) throw new ConfigError(formatIssues(parsed.error.issues, source));
   const f = parsed.data;
   if (overrides.upstream !== undefined) {

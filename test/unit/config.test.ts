@@ -95,6 +95,11 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'ftp://x' }] }))).toMatch(/routes\[0\]\.upstream: must be an absolute http/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: 'x', upstream: 'http://x' }] }))).toMatch(/routes\[0\]\.prefix/);
     expect(errorOf(() => buildConfig({ upstrem: 'http://x' }))).toMatch(/upstrem: unknown key/);
+    // Several unknown keys: one indented line each; a key left out is said to be required.
+    expect(errorOf(() => buildConfig({ routes: [{ path: '/', upstream: 'http://x', timeouts: {} }] }))).toBe(
+      'invalid configuration in config:\n  routes[0].prefix: required (string)\n  routes[0].path: unknown key\n  routes[0].timeouts: unknown key',
+    );
+    expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 5 }] }))).toMatch(/routes\[0\]\.upstream: Invalid input: expected string, received number/);
     expect(errorOf(() => buildConfig({ metrics: { port: 'abc' } }))).toMatch(/metrics\.port/);
     expect(errorOf(() => buildConfig({ metrics: { buckets: { itl: [0.002, 0.001] } } }))).toMatch(/metrics\.buckets\.itl: must be strictly increasing/);
     expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 0 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
