@@ -74,7 +74,7 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/(?:^|\/)responses$/, openaiResponses],
   [/\/model\/[^/]+\/(?:converse-stream|converse)$/, bedrockConverse],
   [/\/model\/[^/]+\/(?:invoke-with-response-stream|invoke)$/, bedrockInvoke],
-  [/\/(?:models|endpoints)\/[^/:]+:(?:streamGenerateContent|generateContent)$/, geminiStream],
+  [/\/(?:models|endpoints|tunedModels)\/[^/:]+:(?:streamGenerateContent|generateContent)$/, geminiStream],
   [/\/publishers\/anthropic\/models\/[^/:]+:(?:stream)?[rR]awPredict$/, anthropicVertex],
   [/(?:^|\/)v1\/messages$/, anthropicMessages],
   [/(?:^|\/)api\/chat$/, ollamaChat],

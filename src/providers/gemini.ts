@@ -128,7 +128,8 @@ function geminiError(e: unknown): unknown {
   return e;
 }
 
-const MODEL_IN_PATH = /\/(?:models|endpoints)\/([^/:?]+):(?:streamGenerateContent|generateContent)$/;
+// A tuned model keeps its collection in the label (`tunedModels/x`): its id can be a base model's name.
+const MODEL_IN_PATH = /\/(?:models\/|endpoints\/|(?=tunedModels\/))((?:tunedModels\/)?[^/:?]+):(?:streamGenerateContent|generateContent)$/;
 
 const geminiModel = modelInPath(MODEL_IN_PATH);
 

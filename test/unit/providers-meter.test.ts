@@ -357,6 +357,9 @@ describe('detection', () => {
     ['/v1/messages', undefined, 'anthropic', undefined],
     ['/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse&key=secret', undefined, 'gemini', 'gemini-2.5-flash'],
     ['/v1/projects/p/locations/us-central1/publishers/google/models/gemini-2.0-flash:streamGenerateContent', undefined, 'gemini', 'gemini-2.0-flash'],
+    // The AI SDK posts a model id with a slash as the path (`google('tunedModels/x')`).
+    ['/v1beta/tunedModels/my-tuned-1:streamGenerateContent?alt=sse', undefined, 'gemini', 'tunedModels/my-tuned-1'],
+    ['/v1beta/tunedModels/my-tuned-1:generateContent', undefined, 'gemini', 'tunedModels/my-tuned-1'],
     ['/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict', undefined, 'anthropic-vertex', 'claude-sonnet-4@20250514'],
     ['/api/chat', undefined, 'ollama-chat', undefined],
     ['/api/generate', undefined, 'ollama-generate', undefined],

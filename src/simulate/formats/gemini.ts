@@ -2,7 +2,7 @@ import { promptTokens } from '../text.js';
 import { afterAll, groupText, objOf, planBlocks, planGroups, positiveInt, runGroups, sendJson, type Group } from './groups.js';
 import type { SimRequest, WireFormat } from './types.js';
 
-const PATH = /\/models\/([^/:]+):(streamGenerateContent|generateContent)$/;
+const PATH = /\/(?:models\/|(?=tunedModels\/))((?:tunedModels\/)?[^/:]+):(streamGenerateContent|generateContent)$/;
 
 /**
  * Google Gemini (`POST .../models/{model}:streamGenerateContent?alt=sse`, and
