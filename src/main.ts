@@ -61,7 +61,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const forwarder = new Forwarder({ config: cfg, log, instruments });
   let draining = false;
 
-  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive);
+  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive, (req, socket, head) => forwarder.upgrade(req, socket, head));
   const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, cfg.timeouts.keepAlive);
   log.info(
     {
@@ -117,6 +117,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     },
     async close() {
       draining = true;
+      forwarder.draining = true;
+      forwarder.cutTunnels(ERROR_TYPE.shutdownDeadline);
       proxy.server.closeAllConnections();
       await closeAll();
     },

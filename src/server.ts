@@ -1,10 +1,12 @@
 import { serve, type HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono } from 'hono';
-import type { Server } from 'node:http';
+import { createServer, IncomingMessage, type Server, type ServerOptions } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { Telemetry } from './metrics/exporter.js';
 import type { Forwarder } from './proxy/forward.js';
+import { writeRawError } from './proxy/tunnel.js';
 
 /**
  * The proxy app: one catch-all route. The forwarder works on Node's raw
@@ -44,16 +46,60 @@ export function createMetricsApp(telemetry: Telemetry | undefined, health: Healt
   return app;
 }
 
-/** Starts a Hono app on Node; resolves with the server and its URL once listening. */
+export type UpgradeHandler = (req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+
+/** Only WebSocket upgrades are tunnelled; any other `Upgrade` (h2c) is served as HTTP/1.1. */
+const isWebSocket = (req: IncomingMessage): boolean => /^\s*websocket\s*$/i.test(req.headers.upgrade ?? '');
+
+// Node 22.21+/24.9+ ask `shouldUpgradeCallback` which upgrades to hand over. Before (Node 20),
+// an 'upgrade' listener takes every request with an Upgrade header, h2c ones too (which Java's
+// HttpClient sends by default over http://), and the server decides by reading `req.upgrade`
+// after the parser set it: a request class whose `upgrade` reads false for anything but a
+// WebSocket (or CONNECT) keeps those on the normal path, as with no listener at all.
+const probe = (): boolean => true;
+const NATIVE_UPGRADE_CHOICE = (createServer({ shouldUpgradeCallback: probe } as ServerOptions) as { shouldUpgradeCallback?: unknown }).shouldUpgradeCallback === probe;
+
+class WebSocketUpgradeOnly extends IncomingMessage {
+  private upgradeAsked = false;
+  get upgrade(): boolean {
+    return this.upgradeAsked && (this.method === 'CONNECT' || isWebSocket(this));
+  }
+  set upgrade(v: boolean) {
+    this.upgradeAsked = v;
+  }
+}
+
+const upgradeOptions: ServerOptions = NATIVE_UPGRADE_CHOICE
+  ? ({ shouldUpgradeCallback: isWebSocket } as ServerOptions)
+  : { IncomingMessage: WebSocketUpgradeOnly };
+
+/** CONNECT: this is a reverse proxy, not a forward one; say so instead of dropping the connection. */
+function refuseConnect(_req: IncomingMessage, socket: Duplex): void {
+  socket.on('error', () => {});
+  writeRawError(socket, 405, 'method_not_allowed', 'CONNECT is not supported: this is a reverse proxy', 'allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n');
+}
+
+/**
+ * Starts a Hono app on Node; resolves with the server and its URL once listening. With
+ * `onUpgrade`, WebSocket upgrades go there.
+ */
 export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
   port: number,
   host: string,
   keepAliveSeconds?: number,
+  onUpgrade?: UpgradeHandler,
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     const server = serve(
-      { fetch: app.fetch as never, port, hostname: host, autoCleanupIncoming: false, overrideGlobalObjects: false },
+      {
+        fetch: app.fetch as never,
+        port,
+        hostname: host,
+        autoCleanupIncoming: false,
+        overrideGlobalObjects: false,
+        serverOptions: onUpgrade ? upgradeOptions : {},
+      },
       (info: AddressInfo) => {
         const h = info.family === 'IPv6' ? `[${info.address}]` : info.address;
         resolve({ server: server as Server, url: `http://${h}:${info.port}` });
@@ -66,6 +112,8 @@ export function listen(
     // a Content-Length or Transfer-Encoding it dropped: a forwarded request would then lose its
     // framing. No count limit; the 16 KiB head size limit still bounds the fields.
     server.maxHeadersCount = 0;
+    if (onUpgrade) server.on('upgrade', onUpgrade);
+    server.on('connect', refuseConnect);
     server.once('error', reject);
   });
 }

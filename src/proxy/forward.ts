@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
@@ -17,6 +18,7 @@ import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
 import { Router, type RouteMatch } from './routes.js';
+import { Tunnel, writeRawError } from './tunnel.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
 
 export interface ForwarderDeps {
@@ -42,8 +44,8 @@ export class Forwarder {
   private readonly models: CardinalityLimiter;
   private readonly responseModels: CardinalityLimiter;
   readonly limitResponseModel = (model: string): string => this.responseModels.limit(model);
-  /** Streams in flight, for graceful shutdown. */
-  readonly inFlight = new Set<InFlight>();
+  /** Streams and tunnels in flight, for graceful shutdown. */
+  readonly inFlight = new Set<{ abort(errorType: string): void }>();
   /** Shutting down: no new request is forwarded, no connection is kept after its answer. */
   draining = false;
 
@@ -92,8 +94,53 @@ export class Forwarder {
     new InFlight(this, this.deps, match, req, res, start).run();
   }
 
+  /**
+   * A WebSocket upgrade (server.ts hands over only those): the same checks and routing as a
+   * request, then a byte tunnel to the route's upstream (proxy/tunnel.ts), not measured.
+   */
+  upgrade(req: IncomingMessage, socket: Duplex, early: Buffer): void {
+    // Node's server dropped its own error listener when it handed the socket over.
+    socket.on('error', ignore);
+    if (this.draining) return writeRawError(socket, 503, 'draining', 'the proxy is shutting down; retry the request');
+    if (hasDotSegment(req.url ?? '')) return writeRawError(socket, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
+    if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
+      // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
+      return writeRawError(socket, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
+    }
+    const match = this.router.match(req.url ?? '');
+    if (!match) return writeRawError(socket, 404, 'no_route', `no route for ${safePath(req.url)}`);
+    const requestId = requestIdOf(req);
+    const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP);
+    headers.push('connection', 'upgrade', 'upgrade', rawHeader(req.rawHeaders, 'upgrade') ?? 'websocket');
+    addProxyHeaders(headers, req, match.resolved.upstream.host, requestId);
+    const { timeouts } = this.deps.config;
+    const tunnel = new Tunnel(
+      {
+        log: this.deps.log,
+        requestId,
+        origin: match.resolved.origin,
+        path: match.upstreamPath,
+        connectTimeoutMs: timeouts.connect * 1000,
+        responseTimeoutMs: timeouts.response * 1000,
+        idleTimeoutMs: timeouts.idle * 1000,
+        onDone: (t) => this.inFlight.delete(t),
+      },
+      req,
+      socket,
+      early,
+      headers,
+    );
+    this.inFlight.add(tunnel);
+    tunnel.run();
+  }
+
   limitModel(model: string | undefined): string | undefined {
     return model === undefined ? undefined : this.models.limit(model);
+  }
+
+  /** Closes every tunnel: Node's server cannot close the sockets it handed over. */
+  cutTunnels(errorType: string): void {
+    for (const f of [...this.inFlight]) if (f instanceof Tunnel) f.abort(errorType);
   }
 
   close(): void {
@@ -133,8 +180,7 @@ class InFlight implements ExchangeHandler {
     private readonly res: ServerResponse,
     private readonly start: number,
   ) {
-    const incomingId = req.headers['x-request-id'];
-    this.requestId = typeof incomingId === 'string' && incomingId !== '' && incomingId.length <= 200 ? incomingId : randomUUID();
+    this.requestId = requestIdOf(req);
   }
 
   run(): void {
@@ -158,14 +204,7 @@ class InFlight implements ExchangeHandler {
       headers.push('content-length', length);
     }
     this.bodyFraming = body;
-    headers.push('host', upstream.host);
-    const xff = req.headers['x-forwarded-for'];
-    const peer = req.socket.remoteAddress ?? '';
-    if (xff === undefined) headers.push('x-forwarded-for', peer);
-    else replaceRaw(headers, 'x-forwarded-for', `${Array.isArray(xff) ? xff.join(', ') : xff}, ${peer}`);
-    headers.push('x-forwarded-proto', 'http');
-    if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
-    if (req.headers['x-request-id'] === undefined) headers.push('x-request-id', this.requestId);
+    addProxyHeaders(headers, req, upstream.host, this.requestId);
     if (deps.instruments && deps.config.metrics.identityEncoding && req.method === 'POST' && req.headers['accept-encoding'] !== undefined) this.askIdentity(headers);
 
     // Client body -> upstream, with backpressure; the model name is read as it passes.
@@ -446,6 +485,26 @@ class InFlight implements ExchangeHandler {
       );
     }
   }
+}
+
+function ignore(): void {}
+
+/** The client's `X-Request-Id` when it is usable, else a new one. */
+function requestIdOf(req: IncomingMessage): string {
+  const id = req.headers['x-request-id'];
+  return typeof id === 'string' && id !== '' && id.length <= 200 ? id : randomUUID();
+}
+
+/** `Host` (the upstream's, last), `X-Forwarded-For/-Proto/-Host` and `X-Request-Id` when the client sent none. */
+function addProxyHeaders(headers: string[], req: IncomingMessage, upstreamHost: string, requestId: string): void {
+  headers.push('host', upstreamHost);
+  const xff = req.headers['x-forwarded-for'];
+  const peer = req.socket.remoteAddress ?? '';
+  if (xff === undefined) headers.push('x-forwarded-for', peer);
+  else replaceRaw(headers, 'x-forwarded-for', `${Array.isArray(xff) ? xff.join(', ') : xff}, ${peer}`);
+  headers.push('x-forwarded-proto', 'http');
+  if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
+  if (req.headers['x-request-id'] === undefined) headers.push('x-request-id', requestId);
 }
 
 function round(v: number | undefined): number | undefined {

@@ -1,0 +1,125 @@
+import { GoogleGenAI, Modality, type LiveServerMessage } from '@google/genai';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import type { RunningProxy } from '../../src/main.js';
+import { scrape } from '../helpers/prom.js';
+import { startTestProxy } from '../helpers/proxy.js';
+
+// Gemini's Live API is a WebSocket (`BidiGenerateContent`); `@google/genai`'s `ai.live.connect`
+// opens it at its base URL with `ws:` for `http:`, so it can be pointed at the proxy. The proxy
+// tunnels it unchanged (not measured). The upstream speaks the Live protocol as the SDK's types
+// describe it: `setup` → `setupComplete`, then `clientContent` → `serverContent.modelTurn` parts
+// and a `turnComplete` with `usageMetadata`. (OpenAI's SDK always opens `wss:`, so its Realtime
+// client needs TLS in front of the proxy and is not run here.)
+const LIVE_PATH = '/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent';
+const PARTS = ['The sky', ' is blue', ' because', ' of Rayleigh', ' scattering.'];
+
+let upstream: http.Server;
+let upstreamUrl: string;
+let proxy: RunningProxy;
+const handshakes: http.IncomingMessage[] = [];
+/** Every client message the upstream received, parsed. */
+const received: Record<string, unknown>[] = [];
+/** Every frame the upstream sent, as sent. */
+const sent: string[] = [];
+
+beforeAll(async () => {
+  const wss = new WebSocketServer({ noServer: true });
+  upstream = http.createServer((_req, res) => res.writeHead(404).end());
+  upstream.on('upgrade', (req, socket, head) => {
+    handshakes.push(req);
+    // The SDK joins its base URL (with the trailing slash URL#toString gives it) and the path: `//ws/…`.
+    if (req.url!.replace(/^\/+/, '/').split('?')[0] !== LIVE_PATH) return socket.destroy();
+    wss.handleUpgrade(req, socket, head, (ws: WebSocket) => {
+      const send = (o: unknown) => {
+        const s = JSON.stringify(o);
+        sent.push(s);
+        ws.send(s);
+      };
+      ws.on('message', async (data: RawData) => {
+        const msg = JSON.parse(data.toString()) as Record<string, unknown>;
+        received.push(msg);
+        if (msg.setup) send({ setupComplete: {} });
+        if (msg.clientContent) {
+          for (const text of PARTS) {
+            await new Promise((r) => setTimeout(r, 20));
+            send({ serverContent: { modelTurn: { role: 'model', parts: [{ text }] } } });
+          }
+          send({ serverContent: { generationComplete: true } });
+          send({ serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 9, responseTokenCount: 12, totalTokenCount: 21 } });
+        }
+      });
+    });
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  proxy = await startTestProxy(upstreamUrl);
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  upstream?.closeAllConnections();
+  await new Promise((r) => upstream?.close(r));
+});
+
+/** One Live session as an application runs it: set up, one turn, close. */
+async function liveSession(baseUrl: string): Promise<{ messages: LiveServerMessage[]; closeCode: number; sentFrom: number }> {
+  const sentFrom = sent.length;
+  const ai = new GoogleGenAI({ apiKey: 'g-live-key', httpOptions: { baseUrl } });
+  const messages: LiveServerMessage[] = [];
+  let turnDone!: () => void;
+  const turn = new Promise<void>((r) => (turnDone = r));
+  let closed!: (code: number) => void;
+  const closedP = new Promise<number>((r) => (closed = r));
+  const session = await ai.live.connect({
+    model: 'gemini-live-2.5-flash',
+    config: { responseModalities: [Modality.TEXT] },
+    callbacks: {
+      onmessage: (m) => {
+        messages.push(m);
+        if (m.serverContent?.turnComplete) turnDone();
+      },
+      onclose: (e) => closed(e.code),
+    },
+  });
+  session.sendClientContent({ turns: 'Why is the sky blue?', turnComplete: true });
+  await turn;
+  session.close();
+  return { messages, closeCode: await closedP, sentFrom };
+}
+
+describe('@google/genai Live API through the proxy (WebSocket tunnel)', () => {
+  it('sets up a session, streams a turn and closes as it does without the proxy, every frame unchanged', async () => {
+    const direct = await liveSession(upstreamUrl);
+    const before = received.length;
+    const viaProxy = await liveSession(proxy.proxyUrl);
+
+    // The session went as it goes directly: same messages, same close (the SDK's close() sends
+    // no status code, so both ends see 1005).
+    expect(viaProxy.closeCode).toBe(direct.closeCode);
+    expect(viaProxy.closeCode).toBe(1005);
+    expect(JSON.stringify(viaProxy.messages)).toBe(JSON.stringify(direct.messages));
+    // What the client read is what the upstream wrote, frame for frame.
+    expect(viaProxy.messages.map((m) => JSON.stringify(m))).toEqual(sent.slice(viaProxy.sentFrom).map((x) => JSON.stringify(JSON.parse(x))));
+    expect(viaProxy.messages.flatMap((m) => m.serverContent?.modelTurn?.parts?.map((p) => p.text) ?? []).join('')).toBe(PARTS.join(''));
+    expect(viaProxy.messages.at(-1)?.usageMetadata?.responseTokenCount).toBe(12);
+
+    // What the upstream got: the SDK's path, its key in the query, the client's messages.
+    const hs = handshakes.at(-1)!;
+    expect(hs.url).toBe(`/${LIVE_PATH}?key=g-live-key`);
+    expect(hs.headers.upgrade?.toLowerCase()).toBe('websocket');
+    expect(hs.headers['x-goog-api-client']).toMatch(/google-genai-sdk\//);
+    expect(hs.headers['x-forwarded-for']).toBe('127.0.0.1');
+    expect(hs.headers.host).toBe(new URL(upstreamUrl).host);
+    expect(received[before]).toMatchObject({ setup: { model: 'models/gemini-live-2.5-flash', generationConfig: { responseModalities: ['TEXT'] } } });
+    expect(received[before + 1]).toMatchObject({ clientContent: { turns: [{ role: 'user', parts: [{ text: 'Why is the sky blue?' }] }], turnComplete: true } });
+
+    for (let i = 0; i < 50 && proxy.forwarder.inFlight.size > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(proxy.forwarder.inFlight.size).toBe(0);
+    // Tunnelled, not measured: no generation series for it.
+    const s = await scrape(proxy.metricsUrl);
+    expect(s.filter((x) => x.name.startsWith('gen_ai_client_operation_duration') && x.value > 0)).toEqual([]);
+  });
+});

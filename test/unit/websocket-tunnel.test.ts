@@ -1,0 +1,267 @@
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket, WebSocketServer, type RawData } from 'ws';
+import type { RunningProxy } from '../../src/main.js';
+import { startTestProxy } from '../helpers/proxy.js';
+
+// WebSocket upgrades (OpenAI's Realtime API, Gemini's Live API) pass through as a byte tunnel;
+// every other Upgrade (h2c, which Java's HttpClient asks for over http://) stays a plain
+// HTTP/1.1 request. On Node 20 the proxy's server decides through its request class, on
+// Node 22.21+/24.9+ through `shouldUpgradeCallback`: CI runs this file on both lines.
+// Both ends here are the `ws` library (handshake, masking, permessage-deflate, close codes).
+
+let upstream: http.Server;
+let upstreamUrl: string;
+let proxy: RunningProxy;
+let wsBase: string;
+/** Upgrade requests as they reached the upstream. */
+const upgrades: http.IncomingMessage[] = [];
+/** Plain requests as they reached the upstream. */
+const plain: { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }[] = [];
+const wss = new WebSocketServer({ noServer: true, perMessageDeflate: true });
+const serverClose: Promise<{ code: number; reason: string }>[] = [];
+
+beforeAll(async () => {
+  upstream = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c: Buffer) => (body += c.toString()));
+    req.on('end', () => {
+      plain.push({ method: req.method!, url: req.url!, headers: req.headers, body });
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ ok: true, url: req.url }));
+    });
+  });
+  upstream.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+    upgrades.push(req);
+    if (req.url!.startsWith('/decline')) {
+      // What a server without WebSocket support on that path answers; keep-alive on purpose.
+      socket.write('HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: keep-alive\r\n\r\nno websocket');
+      socket.on('data', (b: Buffer) => plain.push({ method: 'AFTER-DECLINE', url: '', headers: {}, body: b.toString() }));
+      socket.on('end', () => socket.end()); // the server's sockets are half-open ones
+      return;
+    }
+    if (req.url!.startsWith('/silent')) return socket.destroy(); // accepts the TCP connection, never answers
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      let closed!: (c: { code: number; reason: string }) => void;
+      serverClose.push(new Promise((r) => (closed = r)));
+      ws.on('close', (code, reason) => closed({ code, reason: reason.toString() }));
+      ws.on('message', (data: RawData, isBinary: boolean) => {
+        const text = isBinary ? '' : data.toString();
+        if (text === 'close-4001') return ws.close(4001, 'server says bye');
+        ws.send(data, { binary: isBinary });
+      });
+      ws.send('hello from upstream');
+    });
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  proxy = await startTestProxy(upstreamUrl);
+  wsBase = proxy.proxyUrl.replace(/^http/, 'ws');
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  wss.close();
+  upstream?.closeAllConnections();
+  await new Promise((r) => upstream?.close(r));
+});
+
+function open(url: string, options: ConstructorParameters<typeof WebSocket>[2] = {}): Promise<{ ws: WebSocket; first: string }> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(url, options);
+    ws.once('message', (d) => resolve({ ws, first: d.toString() }));
+    ws.once('error', reject);
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`unexpected ${res.statusCode}`)));
+  });
+}
+
+/** Sends every message and collects as many echoes, in order. */
+function echo(ws: WebSocket, messages: (Buffer | string)[]): Promise<(Buffer | string)[]> {
+  return new Promise((resolve) => {
+    const got: (Buffer | string)[] = [];
+    ws.on('message', (d: RawData, isBinary: boolean) => {
+      got.push(isBinary ? Buffer.from(d as Buffer) : d.toString());
+      if (got.length === messages.length) resolve(got);
+    });
+    for (const m of messages) ws.send(m, { binary: typeof m !== 'string' });
+  });
+}
+
+/** A raw exchange: writes `request`, reads until the proxy closes or `ms` pass. */
+function raw(request: string | Buffer, ms = 2000, then?: (s: net.Socket) => void): Promise<{ text: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const url = new URL(proxy.proxyUrl);
+    const s = net.connect(Number(url.port), url.hostname, () => {
+      s.write(request);
+      then?.(s);
+    });
+    const chunks: Buffer[] = [];
+    s.on('data', (b: Buffer) => chunks.push(b));
+    s.on('error', () => {});
+    const t = setTimeout(() => {
+      s.destroy();
+      resolve({ text: Buffer.concat(chunks).toString('latin1'), closed: false });
+    }, ms);
+    s.on('close', () => {
+      clearTimeout(t);
+      resolve({ text: Buffer.concat(chunks).toString('latin1'), closed: true });
+    });
+  });
+}
+
+const inFlight = async (n: number) => {
+  for (let i = 0; i < 100 && proxy.forwarder.inFlight.size !== n; i++) await new Promise((r) => setTimeout(r, 20));
+  return proxy.forwarder.inFlight.size;
+};
+
+describe('WebSocket upgrades', () => {
+  it('tunnel both ways, every message intact and in order, with the request headers a proxy adds', async () => {
+    const { ws, first } = await open(`${wsBase}/v1/realtime?model=gpt-realtime`, { headers: { authorization: 'Bearer sk-test', 'openai-beta': 'realtime=v1' } });
+    expect(first).toBe('hello from upstream');
+    // permessage-deflate was negotiated end to end: the proxy passed the extension header both ways.
+    expect(ws.extensions).toContain('permessage-deflate');
+    const req = upgrades.at(-1)!;
+    expect(req.url).toBe('/v1/realtime?model=gpt-realtime');
+    expect(req.headers.upgrade).toBe('websocket');
+    expect(req.headers.connection?.toLowerCase()).toBe('upgrade');
+    expect(req.headers.authorization).toBe('Bearer sk-test');
+    expect(req.headers['openai-beta']).toBe('realtime=v1');
+    expect(req.headers.host).toBe(new URL(upstreamUrl).host);
+    expect(req.headers['x-forwarded-for']).toBe('127.0.0.1');
+    expect(req.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+
+    // Sizes across frame-length encodings (7-bit, 16-bit, 64-bit) and the TCP buffer sizes.
+    const sizes = [0, 1, 125, 126, 127, 65_535, 65_536, 70_000, 300_000, 3, 4_096];
+    const messages: (Buffer | string)[] = sizes.flatMap((n, i) => [randomBytes(n), `text ${i} ${'é'.repeat(n % 1000)}`]);
+    const got = await echo(ws, messages);
+    expect(got.length).toBe(messages.length);
+    got.forEach((g, i) => expect(g).toEqual(messages[i]));
+    expect(proxy.forwarder.inFlight.size).toBe(1);
+
+    const closedAt = serverClose.at(-1)!;
+    const clientClosed = new Promise<number>((r) => ws.once('close', (code) => r(code)));
+    ws.close(1000, 'client done');
+    expect(await closedAt).toEqual({ code: 1000, reason: 'client done' });
+    expect(await clientClosed).toBe(1000);
+    expect(await inFlight(0)).toBe(0);
+  });
+
+  it('pass the upstream close code and reason to the client', async () => {
+    const { ws } = await open(`${wsBase}/v1/realtime`);
+    const closed = new Promise<[number, string]>((r) => ws.once('close', (code, reason) => r([code, reason.toString()])));
+    ws.send('close-4001');
+    expect(await closed).toEqual([4001, 'server says bye']);
+    expect(await inFlight(0)).toBe(0);
+  });
+
+  it('forward a declined upgrade as it came, then close the connection without forwarding more', async () => {
+    const key = randomBytes(16).toString('base64');
+    const head = `GET /decline HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`;
+    const before = plain.length;
+    const r = await raw(head, 3000, (s) => setTimeout(() => s.write('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n'), 100));
+    expect(r.text).toBe('HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: keep-alive\r\n\r\nno websocket');
+    expect(r.closed).toBe(true);
+    await new Promise((res) => setTimeout(res, 100));
+    // The follow-up request never reached the upstream through the declined tunnel.
+    expect(plain.slice(before)).toEqual([]);
+    expect(await inFlight(0)).toBe(0);
+  });
+
+  it('keep h2c and other upgrades on the normal HTTP/1.1 path (Java HttpClient over http://)', async () => {
+    const body = '{"model":"m","messages":[]}';
+    const req = (path: string) =>
+      `POST ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAEAAEAAAAIAAAAA\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    const before = plain.length;
+    const r = await raw(req('/v1/chat/completions'), 1500, (s) => setTimeout(() => s.write(req('/v1/second')), 300));
+    expect(r.text.match(/^HTTP\/1\.1 200 OK/gm)?.length).toBe(2);
+    expect(r.text).toContain('{"ok":true,"url":"/v1/second"}');
+    const seen = plain.slice(before);
+    expect(seen.map((p) => p.url)).toEqual(['/v1/chat/completions', '/v1/second']);
+    for (const p of seen) {
+      expect(p.body).toBe(body);
+      expect(p.headers.upgrade).toBeUndefined();
+      expect(p.headers['http2-settings']).toBeUndefined();
+    }
+  });
+
+  it('answer CONNECT with 405 instead of dropping the connection', async () => {
+    const r = await raw('CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
+    expect(r.text).toMatch(/^HTTP\/1\.1 405 Method Not Allowed\r\n/);
+    expect(r.text).toContain('"type":"method_not_allowed"');
+    expect(r.closed).toBe(true);
+  });
+
+  it('refuse what a request would be refused for, and answer for an upstream that fails', async () => {
+    const hs = (path: string, extra = '') =>
+      `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n${extra}\r\n`;
+    const dot = await raw(hs('/v1/../admin'));
+    expect(dot.text).toMatch(/^HTTP\/1\.1 400 /);
+    expect(dot.text).toContain('"type":"invalid_path"');
+    const withBody = await raw(`${hs('/v1/realtime', 'Content-Length: 3\r\n')}abc`);
+    expect(withBody.text).toMatch(/^HTTP\/1\.1 400 /);
+    expect(withBody.text).toContain('"type":"invalid_upgrade"');
+    const silent = await raw(hs('/silent'));
+    expect(silent.text).toMatch(/^HTTP\/1\.1 502 /);
+    expect(silent.text).toContain('"type":"upstream_reset"');
+    expect(silent.closed).toBe(true);
+
+    // A route to a port nobody listens on, and a route table without this path.
+    const dead = net.createServer();
+    await new Promise<void>((r) => dead.listen(0, '127.0.0.1', r));
+    const deadPort = (dead.address() as AddressInfo).port;
+    await new Promise((r) => dead.close(r));
+    const other = await startTestProxy(undefined, { routes: [{ prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}` }] });
+    try {
+      const port = Number(new URL(other.proxyUrl).port);
+      const ask = (path: string) =>
+        new Promise<string>((resolve) => {
+          const s = net.connect(port, '127.0.0.1', () => s.write(hs(path)));
+          let t = '';
+          s.on('data', (b: Buffer) => (t += b.toString()));
+          s.on('close', () => resolve(t));
+        });
+      const unreachable = await ask('/dead/v1/realtime');
+      expect(unreachable).toMatch(/^HTTP\/1\.1 502 /);
+      expect(unreachable).toContain('"type":"upstream_unreachable"');
+      const noRoute = await ask('/elsewhere');
+      expect(noRoute).toMatch(/^HTTP\/1\.1 404 /);
+      expect(noRoute).toContain('"type":"no_route"');
+      expect(other.forwarder.inFlight.size).toBe(0);
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('close a quiet tunnel after timeouts.idle, and cut open tunnels at the shutdown deadline', async () => {
+    const p = await startTestProxy(upstreamUrl, { timeouts: { idle: 0.3 } });
+    try {
+      const base = p.proxyUrl.replace(/^http/, 'ws');
+      const { ws } = await open(`${base}/v1/realtime`);
+      const t0 = performance.now();
+      const code = await new Promise<number>((r) => ws.once('close', (c) => r(c)));
+      const waited = performance.now() - t0;
+      expect(code).toBe(1006); // cut, no close frame
+      expect(waited).toBeGreaterThanOrEqual(250);
+      expect(waited).toBeLessThan(5000);
+
+      // Traffic keeps it open past the idle timeout.
+      const { ws: busy } = await open(`${base}/v1/realtime`);
+      for (let i = 0; i < 6; i++) {
+        await echo(busy, [`ping ${i}`]);
+        busy.removeAllListeners('message');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(busy.readyState).toBe(WebSocket.OPEN);
+      const cut = new Promise<number>((r) => busy.once('close', (c) => r(c)));
+      const s0 = performance.now();
+      await p.shutdown(0.2);
+      expect(await cut).toBe(1006);
+      expect(performance.now() - s0).toBeGreaterThanOrEqual(150);
+      expect(p.forwarder.inFlight.size).toBe(0);
+    } finally {
+      await p.close();
+    }
+  });
+});
