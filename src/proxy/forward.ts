@@ -101,6 +101,13 @@ export class Forwarder {
   upgrade(req: IncomingMessage, socket: Duplex, early: Buffer): void {
     // Node's server dropped its own error listener when it handed the socket over.
     socket.on('error', ignore);
+    if ((socket as { _httpMessage?: unknown })._httpMessage) {
+      // Pipelined behind a request whose answer is still being written: the two answers would
+      // mix on the socket. No client does this; the connection is closed.
+      this.deps.log.warn({ path: safePath(req.url) }, 'upgrade pipelined behind an unfinished answer: connection closed');
+      socket.destroy();
+      return;
+    }
     if (this.draining) return writeRawError(socket, 503, 'draining', 'the proxy is shutting down; retry the request');
     if (hasDotSegment(req.url ?? '')) return writeRawError(socket, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {

@@ -6,16 +6,19 @@ import tls from 'node:tls';
 import type { Logger } from '../log.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { ChunkedDecoder } from './chunked.js';
-import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming } from './http1.js';
+import { isName, rawHeader } from './headers.js';
+import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
 import type { Origin } from './upstream.js';
 
 /**
  * A WebSocket upgrade (OpenAI's Realtime API, Gemini's Live API), passed through as bytes: the
  * request head goes to the route's upstream on a connection of its own, and once the upstream
- * answers 101 both directions are piped unchanged until either side closes. Nothing in the
- * tunnel is measured. An upstream that declines (any other final status) has its answer
- * forwarded as it came, and then the connection closes: after a declined upgrade the client's
- * bytes are not forwarded, so a connection cannot carry requests past the router.
+ * answers 101 both directions are piped unchanged until both have ended (half-closes passed
+ * on) or either side fails. Nothing in the tunnel is measured. The client's bytes are held
+ * until the 101: before it they could be requests of the client's own, which would reach the
+ * upstream past the router if the upstream declined. A declined upgrade's answer (any other
+ * final status) is forwarded with `Connection: close`, to the end of its framing, and the
+ * connection closes.
  */
 export interface TunnelOptions {
   readonly log: Logger;
@@ -24,10 +27,13 @@ export interface TunnelOptions {
   readonly path: string;
   readonly connectTimeoutMs: number;
   readonly responseTimeoutMs: number;
-  /** Neither side sent a byte for this long: both are closed. */
+  /** Nothing came from the upstream (and, once open, went to it) for this long: both are closed. */
   readonly idleTimeoutMs: number;
   readonly onDone: (t: Tunnel) => void;
 }
+
+/** Client bytes held before the 101 (a client should send none: RFC 6455 §4.1). */
+const MAX_HELD_BYTES = 64 * 1024;
 
 export class Tunnel {
   private upstream: net.Socket | undefined;
@@ -36,8 +42,13 @@ export class Tunnel {
   /** Upstream bytes until the end of a final response head. */
   private head: Buffer[] = [];
   private status: number | undefined;
+  /** Client bytes that came before the 101. */
+  private held: Buffer[] = [];
+  private heldBytes = 0;
   /** Set once a declined upgrade's answer is being forwarded: where it ends. */
   private declined: { framing: BodyFraming; left: number; chunked: ChunkedDecoder | undefined } | undefined;
+  private clientEnded = false;
+  private upstreamEnded = false;
   private done = false;
   private readonly start = performance.now();
   private bytesUp = 0;
@@ -50,21 +61,25 @@ export class Tunnel {
     private readonly opts: TunnelOptions,
     private readonly req: IncomingMessage,
     private readonly client: Duplex,
-    private readonly early: Buffer,
+    early: Buffer,
     private readonly headers: string[],
-  ) {}
+  ) {
+    if (early.length > 0) this.hold(early);
+  }
 
   run(): void {
+    if (this.done) return; // the early bytes were already too many
     const { origin } = this.opts;
+    // Half-open over plain TCP, so an upstream that ends its half can still be sent the client's
+    // (Node's TLS sockets close on the peer's end).
     const up =
       origin.protocol === 'https:'
         ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'] })
-        : net.connect({ host: origin.host, port: origin.port });
+        : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true });
     this.upstream = up;
     up.setNoDelay(true);
-    // Written at once (the socket holds it until connected), so it leaves ahead of any client bytes.
+    // Written at once: the socket holds it until connected.
     up.write(requestHead(this.req.method ?? 'GET', this.opts.path, this.headers));
-    if (this.early.length > 0) this.forwardUp(this.early);
     this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream connect timeout'), this.opts.connectTimeoutMs);
     up.once(origin.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       this.connected = true;
@@ -72,19 +87,30 @@ export class Tunnel {
       this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
     });
     up.on('data', (b: Buffer) => this.fromUpstream(b));
+    up.on('end', () => this.upstreamEnd());
     up.on('error', (err: NodeJS.ErrnoException) => this.upstreamFailed(err));
     up.on('close', () => this.upstreamFailed(undefined));
-    // Until the upgrade is answered the client has nothing to say (RFC 6455 §4.1); bytes it
-    // sends anyway follow the request head.
-    this.client.on('data', (b: Buffer) => this.forwardUp(b));
+    this.client.on('data', (b: Buffer) => this.fromClient(b));
+    this.client.on('end', () => this.clientEnd());
     this.client.on('error', () => this.close(ERROR_TYPE.clientCancelled));
-    this.client.on('close', () => this.close(this.status === 101 ? undefined : ERROR_TYPE.clientCancelled));
+    this.client.on('close', () => this.close(ERROR_TYPE.clientCancelled));
     this.client.resume();
   }
 
+  private fromClient(b: Buffer): void {
+    if (this.done) return;
+    if (this.status === 101) this.forwardUp(b);
+    // After a declined upgrade, dropped: they would be requests the router never saw.
+    else if (this.declined === undefined) this.hold(b);
+  }
+
+  private hold(b: Buffer): void {
+    this.held.push(b);
+    this.heldBytes += b.length;
+    if (this.heldBytes > MAX_HELD_BYTES) this.fail(400, 'invalid_upgrade', 'the client sent more than 64 KiB before the upgrade was answered');
+  }
+
   private forwardUp(b: Buffer): void {
-    // After a declined upgrade the client's bytes are dropped: they would be requests the router never saw.
-    if (this.done || this.declined !== undefined) return;
     this.bytesUp += b.length;
     if (!this.upstream!.write(b) && !this.upPaused) {
       this.upPaused = true;
@@ -94,6 +120,33 @@ export class Tunnel {
         this.client.resume();
       });
     }
+  }
+
+  private clientEnd(): void {
+    this.clientEnded = true;
+    // Before the 101 it is remembered; after a declined one the answer still goes out.
+    if (this.status !== 101 || this.done) return;
+    this.upstream!.end();
+    this.finishIfBothEnded();
+  }
+
+  private upstreamEnd(): void {
+    this.upstreamEnded = true;
+    if (this.done) return;
+    if (this.status === 101) {
+      this.client.end();
+      this.finishIfBothEnded();
+    } else if (this.declined?.framing.kind === 'close') {
+      this.close(undefined); // the end of a close-delimited answer
+    } else if (this.declined !== undefined) {
+      this.close(ERROR_TYPE.upstreamReset); // the answer was cut
+    } else {
+      this.upstreamFailed(undefined);
+    }
+  }
+
+  private finishIfBothEnded(): void {
+    if (this.clientEnded && this.upstreamEnded) this.close(undefined);
   }
 
   private fromUpstream(b: Buffer): void {
@@ -110,34 +163,40 @@ export class Tunnel {
         else this.head = [buf];
         return;
       }
+      let head: ResponseHead;
       let framing: BodyFraming;
-      let status: number;
       try {
-        const head = parseResponseHead(buf.subarray(0, end));
-        status = head.status;
+        head = parseResponseHead(buf.subarray(0, end));
         framing = responseFraming(head, this.req.method ?? 'GET');
       } catch (e) {
         this.fail(502, ERROR_TYPE.protocol, `invalid upstream response: ${(e as HttpParseError).message}`);
         return;
       }
-      if (status < 200 && status !== 101) {
+      if (head.status < 200 && head.status !== 101) {
         this.writeDown(buf.subarray(0, end));
         buf = buf.subarray(end);
         this.head = buf.length === 0 ? [] : [buf];
         if (buf.length === 0) return;
         continue;
       }
+      if (head.status === 101 && !/^\s*websocket\s*$/i.test(rawHeader(head.rawHeaders, 'upgrade') ?? '')) {
+        this.fail(502, ERROR_TYPE.protocol, 'invalid upstream response: 101 without Upgrade: websocket');
+        return;
+      }
       clearTimeout(this.timer);
-      this.status = status;
+      this.status = head.status;
       this.head = [];
-      if (status === 101) {
+      // From here on a quiet upstream (and, once open, a quiet tunnel) times out.
+      this.upstream!.setTimeout(this.opts.idleTimeoutMs, () => this.close(ERROR_TYPE.timeout));
+      if (head.status === 101) {
         this.writeDown(buf);
         this.open();
         return;
       }
+      this.held = [];
       this.declined = { framing, left: framing.kind === 'length' ? framing.length : 0, chunked: framing.kind === 'chunked' ? new ChunkedDecoder() : undefined };
-      this.writeDown(buf.subarray(0, end));
-      if (framing.kind === 'none' || (framing.kind === 'length' && framing.length === 0)) this.finishDeclined();
+      this.writeDown(declinedHead(head));
+      if (framing.kind === 'none' || (framing.kind === 'length' && framing.length === 0)) this.close(undefined);
       else if (buf.length > end) this.declinedBody(buf.subarray(end));
       return;
     }
@@ -158,11 +217,10 @@ export class Tunnel {
         if (d.chunked.messageEnd !== -1) end = d.chunked.messageEnd;
         complete = true;
       }
-      // Broken framing: forwarded as it came, and the close ends it.
-      complete ||= d.chunked.error !== undefined;
     }
     if (end > 0) this.writeDown(b.subarray(0, end));
-    if (complete) this.finishDeclined();
+    if (d.chunked?.error !== undefined) this.close(ERROR_TYPE.protocol); // forwarded as it came, then cut
+    else if (complete) this.close(undefined);
   }
 
   private writeDown(b: Buffer): void {
@@ -177,20 +235,14 @@ export class Tunnel {
     }
   }
 
-  /** Switched: both directions are piped until either side closes, or both are quiet too long. */
+  /** Switched: what the client sent meanwhile goes first, then both directions are piped. */
   private open(): void {
-    const up = this.upstream!;
-    // Any byte either way passes through the upstream socket, so its idle timer covers both.
-    up.setTimeout(this.opts.idleTimeoutMs, () => this.close(ERROR_TYPE.timeout));
-    // A side that ends its half ends the other's (a WebSocket closes with a close frame, then FIN).
-    up.once('end', () => endSocket(this.client));
-    this.client.once('end', () => up.end());
-  }
-
-  private finishDeclined(): void {
-    if (this.done) return;
-    // The client has the whole answer: closing tells it the connection is not reused.
-    this.close(undefined);
+    const held = this.held;
+    this.held = [];
+    for (const b of held) this.forwardUp(b);
+    if (this.clientEnded) this.upstream!.end();
+    if (this.upstreamEnded) this.client.end();
+    this.finishIfBothEnded();
   }
 
   private upstreamFailed(err: NodeJS.ErrnoException | undefined): void {
@@ -201,16 +253,8 @@ export class Tunnel {
       else this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${code ?? err?.message ?? 'closed'}`);
       return;
     }
-    if (this.declined?.framing.kind === 'close' && err === undefined) {
-      this.finishDeclined();
-      return;
-    }
-    if (err === undefined && this.status === 101) {
-      // A clean close after a clean end: the client's half was ended on 'end'.
-      this.close(undefined);
-      return;
-    }
-    this.close(ERROR_TYPE.upstreamReset);
+    // After a clean end (a TLS socket closes on it): the client's half ends too. Anything else is a cut.
+    this.close(err === undefined && this.upstreamEnded && this.status === 101 ? undefined : ERROR_TYPE.upstreamReset);
   }
 
   /** Before any upstream answer reached the client: answer for the upstream, then close. */
@@ -230,15 +274,20 @@ export class Tunnel {
     this.close(errorType);
   }
 
-  private close(errorType: string | undefined, clientEnding = false): void {
+  private close(errorType: string | undefined, clientAnswered = false): void {
     if (this.done) return;
     this.done = true;
     clearTimeout(this.timer);
-    this.upstream?.destroy();
-    if (!clientEnding) {
-      // Flush what was written (a clean end), or cut (an error).
-      if (errorType === undefined) endSocket(this.client);
-      else this.client.destroy();
+    this.held = [];
+    if (errorType === undefined) {
+      // Both halves ended (or a declined answer is complete): what was written still goes out.
+      if (this.status === 101) endSocket(this.upstream!);
+      else this.upstream?.destroy();
+      endSocket(this.client);
+    } else {
+      // A failure reaches each side as one (a reset), not as a clean end.
+      if (this.upstream) cut(this.upstream);
+      if (!clientAnswered) cut(this.client);
     }
     this.opts.onDone(this);
     this.opts.log.info(
@@ -256,6 +305,35 @@ export class Tunnel {
       },
       'tunnel',
     );
+  }
+}
+
+/** A declined upgrade's answer head, saying the connection closes after it (the upstream's may say keep-alive). */
+function declinedHead(head: ResponseHead): Buffer {
+  const named = new Set(['connection', 'keep-alive', 'proxy-connection']);
+  for (let i = 0; i < head.rawHeaders.length; i += 2) {
+    if (!isName(head.rawHeaders[i]!, 'connection')) continue;
+    for (const t of head.rawHeaders[i + 1]!.split(',')) named.add(t.trim().toLowerCase());
+  }
+  // The body goes on with the upstream's framing, whatever Connection names.
+  named.delete('content-length');
+  named.delete('transfer-encoding');
+  let s = `HTTP/1.${head.minor} ${head.status} ${head.statusText}\r\n`;
+  for (let i = 0; i < head.rawHeaders.length; i += 2) {
+    if (!named.has(head.rawHeaders[i]!.toLowerCase())) s += `${head.rawHeaders[i]}: ${head.rawHeaders[i + 1]}\r\n`;
+  }
+  return Buffer.from(`${s}Connection: close\r\n\r\n`, 'latin1');
+}
+
+/** Destroys a socket with a reset where it can (plain TCP), so the peer sees a failure, not an end. */
+function cut(s: Duplex): void {
+  if (s.destroyed) return;
+  const reset = (s as net.Socket).resetAndDestroy;
+  try {
+    if (typeof reset === 'function' && !(s instanceof tls.TLSSocket)) reset.call(s);
+    else s.destroy();
+  } catch {
+    s.destroy();
   }
 }
 

@@ -22,6 +22,8 @@ const upgrades: http.IncomingMessage[] = [];
 const plain: { method: string; url: string; headers: http.IncomingHttpHeaders; body: string }[] = [];
 const wss = new WebSocketServer({ noServer: true, perMessageDeflate: true });
 const serverClose: Promise<{ code: number; reason: string }>[] = [];
+/** What raw upstreams read from the client after they had ended their half. */
+const afterUpstreamEnd: string[] = [];
 
 beforeAll(async () => {
   upstream = http.createServer((req, res) => {
@@ -36,10 +38,33 @@ beforeAll(async () => {
   upstream.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
     upgrades.push(req);
     if (req.url!.startsWith('/decline')) {
-      // What a server without WebSocket support on that path answers; keep-alive on purpose.
-      socket.write('HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: keep-alive\r\n\r\nno websocket');
+      // What a server without WebSocket support on that path answers (keep-alive on purpose),
+      // a moment later; whatever else arrives on the connection is recorded.
+      if (head.length > 0) plain.push({ method: 'AFTER-DECLINE', url: '', headers: {}, body: head.toString() });
       socket.on('data', (b: Buffer) => plain.push({ method: 'AFTER-DECLINE', url: '', headers: {}, body: b.toString() }));
       socket.on('end', () => socket.end()); // the server's sockets are half-open ones
+      setTimeout(() => socket.write('HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\nno websocket'), 150);
+      return;
+    }
+    if (req.url!.startsWith('/stall')) {
+      // A declined answer that never ends: 5 of its 100 bytes.
+      socket.on('error', () => {});
+      socket.write('HTTP/1.1 403 Forbidden\r\nContent-Length: 100\r\n\r\nhello');
+      return;
+    }
+    if (req.url!.startsWith('/bad101')) {
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n');
+      socket.on('error', () => {});
+      return;
+    }
+    if (req.url!.startsWith('/halfup') || req.url!.startsWith('/reset')) {
+      // Raw: a 101, a last word, then this side's end (or a reset); what the client sends after is kept.
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nbye');
+      if (req.url!.startsWith('/reset')) return setTimeout(() => socket.resetAndDestroy(), 50);
+      socket.end();
+      let got = '';
+      socket.on('data', (b: Buffer) => (got += b.toString()));
+      socket.on('end', () => afterUpstreamEnd.push(got));
       return;
     }
     if (req.url!.startsWith('/silent')) return socket.destroy(); // accepts the TCP connection, never answers
@@ -156,17 +181,74 @@ describe('WebSocket upgrades', () => {
     expect(await inFlight(0)).toBe(0);
   });
 
-  it('forward a declined upgrade as it came, then close the connection without forwarding more', async () => {
+  it('forward a declined upgrade with Connection: close, and nothing the client sent before or after it', async () => {
     const key = randomBytes(16).toString('base64');
     const head = `GET /decline HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`;
     const before = plain.length;
-    const r = await raw(head, 3000, (s) => setTimeout(() => s.write('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n'), 100));
-    expect(r.text).toBe('HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: keep-alive\r\n\r\nno websocket');
+    // A request pipelined in the handshake's write, and one sent before the upstream answers:
+    // forwarded, they would reach the upstream past the router (any path, any Host).
+    const smuggled = 'POST /admin/secret HTTP/1.1\r\nHost: internal\r\nContent-Length: 0\r\n\r\n';
+    const r = await raw(head + smuggled, 3000, (s) => setTimeout(() => s.write(smuggled), 30));
+    expect(r.text).toBe('HTTP/1.1 426 Upgrade Required\r\nContent-Type: text/plain\r\nContent-Length: 12\r\nConnection: close\r\n\r\nno websocket');
     expect(r.closed).toBe(true);
     await new Promise((res) => setTimeout(res, 100));
-    // The follow-up request never reached the upstream through the declined tunnel.
     expect(plain.slice(before)).toEqual([]);
     expect(await inFlight(0)).toBe(0);
+  });
+
+  it('hold what the client sends before the 101 and pass it on after it, its half-close too', async () => {
+    // A masked text frame "early" in the handshake's write, then the client's FIN at once.
+    const payload = Buffer.from('early');
+    const mask = randomBytes(4);
+    const frame = Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask, Buffer.from(payload.map((b, i) => b ^ mask[i % 4]!))]);
+    const key = randomBytes(16).toString('base64');
+    const hs = `GET /v1/realtime HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`;
+    const n = serverClose.length;
+    const t0 = performance.now();
+    const r = await raw(Buffer.concat([Buffer.from(hs), frame]), 5000, (s) => s.end());
+    // The upstream echoed the early frame after its greeting, and closed when the client's end reached it.
+    expect(r.text).toMatch(/^HTTP\/1\.1 101 Switching Protocols\r\n/);
+    expect(r.text).toContain('\x81\x13hello from upstream\x81\x05early');
+    expect(r.closed).toBe(true);
+    expect(performance.now() - t0).toBeLessThan(4000); // not the idle timeout (300 s)
+    expect((await serverClose[n])!.code).toBe(1006); // a TCP end without a close frame
+    expect(await inFlight(0)).toBe(0);
+  });
+
+  it('pass the upstream half-close on (the client can still send), and a reset as a reset', async () => {
+    const port = Number(new URL(proxy.proxyUrl).port);
+    const hs = (path: string) =>
+      `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`;
+    const n = afterUpstreamEnd.length;
+    const half = await new Promise<string>((resolve) => {
+      const c = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => c.write(hs('/halfup')));
+      let t = '';
+      c.on('data', (b: Buffer) => (t += b.toString()));
+      c.on('end', () => c.end('reply-after-fin')); // the upstream ended its half: answer, then end ours
+      c.on('close', () => resolve(t));
+    });
+    expect(half).toMatch(/\r\n\r\nbye$/);
+    for (let i = 0; i < 50 && afterUpstreamEnd.length === n; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(afterUpstreamEnd[n]).toBe('reply-after-fin');
+
+    const reset = await new Promise<string | undefined>((resolve) => {
+      const c = net.connect(port, '127.0.0.1', () => c.write(hs('/reset')));
+      let code: string | undefined;
+      c.on('error', (e: NodeJS.ErrnoException) => (code = e.code));
+      c.on('close', () => resolve(code));
+    });
+    expect(reset).toBe('ECONNRESET');
+    expect(await inFlight(0)).toBe(0);
+  });
+
+  it('close a connection whose upgrade is pipelined behind an unfinished answer (the answers would mix)', async () => {
+    const key = randomBytes(16).toString('base64');
+    const hs = `GET /v1/realtime HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`;
+    const n = upgrades.length;
+    const r = await raw(`POST /v1/slow HTTP/1.1\r\nHost: proxy\r\nContent-Length: 0\r\n\r\n${hs}`, 3000);
+    expect(r.closed).toBe(true);
+    expect(r.text).not.toContain('101 Switching Protocols');
+    expect(upgrades.length).toBe(n);
   });
 
   it('keep h2c and other upgrades on the normal HTTP/1.1 path (Java HttpClient over http://)', async () => {
@@ -202,6 +284,9 @@ describe('WebSocket upgrades', () => {
     const withBody = await raw(`${hs('/v1/realtime', 'Content-Length: 3\r\n')}abc`);
     expect(withBody.text).toMatch(/^HTTP\/1\.1 400 /);
     expect(withBody.text).toContain('"type":"invalid_upgrade"');
+    const bad101 = await raw(hs('/bad101'));
+    expect(bad101.text).toMatch(/^HTTP\/1\.1 502 /);
+    expect(bad101.text).toContain('101 without Upgrade: websocket');
     const silent = await raw(hs('/silent'));
     expect(silent.text).toMatch(/^HTTP\/1\.1 502 /);
     expect(silent.text).toContain('"type":"upstream_reset"');
@@ -246,6 +331,22 @@ describe('WebSocket upgrades', () => {
       expect(waited).toBeGreaterThanOrEqual(250);
       expect(waited).toBeLessThan(5000);
 
+      // A declined answer that stalls is cut by the same timeout.
+      const port = Number(new URL(p.proxyUrl).port);
+      const s0 = performance.now();
+      const stalled = await new Promise<string>((resolve) => {
+        const c = net.connect(port, '127.0.0.1', () =>
+          c.write(`GET /stall HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`),
+        );
+        let t = '';
+        c.on('data', (b: Buffer) => (t += b.toString()));
+        c.on('error', () => {});
+        c.on('close', () => resolve(t));
+      });
+      expect(stalled).toBe('HTTP/1.1 403 Forbidden\r\nContent-Length: 100\r\nConnection: close\r\n\r\nhello');
+      expect(performance.now() - s0).toBeGreaterThanOrEqual(250);
+      expect(p.forwarder.inFlight.size).toBe(0);
+
       // Traffic keeps it open past the idle timeout.
       const { ws: busy } = await open(`${base}/v1/realtime`);
       for (let i = 0; i < 6; i++) {
@@ -255,10 +356,10 @@ describe('WebSocket upgrades', () => {
       }
       expect(busy.readyState).toBe(WebSocket.OPEN);
       const cut = new Promise<number>((r) => busy.once('close', (c) => r(c)));
-      const s0 = performance.now();
+      const d0 = performance.now();
       await p.shutdown(0.2);
       expect(await cut).toBe(1006);
-      expect(performance.now() - s0).toBeGreaterThanOrEqual(150);
+      expect(performance.now() - d0).toBeGreaterThanOrEqual(150);
       expect(p.forwarder.inFlight.size).toBe(0);
     } finally {
       await p.close();
