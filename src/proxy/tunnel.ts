@@ -61,20 +61,19 @@ export class Tunnel {
     private readonly opts: TunnelOptions,
     private readonly req: IncomingMessage,
     private readonly client: Duplex,
-    early: Buffer,
+    private readonly early: Buffer,
     private readonly headers: string[],
-  ) {
-    if (early.length > 0) this.hold(early);
-  }
+  ) {}
 
   run(): void {
-    if (this.done) return; // the early bytes were already too many
+    if (this.early.length > 0) this.hold(this.early);
+    if (this.done) return; // too many early bytes: answered 400
     const { origin } = this.opts;
-    // Half-open over plain TCP, so an upstream that ends its half can still be sent the client's
-    // (Node's TLS sockets close on the peer's end).
+    // Half-open, so an upstream that ends its half can still be sent the client's (without it
+    // a TLS socket ends its own half at once, and a client frame then meets EPIPE).
     const up =
       origin.protocol === 'https:'
-        ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'] })
+        ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
         : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true });
     this.upstream = up;
     up.setNoDelay(true);
@@ -325,12 +324,18 @@ function declinedHead(head: ResponseHead): Buffer {
   return Buffer.from(`${s}Connection: close\r\n\r\n`, 'latin1');
 }
 
-/** Destroys a socket with a reset where it can (plain TCP), so the peer sees a failure, not an end. */
+/**
+ * Destroys a socket with a reset where it can (plain TCP), so the peer sees a failure, not an
+ * end. Not on a socket still connecting (Node would wait for the connection, then reset) or
+ * whose end is still being written (the reset fails with EINVAL and the fd stays open).
+ */
 function cut(s: Duplex): void {
   if (s.destroyed) return;
-  const reset = (s as net.Socket).resetAndDestroy;
+  const sock = s as net.Socket;
+  const resettable =
+    typeof sock.resetAndDestroy === 'function' && !(s instanceof tls.TLSSocket) && !sock.connecting && !(s.writableEnded && !s.writableFinished);
   try {
-    if (typeof reset === 'function' && !(s instanceof tls.TLSSocket)) reset.call(s);
+    if (resettable) sock.resetAndDestroy();
     else s.destroy();
   } catch {
     s.destroy();

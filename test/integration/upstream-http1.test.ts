@@ -347,16 +347,22 @@ describe('client connections', () => {
   });
 });
 
+/** A self-signed certificate for localhost, removed after the test. */
+function selfSigned(): { key: string; cert: string } {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llp-tls-'));
+  cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+  const key = path.join(dir, 'key.pem');
+  const cert = path.join(dir, 'cert.pem');
+  execFileSync('openssl', [
+    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
+    '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost', '-keyout', key, '-out', cert,
+  ], { stdio: 'ignore' });
+  return { key, cert };
+}
+
 describe('TLS upstream', () => {
   it('streams from an https upstream whose CA the process trusts (NODE_EXTRA_CA_CERTS), reusing the connection', async () => {
-    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llp-tls-'));
-    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
-    const key = path.join(dir, 'key.pem');
-    const cert = path.join(dir, 'cert.pem');
-    execFileSync('openssl', [
-      'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
-      '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost', '-keyout', key, '-out', cert,
-    ], { stdio: 'ignore' });
+    const { key, cert } = selfSigned();
     let connections = 0;
     const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (req, res) => {
       req.resume();
@@ -387,6 +393,59 @@ describe('TLS upstream', () => {
       expect(await res.text()).toBe(expected);
     }
     expect(connections).toBe(1);
+  });
+
+  it('tunnels a WebSocket over TLS: an upstream that ends its half still gets the last bytes of the client, and the tunnel ends clean', async () => {
+    const { key, cert } = selfSigned();
+    /** What the upstream read after its own end, per tunnel. */
+    const after: string[] = [];
+    const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (_req, res) => res.writeHead(404).end());
+    server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
+      // A session the server ends at once (its half), while the client still talks.
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nbye');
+      socket.end();
+      let got = '';
+      socket.on('data', (b: Buffer) => (got += b.toString()));
+      socket.on('end', () => after.push(got));
+      socket.on('error', () => {});
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+    const port = (server.address() as AddressInfo).port;
+    spawned = spawnCli(
+      ['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info'],
+      { NODE_EXTRA_CA_CERTS: cert },
+    );
+    const { proxyUrl } = await spawned.waitFor((l) => l.msg === 'listening');
+    const u = new URL(proxyUrl as string);
+    const runs = 6;
+    for (let i = 0; i < runs; i++) {
+      // The client keeps sending until it sees the upstream's end, then says its last word and ends.
+      const got = await new Promise<string>((resolve) => {
+        let talk: NodeJS.Timeout | undefined;
+        const c = net.connect({ port: Number(u.port), host: u.hostname, allowHalfOpen: true }, () => {
+          c.write(`GET /v1/realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`);
+          talk = setInterval(() => c.write('.'), 1);
+        });
+        let t = '';
+        c.on('data', (b: Buffer) => (t += b.toString()));
+        c.on('end', () => {
+          clearInterval(talk);
+          c.end('last-word');
+        });
+        c.on('error', () => clearInterval(talk));
+        c.on('close', () => resolve(t));
+      });
+      expect(got).toMatch(/\r\n\r\nbye$/);
+    }
+    for (let i = 0; i < 100 && after.length < runs; i++) await sleep(20);
+    expect(after.length).toBe(runs);
+    for (const a of after) expect(a).toMatch(/^\.*last-word$/);
+    const tunnels = await (async () => {
+      for (let i = 0; i < 100 && spawned!.lines.filter((l) => l.msg === 'tunnel').length < runs; i++) await sleep(20);
+      return spawned!.lines.filter((l) => l.msg === 'tunnel');
+    })();
+    expect(tunnels.map((l) => [l.status, l.outcome, l.errorType])).toEqual(Array.from({ length: runs }, () => [101, 'ok', undefined]));
   });
 });
 
