@@ -360,6 +360,18 @@ function selfSigned(): { key: string; cert: string } {
   return { key, cert };
 }
 
+/** Starts `server` on loopback and the proxy (the CLI, trusting `cert`) in front of it as https://localhost. */
+async function proxyInFrontOf(server: https.Server, cert: string): Promise<string> {
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  const port = (server.address() as AddressInfo).port;
+  spawned = spawnCli(
+    ['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info'],
+    { NODE_EXTRA_CA_CERTS: cert },
+  );
+  return (await spawned.waitFor((l) => l.msg === 'listening')).proxyUrl as string;
+}
+
 describe('TLS upstream', () => {
   it('streams from an https upstream whose CA the process trusts (NODE_EXTRA_CA_CERTS), reusing the connection', async () => {
     const { key, cert } = selfSigned();
@@ -377,18 +389,10 @@ describe('TLS upstream', () => {
       }, 10);
     });
     server.on('secureConnection', () => connections++);
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
-    const port = (server.address() as AddressInfo).port;
-
-    spawned = spawnCli(
-      ['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info'],
-      { NODE_EXTRA_CA_CERTS: cert },
-    );
-    const { proxyUrl } = await spawned.waitFor((l) => l.msg === 'listening');
+    const proxyUrl = await proxyInFrontOf(server, cert);
     const expected = [sse(1), sse(2), sse(3), 'data: [DONE]\n\n'].join('');
     for (let i = 0; i < 2; i++) {
-      const res = await fetch(`${proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
+      const res = await fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
       expect(res.status).toBe(200);
       expect(await res.text()).toBe(expected);
     }
@@ -409,15 +413,8 @@ describe('TLS upstream', () => {
       socket.on('end', () => after.push(got));
       socket.on('error', () => {});
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
-    const port = (server.address() as AddressInfo).port;
-    spawned = spawnCli(
-      ['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info'],
-      { NODE_EXTRA_CA_CERTS: cert },
-    );
-    const { proxyUrl } = await spawned.waitFor((l) => l.msg === 'listening');
-    const u = new URL(proxyUrl as string);
+    const proxyUrl = await proxyInFrontOf(server, cert);
+    const u = new URL(proxyUrl);
     const runs = 6;
     for (let i = 0; i < runs; i++) {
       // The client keeps sending until it sees the upstream's end, then says its last word and ends.
