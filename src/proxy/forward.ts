@@ -17,8 +17,8 @@ import { endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
-import { Router, type RouteMatch } from './routes.js';
-import { Tunnel, writeRawError } from './tunnel.js';
+import { Router, safePath, type RouteMatch } from './routes.js';
+import { errorBody, Tunnel, writeRawError } from './tunnel.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
 
 export interface ForwarderDeps {
@@ -526,12 +526,6 @@ function hasDotSegment(target: string): boolean {
   return DOT_SEGMENT.test(end === -1 ? target : target.slice(0, end));
 }
 
-/** The path without its query string: queries can carry keys (`?key=` for Gemini). */
-function safePath(target: string | undefined): string {
-  const t = target ?? '';
-  const q = t.indexOf('?');
-  return (q === -1 ? t : t.slice(0, q)).slice(0, 512);
-}
 
 /** AWS SigV4 (header or presigned query) lists `accept-encoding` among the signed headers. */
 function signsAcceptEncoding(req: IncomingMessage): boolean {
@@ -569,7 +563,7 @@ export function sendError(res: ServerResponse, status: number, type: string, mes
     res.destroy();
     return;
   }
-  const body = JSON.stringify({ error: { type, message, source: 'llm-latency-proxy' } });
+  const body = errorBody(type, message);
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   res.end(body);
 }

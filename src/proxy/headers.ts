@@ -24,7 +24,8 @@ export function isName(name: string, lower: string): boolean {
   return name.length === lower.length && (name === lower || name.toLowerCase() === lower);
 }
 
-function connectionTokens(raw: readonly string[]): Set<string> | undefined {
+/** The field names listed in `Connection` (lower-case), if any. */
+export function connectionTokens(raw: readonly string[]): Set<string> | undefined {
   let tokens: Set<string> | undefined;
   for (let i = 0; i < raw.length; i += 2) {
     if (isName(raw[i]!, 'connection')) {

@@ -87,3 +87,10 @@ export function originForm(target: string): string | undefined {
   }
   return undefined;
 }
+
+/** The path without its query string, for logs: queries can carry keys (`?key=` for Gemini). */
+export function safePath(target: string | undefined): string {
+  const t = target ?? '';
+  const q = t.indexOf('?');
+  return (q === -1 ? t : t.slice(0, q)).slice(0, 512);
+}

@@ -6,8 +6,9 @@ import tls from 'node:tls';
 import type { Logger } from '../log.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { ChunkedDecoder } from './chunked.js';
-import { isName, rawHeader } from './headers.js';
+import { connectionTokens, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
+import { safePath } from './routes.js';
 import type { Origin } from './upstream.js';
 
 /**
@@ -293,7 +294,7 @@ export class Tunnel {
       {
         reqId: this.opts.requestId,
         method: this.req.method,
-        path: safeTarget(this.opts.path),
+        path: safePath(this.opts.path),
         upgrade: this.req.headers.upgrade,
         status: this.status,
         outcome: errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error',
@@ -309,11 +310,8 @@ export class Tunnel {
 
 /** A declined upgrade's answer head, saying the connection closes after it (the upstream's may say keep-alive). */
 function declinedHead(head: ResponseHead): Buffer {
-  const named = new Set(['connection', 'keep-alive', 'proxy-connection']);
-  for (let i = 0; i < head.rawHeaders.length; i += 2) {
-    if (!isName(head.rawHeaders[i]!, 'connection')) continue;
-    for (const t of head.rawHeaders[i + 1]!.split(',')) named.add(t.trim().toLowerCase());
-  }
+  const named = connectionTokens(head.rawHeaders) ?? new Set<string>();
+  for (const n of ['connection', 'keep-alive', 'proxy-connection']) named.add(n);
   // The body goes on with the upstream's framing, whatever Connection names.
   named.delete('content-length');
   named.delete('transfer-encoding');
@@ -342,10 +340,6 @@ function cut(s: Duplex): void {
   }
 }
 
-function safeTarget(target: string): string {
-  const q = target.indexOf('?');
-  return (q === -1 ? target : target.slice(0, q)).slice(0, 512);
-}
 
 const REASONS: Record<number, string> = { 400: 'Bad Request', 404: 'Not Found', 405: 'Method Not Allowed', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
@@ -361,10 +355,15 @@ export function endSocket(socket: Duplex, data?: string): void {
   socket.once('close', () => clearTimeout(t));
 }
 
+/** The body of the proxy's own error answers. */
+export function errorBody(type: string, message: string): string {
+  return JSON.stringify({ error: { type, message, source: 'llm-latency-proxy' } });
+}
+
 /** A JSON error answer on a socket that Node's HTTP server handed over (upgrade, CONNECT). */
 export function writeRawError(socket: Duplex, status: number, type: string, message: string, extra = ''): void {
   if (socket.destroyed || socket.writableEnded) return;
-  const body = JSON.stringify({ error: { type, message, source: 'llm-latency-proxy' } });
+  const body = errorBody(type, message);
   endSocket(
     socket,
     `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
