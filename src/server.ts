@@ -33,12 +33,31 @@ export function createMetricsApp(telemetry: Telemetry | undefined, health: Healt
     if (!telemetry?.scrape) {
       return c.text('# metrics are disabled or pushed over OTLP only\n', 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
     }
+    const pieces = telemetry.scrape();
+    let first: IteratorResult<string>;
     try {
-      const text = await telemetry.scrape();
-      return c.body(text, 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
+      first = await pieces.next();
     } catch (e) {
       return c.text(`# collection failed: ${(e as Error).message}\n`, 500);
     }
+    // Each piece goes out as it is written (see prometheus-text.ts): a large exposition is
+    // neither one string nor one event-loop turn.
+    const utf8 = new TextEncoder();
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        if (first.done) controller.close();
+        else controller.enqueue(utf8.encode(first.value));
+      },
+      async pull(controller) {
+        const next = await pieces.next();
+        if (next.done) controller.close();
+        else controller.enqueue(utf8.encode(next.value));
+      },
+      async cancel() {
+        await pieces.return(undefined);
+      },
+    });
+    return c.body(body, 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
   });
   app.get('/healthz', (c) => c.json({ status: 'ok' }));
   app.get('/readyz', (c) => (health.ready() ? c.json({ status: 'ready' }) : c.json({ status: 'draining' }, 503)));

@@ -28,6 +28,8 @@ export interface MeterOptions {
   defer?: (fn: () => void) => void;
   /** Caps the distinct values of `gen_ai.response.model` (the upstream controls it). Default: none. */
   limitResponseModel?: (model: string) => string;
+  /** Caps the distinct values of `error.type` (statuses and in-band types come from the upstream). Default: none. */
+  limitErrorType?: (errorType: string) => string;
 }
 
 const runNow = (fn: () => void): void => fn();
@@ -389,7 +391,8 @@ export class RequestMeter {
       if (st.timePerOutputToken !== undefined) this.ins.serverTpot.record(st.timePerOutputToken, endLabels);
       if (st.duration !== undefined) this.ins.serverDuration.record(st.duration, endLabels);
     }
-    const durationLabels = err === undefined ? endLabels : sets.with(endLabels, ATTR.errorType, err);
+    const limitErr = this.opts.limitErrorType;
+    const durationLabels = err === undefined ? endLabels : sets.with(endLabels, ATTR.errorType, limitErr === undefined ? err : limitErr(err));
     const durationMs = this.clock.durationMs(end);
     this.ins.duration.record(durationMs / 1000, durationLabels);
     this.ins.streams.add(1, sets.with(sets.with(base, ATTR.outcome, outcome), ATTR.tokenCountSource, source));

@@ -1,5 +1,5 @@
 import type { OTLPMetricExporter as OtlpExporterClass } from '@opentelemetry/exporter-metrics-otlp-http';
-import { PrometheusExporter, PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
+import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import {
   AggregationType,
@@ -14,6 +14,7 @@ import { hostname } from 'node:os';
 import { VERSION } from '../version.js';
 import { FastMetricProducer } from './fast-metrics.js';
 import { withUnitSuffixes } from './prometheus-names.js';
+import { PrometheusText } from './prometheus-text.js';
 
 export const SCOPE_NAME = 'llm-latency-proxy';
 
@@ -21,8 +22,12 @@ export interface Telemetry {
   readonly provider: MeterProvider;
   /** The request path's instruments, registered with every reader (see fast-metrics.ts). */
   readonly fast: FastMetricProducer;
-  /** Renders the Prometheus text exposition (undefined when the Prometheus exporter is off). */
-  scrape: (() => Promise<string>) | undefined;
+  /**
+   * Collects and renders the Prometheus text exposition, in pieces to send as they come
+   * (undefined when the Prometheus exporter is off). A failed collection throws before the
+   * first piece.
+   */
+  scrape: (() => AsyncGenerator<string>) | undefined;
   /** Pushes what is pending (OTLP) and stops. */
   shutdown(): Promise<void>;
 }
@@ -75,7 +80,7 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
     });
     readers.push(new PeriodicExportingMetricReader({ exporter, metricProducers: [fast], exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
   }
-  const serializer = new PrometheusSerializer(undefined, false, undefined, false, false);
+  const text = new PrometheusText();
   const resource = resourceFromAttributes({
     'service.name': process.env.OTEL_SERVICE_NAME ?? 'llm-latency-proxy',
     'service.version': VERSION,
@@ -88,10 +93,10 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
     provider,
     fast,
     scrape: prom
-      ? async () => {
+      ? async function* () {
           const { resourceMetrics, errors } = await prom.collect();
           if (errors.length > 0) throw new AggregateError(errors, 'metric collection failed');
-          return serializer.serialize(withUnitSuffixes(resourceMetrics));
+          yield* text.pieces(withUnitSuffixes(resourceMetrics));
         }
       : undefined,
     async shutdown() {

@@ -33,12 +33,12 @@ abstract class Keyed<S> {
       if (s === undefined) {
         const others = this.byKey.size - (this.byKey.has(OVERFLOW_KEY) ? 1 : 0);
         if (others < MAX_SERIES - 1) {
-          s = this.create({ ...attributes });
+          s = this.create(Object.freeze({ ...attributes }));
           this.byKey.set(key, s);
         } else {
           // As the SDK's cardinality limit: the rest share one overflow series.
           s = this.byKey.get(OVERFLOW_KEY);
-          if (s === undefined) this.byKey.set(OVERFLOW_KEY, (s = this.create({ ...OVERFLOW })));
+          if (s === undefined) this.byKey.set(OVERFLOW_KEY, (s = this.create(Object.freeze({ ...OVERFLOW }))));
         }
       }
       this.byObject.set(attributes, s);
@@ -84,6 +84,9 @@ export class FastHistogram extends Keyed<HistogramSeries> {
   }
 
   metricData(now: HrTime): HistogramMetricData {
+    // One copy of the boundaries for all series; counts are copied (a snapshot), from a plain
+    // array: Array.from of a Float64Array per series made a collection of 14,000 series ~30 ms.
+    const boundaries = [...this.boundaries];
     return {
       descriptor: { name: this.name, unit: this.unit, description: this.description, valueType: ValueType.DOUBLE },
       aggregationTemporality: AggregationTemporality.CUMULATIVE,
@@ -93,7 +96,7 @@ export class FastHistogram extends Keyed<HistogramSeries> {
         startTime: s.startTime,
         endTime: now,
         value: {
-          buckets: { boundaries: [...this.boundaries], counts: Array.from(s.counts) },
+          buckets: { boundaries, counts: s.counts.slice() },
           sum: s.sum,
           count: s.count,
           min: s.min,
@@ -137,14 +140,14 @@ export class FastSum extends Keyed<SumSeries> {
 }
 
 class HistogramSeries {
-  readonly counts: Float64Array;
+  readonly counts: number[];
   count = 0;
   sum = 0;
   min = Infinity;
   max = -Infinity;
   readonly startTime: HrTime = hrNow();
   constructor(readonly attributes: Attributes, boundaries: number) {
-    this.counts = new Float64Array(boundaries + 1);
+    this.counts = new Array<number>(boundaries + 1).fill(0);
   }
 }
 

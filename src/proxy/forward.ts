@@ -44,6 +44,9 @@ export class Forwarder {
   private readonly models: CardinalityLimiter;
   private readonly responseModels: CardinalityLimiter;
   readonly limitResponseModel = (model: string): string => this.responseModels.limit(model);
+  /** The proxy's own error types always; of statuses and in-band types, the first MAX_ERROR_TYPES. */
+  private readonly errorTypes = new CardinalityLimiter(MAX_ERROR_TYPES);
+  readonly limitErrorType = (t: string): string => (OWN_ERROR_TYPES.has(t) ? t : this.errorTypes.limit(t));
   /** Streams and tunnels in flight, for graceful shutdown. */
   readonly inFlight = new Set<{ abort(errorType: string): void }>();
   /** Shutting down: no new request is forwarded, no connection is kept after its answer. */
@@ -305,6 +308,7 @@ class InFlight implements ExchangeHandler {
       ...deps.config.limits,
       defer: afterIo,
       limitResponseModel: this.fwd.limitResponseModel,
+      limitErrorType: this.fwd.limitErrorType,
     });
     if (pathModel !== undefined) return;
     const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxBodyBytes));
@@ -517,6 +521,14 @@ function addProxyHeaders(headers: string[], req: IncomingMessage, upstreamHost: 
 function round(v: number | undefined): number | undefined {
   return v === undefined ? undefined : Math.round(v * 1000) / 1000;
 }
+
+/**
+ * Distinct `error.type` values from upstreams (HTTP statuses, in-band error types) before the
+ * rest are recorded as `_OTHER`: an upstream can send any type, and each one multiplies the
+ * duration histogram's series by every model and route label set.
+ */
+const MAX_ERROR_TYPES = 50;
+const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
 
 /** A `.` or `..` path segment, also percent-encoded (`%2e`). */
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;

@@ -1,0 +1,123 @@
+import { PrometheusSerializer } from '@opentelemetry/exporter-prometheus';
+import { resourceFromAttributes } from '@opentelemetry/resources';
+import { AggregationTemporality, DataPointType, type MetricData, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { createTelemetry, SCOPE_NAME } from '../../src/metrics/exporter.js';
+import { Instruments } from '../../src/metrics/instruments.js';
+import { PrometheusText } from '../../src/metrics/prometheus-text.js';
+import { VERSION } from '../../src/version.js';
+
+// The exporter's serializer as the proxy configured it before PrometheusText replaced it.
+const reference = new PrometheusSerializer(undefined, false, undefined, false, false);
+
+// Label values with what the exposition must escape (backslash, newline, quote) and names
+// with what it must sanitise (dots, dashes, runs of underscores).
+const labelName = fc.stringMatching(/^[a-z][a-z0-9._-]{0,12}$/);
+const labelValue = fc.oneof(fc.string({ maxLength: 12 }), fc.constantFrom('a\\b', 'x\ny', 'q"uote', ''), fc.integer(), fc.boolean());
+const attributes = fc.dictionary(labelName, labelValue, { maxKeys: 4 });
+const number = fc.oneof(fc.double({ noNaN: true }), fc.integer(), fc.constantFrom(0, 1e21, 1e-7, Infinity, -Infinity));
+const time: [number, number] = [1, 0];
+
+const histogram = fc.record({
+  name: fc.stringMatching(/^[a-z][a-z0-9._]{0,20}$/),
+  description: fc.string({ maxLength: 20 }),
+  infiniteLast: fc.boolean(),
+  bounds: fc.uniqueArray(fc.double({ min: 0, max: 100, noNaN: true }), { maxLength: 6 }).map((b) => b.sort((x, y) => x - y)),
+  points: fc.array(fc.tuple(attributes, fc.nat(1000), fc.double({ min: 0, max: 1e6, noNaN: true })), { maxLength: 4 }),
+}).map(({ name, description, infiniteLast, bounds, points }): MetricData => {
+  const boundaries = infiniteLast ? [...bounds, Infinity] : bounds;
+  return {
+    descriptor: { name, description, unit: '', valueType: 1 },
+    aggregationTemporality: AggregationTemporality.CUMULATIVE,
+    dataPointType: DataPointType.HISTOGRAM,
+    dataPoints: points.map(([attrs, count, sum], i) => ({
+      attributes: i % 2 === 0 ? Object.freeze(attrs) : attrs,
+      startTime: time,
+      endTime: time,
+      value: { buckets: { boundaries, counts: [...boundaries, 0].map((_, k) => (count * (k + 1)) % 7) }, sum, count },
+    })),
+  };
+});
+
+const sum = fc.record({
+  name: fc.stringMatching(/^[a-z0-9][a-z0-9._]{0,20}$/),
+  description: fc.string({ maxLength: 20 }),
+  unit: fc.constantFrom('', '{token}', 's'),
+  kind: fc.constantFrom('counter', 'updown', 'gauge'),
+  points: fc.array(fc.tuple(attributes, number), { maxLength: 4 }),
+}).map(({ name, description, unit, kind, points }): MetricData => {
+  const dataPoints = points.map(([attrs, value]) => ({ attributes: attrs, startTime: time, endTime: time, value }));
+  const descriptor = { name, description, unit, valueType: 1 };
+  return kind === 'gauge'
+    ? { descriptor, aggregationTemporality: AggregationTemporality.CUMULATIVE, dataPointType: DataPointType.GAUGE, dataPoints }
+    : { descriptor, aggregationTemporality: AggregationTemporality.CUMULATIVE, dataPointType: DataPointType.SUM, isMonotonic: kind === 'counter', dataPoints };
+});
+
+const resourceMetrics = fc
+  .record({
+    resource: attributes,
+    scopes: fc.array(
+      fc.record({
+        name: fc.string({ maxLength: 8 }),
+        version: fc.option(fc.string({ maxLength: 5 }), { nil: undefined }),
+        schemaUrl: fc.option(fc.constant('https://opentelemetry.io/schemas/1.37.0'), { nil: undefined }),
+        metrics: fc.array(fc.oneof(histogram, sum), { maxLength: 4 }),
+      }),
+      { maxLength: 3 },
+    ),
+  })
+  .map(
+    ({ resource, scopes }): ResourceMetrics => ({
+      resource: resourceFromAttributes(resource),
+      scopeMetrics: scopes.map(({ name, version, schemaUrl, metrics }) => ({
+        scope: { name, ...(version === undefined ? {} : { version }), ...(schemaUrl === undefined ? {} : { schemaUrl }) },
+        metrics,
+      })),
+    }),
+  );
+
+describe('PrometheusText', () => {
+  it('writes exactly what the OpenTelemetry exporter serializer writes (property), twice from its cache', async () => {
+    await fc.assert(
+      fc.asyncProperty(resourceMetrics, fc.integer({ min: 1, max: 5 }), async (rm, slice) => {
+        const text = new PrometheusText(slice);
+        const expected = reference.serialize(rm);
+        expect(await text.serialize(rm)).toBe(expected);
+        expect(await text.serialize(rm)).toBe(expected); // label blocks now come from the cache
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('writes the proxy instruments with their escaped labels, yielding to the event loop every slice of lines', async () => {
+    const telemetry = createTelemetry({ prometheus: true, serviceInstanceId: 'test' });
+    const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME, '0'), undefined, { fast: telemetry.fast });
+    for (let i = 0; i < 300; i++) {
+      const labels = ins.labels.of('gen_ai.provider.name', 'openai', 'gen_ai.request.model', `m${i}`, 'error.type', i % 2 ? 'x"y\\z' : undefined);
+      ins.chunkGap.record(i / 1e4, labels);
+      ins.ttft.record(i / 100, labels);
+      ins.streams.add(1, labels);
+    }
+    // Event-loop turns that other work (the streams) gets while a scrape is written.
+    let turns = 0;
+    let spinning = true;
+    const spin = (): void => {
+      if (!spinning) return;
+      turns++;
+      setImmediate(spin);
+    };
+    setImmediate(spin);
+    let text = '';
+    for await (const piece of telemetry.scrape!()) text += piece;
+    spinning = false;
+    expect(text).toContain(
+      `gen_ai_client_operation_time_to_first_chunk_seconds_bucket{gen_ai_provider_name="openai",gen_ai_request_model="m1",error_type="x\\"y\\\\z",otel_scope_name="llm-latency-proxy",otel_scope_version="${VERSION}",le="0.02"} 1\n`,
+    );
+    const lines = text.split('\n').length;
+    expect(lines).toBeGreaterThan(15_000);
+    // One turn at least per 2,000 lines written (the first turn may come before the scrape starts writing).
+    expect(turns).toBeGreaterThanOrEqual(Math.floor(lines / 2000) - 1);
+    await telemetry.shutdown();
+  });
+});
