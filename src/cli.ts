@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type Overrides } from './config.js';
-import { createLogger } from './log.js';
+import { createLogger, exitAfterLogs } from './log.js';
 import { startProxy } from './main.js';
 import { createSimulator } from './simulate/server.js';
 import { VERSION } from './version.js';
@@ -21,7 +21,7 @@ Proxy options (environment variable in brackets):
   --metrics-port N      metrics port (/metrics, /healthz, /readyz), default 9464 [LLM_PROXY_METRICS_PORT]
   --no-metrics          forward only: no parsing, no measurement [LLM_PROXY_METRICS=false]
   --drain-timeout S     seconds in-flight streams get on SIGTERM, default 30 [LLM_PROXY_DRAIN_TIMEOUT]
-  --log-level LEVEL     trace|debug|info|warn|error|silent, default info [LLM_PROXY_LOG_LEVEL]
+  --log-level LEVEL     trace|debug|info|warn|error|fatal|silent, default info [LLM_PROXY_LOG_LEVEL]
 
 Simulator options (times in seconds):
   --port N (8081) --host HOST (127.0.0.1) --ttft S (0.25) --itl S (0.0014)
@@ -75,7 +75,7 @@ async function runSimulate(args: string[]): Promise<void> {
   const url = await sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, values.host ?? '127.0.0.1');
   log.info({ url, ...plan, seed }, 'simulator listening');
   const stop = () => {
-    void sim.close().then(() => process.exit(0));
+    void sim.close().then(() => exitAfterLogs(log, 0));
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
@@ -128,10 +128,10 @@ async function runProxy(args: string[]): Promise<void> {
     stopping = true;
     log.info({ signal }, 'shutting down');
     proxy.shutdown().then(
-      () => process.exit(0),
+      () => exitAfterLogs(log, 0),
       (e: unknown) => {
         log.error({ err: (e as Error).message }, 'shutdown failed');
-        process.exit(1);
+        exitAfterLogs(log, 1);
       },
     );
   };

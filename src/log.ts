@@ -26,3 +26,22 @@ export function createLogger(level: string, destination?: pino.DestinationStream
   };
   return destination ? pino(opts, destination) : pino(opts);
 }
+
+/**
+ * Exits once the log stream has written what it holds, or after `graceMs`. Exiting with a
+ * write still in flight makes pino flush synchronously at exit, and sonic-boom retries a
+ * synchronous write that failed with EPIPE (a log reader that went away: `| head`, a crashed
+ * shipper) every 100 ms forever: the process never ended on SIGTERM. Ending the stream first
+ * lets that EPIPE arrive asynchronously, where pino drops the rest of the logging.
+ */
+export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
+  const exit = (): never => process.exit(code);
+  const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
+    | { end?: () => void; once?: (event: string, fn: () => void) => void }
+    | undefined;
+  if (typeof stream?.end !== 'function' || typeof stream.once !== 'function') exit();
+  setTimeout(exit, graceMs);
+  stream!.once!('close', exit);
+  stream!.once!('error', exit);
+  stream!.end!();
+}

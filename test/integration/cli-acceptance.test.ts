@@ -151,4 +151,15 @@ describe('acceptance: separate processes, official client', () => {
     expect(p5.stderr).toMatch(/^llm-latency-proxy: cannot listen: .*EADDRNOTAVAIL/);
     expect(p5.stderr).not.toMatch(/\n\s+at /);
   });
+
+  it('SIGTERM ends the process even when its log reader has gone away (EPIPE on stdout)', async () => {
+    const p = spawnCli(['--upstream', 'http://127.0.0.1:1', '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+    procs.push(p);
+    await p.waitFor((l) => l.msg === 'listening');
+    // The reader goes away (`| head -1`, a crashed log shipper): the next log line meets EPIPE.
+    p.child.stdout!.destroy();
+    p.child.kill('SIGTERM');
+    const code = await Promise.race([p.exited, new Promise<string>((r) => setTimeout(() => r('still running after 10 s'), 10_000))]);
+    expect(code).toBe(0);
+  });
 });
