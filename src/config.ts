@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS } from './metrics/semconv.js';
+import { API_BY_NAME } from './providers/detect.js';
 
 /** A configuration problem: the message names the offending key. Exit code 2. */
 export class ConfigError extends Error {
@@ -34,8 +35,14 @@ const routeSchema = z
   .object({
     prefix: z.string().startsWith('/', 'must start with "/"'),
     upstream: httpUrl,
-    /** Forces the wire format / adapter (e.g. `openai`), instead of detecting it from the path. */
-    provider: z.string().min(1).optional(),
+    /**
+     * Forces the wire format / adapter (e.g. `openai`) on every path of the route, instead of
+     * detecting it from the path. A misspelt name is an error, not a silent fallback.
+     */
+    provider: z
+      .string()
+      .refine((v) => Object.hasOwn(API_BY_NAME, v), { error: (i) => `unknown provider ${JSON.stringify(i.input)} (one of: ${Object.keys(API_BY_NAME).join(', ')})` })
+      .optional(),
     /** Overrides the `gen_ai_provider_name` label; on `/v1/chat` and `/api/v1/chat` it also picks the API (Cohere, LM Studio). */
     providerName: z.string().min(1).optional(),
     /** Remove the prefix before forwarding (default true). */

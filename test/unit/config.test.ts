@@ -99,6 +99,11 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ routes: [{ path: '/', upstream: 'http://x', timeouts: {} }] }))).toBe(
       'invalid configuration in config:\n  routes[0].prefix: required (string)\n  routes[0].path: unknown key\n  routes[0].timeouts: unknown key',
     );
+    // A misspelt provider would silently fall back to path detection.
+    expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'http://x', provider: 'antropic' }] }))).toMatch(
+      /^invalid configuration in config:\n  routes\[0\]\.provider: unknown provider "antropic" \(one of: openai, .*\banthropic\b.*\)$/,
+    );
+    expect(buildConfig({ routes: [{ prefix: '/', upstream: 'http://x', provider: 'anthropic' }] }).routes[0]!.provider).toBe('anthropic');
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 5 }] }))).toMatch(/routes\[0\]\.upstream: Invalid input: expected string, received number/);
     expect(errorOf(() => buildConfig({ metrics: { port: 'abc' } }))).toMatch(/metrics\.port/);
     expect(errorOf(() => buildConfig({ metrics: { buckets: { itl: [0.002, 0.001] } } }))).toMatch(/metrics\.buckets\.itl: must be strictly increasing/);
