@@ -71,6 +71,12 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     if (url.pathname === '/_sim/config') {
       if (method === 'PUT' || method === 'POST') {
         const patch = parseJson(text);
+        // A misspelt key ("itll") would otherwise change nothing and still answer 200.
+        const unknown = Object.keys(patch ?? {}).filter((k) => !(PLAN_KEYS as readonly string[]).includes(k));
+        if (unknown.length > 0) {
+          json(res, 400, { error: { type: 'invalid_request', message: `unknown key ${unknown.join(', ')} (known: ${PLAN_KEYS.join(', ')})` } });
+          return;
+        }
         for (const k of PLAN_KEYS) {
           const v = patch?.[k];
           if (v === undefined) continue;

@@ -16,11 +16,12 @@ let proxy: RunningProxy;
 let sent: string[];
 const received: Promise<string>[] = [];
 let client: OpenAI;
+let simUrl: string;
 
 beforeAll(async () => {
   sim = createSimulator({ ...PLAN, seed: 7 });
   sent = recordResponses(sim.server);
-  const simUrl = await sim.listen(0, '127.0.0.1');
+  simUrl = await sim.listen(0, '127.0.0.1');
   proxy = await startTestProxy(simUrl);
   client = new OpenAI({ apiKey: 'sk-test-not-a-key', baseURL: `${proxy.proxyUrl}/v1`, fetch: hashingFetch(received), maxRetries: 0 });
 });
@@ -119,6 +120,19 @@ describe('official openai client through the proxy', () => {
     expect(m.ttft.count).toBe(0);
     expect(m.duration.count).toBe(1);
     expect(m.outTokens).toBe(PLAN.tokens);
+  });
+
+  it('the simulator ends an answer cut by max_tokens with finish_reason "length", and refuses an unknown plan key', async () => {
+    const stream = await client.chat.completions.create({ model: 'capped-model', max_tokens: 7, messages: [{ role: 'user', content: 'x' }], stream: true });
+    const reasons: (string | null)[] = [];
+    for await (const chunk of stream) reasons.push(chunk.choices[0]?.finish_reason ?? null);
+    expect(reasons.filter((r) => r !== null)).toEqual(['length']);
+    expect(reasons.length).toBe(1 + 7 + 1); // role chunk, 7 tokens, finish chunk
+    const plain = await client.chat.completions.create({ model: 'capped-model', max_tokens: PLAN.tokens + 1, messages: [{ role: 'user', content: 'x' }] });
+    expect(plain.choices[0]?.finish_reason).toBe('stop');
+    const put = await fetch(`${simUrl}/_sim/config`, { method: 'PUT', body: '{"itll":0.002}' });
+    expect(put.status).toBe(400);
+    expect(((await put.json()) as { error: { message: string } }).error.message).toMatch(/unknown key itll/);
   });
 
   it('abort mid-stream: recorded as client_cancelled, nothing left in flight', async () => {

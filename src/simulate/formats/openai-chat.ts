@@ -35,6 +35,9 @@ export const openaiChatFormat: WireFormat = {
     const n = plan.tokens;
     const tools = Array.isArray(body.tools) ? (body.tools as Tool[]) : [];
     const toolName = body.tool_choice !== 'none' ? tools[0]?.function?.name : undefined;
+    // The answer ends at the client's max_tokens: "length", as OpenAI reports it.
+    const cap = openaiChatFormat.maxTokens!(body);
+    const finish = cap !== undefined && n >= cap ? 'length' : toolName ? 'tool_calls' : 'stop';
     const usage = {
       prompt_tokens: promptTokens(body),
       completion_tokens: n,
@@ -65,7 +68,7 @@ export const openaiChatFormat: WireFormat = {
             object: 'chat.completion',
             created,
             model,
-            choices: [{ index: 0, message, logprobs: null, finish_reason: toolName ? 'tool_calls' : 'stop' }],
+            choices: [{ index: 0, message, logprobs: null, finish_reason: finish }],
             usage,
           });
           res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) });
@@ -104,7 +107,7 @@ export const openaiChatFormat: WireFormat = {
         send(`{"index":0,"delta":${delta},"logprobs":null,"finish_reason":null}`);
       },
       () => {
-        send(`{"index":0,"delta":{},"logprobs":null,"finish_reason":"${toolName ? 'tool_calls' : 'stop'}"}`);
+        send(`{"index":0,"delta":{},"logprobs":null,"finish_reason":"${finish}"}`);
         if (includeUsage) send('', `,"usage":${JSON.stringify(usage)}`);
         res.end('data: [DONE]\n\n');
       },
