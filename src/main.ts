@@ -1,3 +1,4 @@
+import { diag, DiagLogLevel } from '@opentelemetry/api';
 import type { Server } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -50,6 +51,13 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const telemetry = cfg.metrics.enabled
     ? createTelemetry({ prometheus: cfg.prometheus, ...(cfg.otlp.enabled ? { otlp: cfg.otlp } : {}) })
     : undefined;
+  if (telemetry && cfg.otlp.enabled) {
+    // A push that fails (collector down, wrong endpoint) reaches the SDK's diag logger, which is
+    // silent unless one is set: say it in the proxy's log, at warn, once per failed push.
+    const warn = (message: string, ...args: unknown[]) => log.warn({ otel: args.map((a) => (a instanceof Error ? a.message : a)) }, `OpenTelemetry: ${message}`);
+    const quiet = () => {};
+    diag.setLogger({ error: warn, warn, info: quiet, debug: quiet, verbose: quiet }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
+  }
   const instruments = telemetry
     ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets, {
         fast: telemetry.fast,
