@@ -433,7 +433,14 @@ class InFlight implements ExchangeHandler {
       return;
     }
     // Mid-body: the client must see a truncated response, not a clean end.
-    this.deps.log.warn({ reqId: this.requestId, err: err.message }, 'upstream stream failed mid-body');
+    if (timeout && this.paused) {
+      // The upstream was silent because the proxy stopped reading it: the client has not taken
+      // what it was sent for timeouts.idle. Still cut (it holds an upstream connection), but
+      // not blamed on the upstream.
+      this.deps.log.warn({ reqId: this.requestId, idleSeconds: this.deps.config.timeouts.idle }, 'client stopped reading: stream cut after timeouts.idle');
+    } else {
+      this.deps.log.warn({ reqId: this.requestId, err: err.message }, 'upstream stream failed mid-body');
+    }
     this.complete(timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : ERROR_TYPE.upstreamReset);
     this.res.destroy();
   }

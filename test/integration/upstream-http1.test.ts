@@ -15,6 +15,10 @@ import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { UpstreamClient, type Exchange } from '../../src/proxy/upstream.js';
+import { buildConfig } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
+import { startProxy } from '../../src/main.js';
+import { Writable } from 'node:stream';
 import { views } from '../helpers/ranges.js';
 
 type Script = (sock: net.Socket, head: string, index: number) => void | Promise<void>;
@@ -670,5 +674,57 @@ describe('the request path, continued', () => {
       expect((await rawClient(proxy.proxyUrl, `GET ${target} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n`)).slice(0, 12)).toBe('HTTP/1.1 200');
     }
     expect(up.state.requests.map((h) => h.split('\r\n')[0])).toEqual(['GET /v1/models?x HTTP/1.1', 'GET /v1/models HTTP/1.1']);
+  });
+});
+
+describe('timeouts.idle mid-body', () => {
+  /** A proxy whose warn lines the test reads. */
+  async function proxyWithLog(upstream: string) {
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, cb) {
+        for (const l of chunk.toString('utf8').split('\n')) if (l) lines.push(JSON.parse(l) as Record<string, unknown>);
+        cb();
+      },
+    });
+    const config = buildConfig({ timeouts: { idle: 0.4 } }, { upstream, port: 0, metricsPort: 0, logLevel: 'warn' });
+    proxy = await startProxy(config, createLogger('warn', sink));
+    return { proxy, lines };
+  }
+
+  it('cuts a silent upstream and says so; cuts a client that stopped reading and does not blame the upstream', async () => {
+    const body = '{"model":"m","stream":true,"messages":[]}';
+    const post = (p: string) => `POST ${p} HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    const chunk = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
+    const up = await wireUpstream((sock, head) => {
+      sock.write(SSE_HEAD + chunk(sse(1)));
+      if (head.startsWith('POST /silent')) return; // then nothing
+      // Far more than the socket buffers hold, as fast as the proxy takes it.
+      const big = chunk(sse(2).repeat(2000));
+      const pump = () => {
+        while (!sock.destroyed && sock.write(big)) {}
+        if (!sock.destroyed) sock.once('drain', pump);
+      };
+      pump();
+    });
+    const { lines } = await proxyWithLog(up.url);
+
+    const silent = await rawExchange(proxy!.proxyUrl, post('/silent/v1/chat/completions'));
+    expect(silent.head).toMatch(/^HTTP\/1.1 200/);
+    expect(lines.map((l) => [l.msg, l.err])).toContainEqual(['upstream stream failed mid-body', 'upstream idle timeout']);
+
+    // A client that reads nothing: the proxy stops reading the upstream, which goes quiet.
+    const u = new URL(proxy!.proxyUrl);
+    const stuck = net.connect(Number(u.port), u.hostname);
+    stuck.on('error', () => {});
+    stuck.pause();
+    stuck.write(post('/fast/v1/chat/completions'));
+    const closed = new Promise<void>((r) => stuck.once('close', () => r()));
+    const deadline = Date.now() + 10_000;
+    while (!lines.some((l) => l.msg === 'client stopped reading: stream cut after timeouts.idle') && Date.now() < deadline) await sleep(50);
+    expect(lines.filter((l) => l.msg === 'client stopped reading: stream cut after timeouts.idle')).toHaveLength(1);
+    expect(lines.filter((l) => l.msg === 'upstream stream failed mid-body')).toHaveLength(1); // only the silent one
+    stuck.resume(); // the cut arrives once what was buffered is read
+    await closed;
   });
 });
