@@ -120,9 +120,9 @@ export class Forwarder {
     const match = this.router.match(req.url ?? '');
     if (!match) return writeRawError(socket, 404, 'no_route', `no route for ${safePath(req.url)}`);
     const requestId = requestIdOf(req);
-    const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP);
+    const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP, ['host', match.resolved.upstream.host]);
     headers.push('connection', 'upgrade', 'upgrade', rawHeader(req.rawHeaders, 'upgrade') ?? 'websocket');
-    addProxyHeaders(headers, req, match.resolved.upstream.host, requestId);
+    addProxyHeaders(headers, req, requestId);
     const { timeouts } = this.deps.config;
     const tunnel = new Tunnel(
       {
@@ -199,7 +199,9 @@ class InFlight implements ExchangeHandler {
     this.fwd.inFlight.add(this);
 
     if (deps.instruments) this.bodySeen = [];
-    const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP);
+    // Host and the body's framing first: a server that keeps only so many fields (Node: 1,000)
+    // still gets them when a client sends that many.
+    const headers = ['host', upstream.host];
     // The body's framing is the proxy's own, from what Node's parser framed it by: it keeps its
     // length, or is chunked again (Node decoded it). Never copied: a client that lists
     // Content-Length in Connection would otherwise send unframed body bytes upstream, which the
@@ -214,7 +216,8 @@ class InFlight implements ExchangeHandler {
       headers.push('content-length', length);
     }
     this.bodyFraming = body;
-    addProxyHeaders(headers, req, upstream.host, this.requestId);
+    endToEndHeaders(req.rawHeaders, REQUEST_DROP, headers);
+    addProxyHeaders(headers, req, this.requestId);
     if (deps.instruments && deps.config.metrics.identityEncoding && req.method === 'POST' && req.headers['accept-encoding'] !== undefined) this.askIdentity(headers);
 
     // Client body -> upstream, with backpressure; the model name is read as it passes.
@@ -514,8 +517,7 @@ function requestIdOf(req: IncomingMessage): string {
 }
 
 /** `Host` (the upstream's, last), `X-Forwarded-For/-Proto/-Host` and `X-Request-Id` when the client sent none. */
-function addProxyHeaders(headers: string[], req: IncomingMessage, upstreamHost: string, requestId: string): void {
-  headers.push('host', upstreamHost);
+function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: string): void {
   const xff = req.headers['x-forwarded-for'];
   const peer = req.socket.remoteAddress ?? '';
   if (xff === undefined) headers.push('x-forwarded-for', peer);

@@ -39,9 +39,8 @@ export function connectionTokens(raw: readonly string[]): Set<string> | undefine
 }
 
 /** `raw` minus hop-by-hop fields, minus `drop` (lower-case names). */
-export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<string>): string[] {
+export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<string>, out: string[] = []): string[] {
   const tokens = connectionTokens(raw);
-  const out: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     const lower = name.toLowerCase();

@@ -728,3 +728,28 @@ describe('timeouts.idle mid-body', () => {
     await closed;
   });
 });
+
+describe('request head order', () => {
+  it('puts Host and the body framing first, so a Node upstream (1,000 fields kept) still frames a request with 1,500 fields', async () => {
+    const upstream = http.createServer((req, res) => {
+      let n = 0;
+      req.on('data', (d: Buffer) => (n += d.length));
+      req.on('end', () => res.end(JSON.stringify({ host: req.headers.host, length: n, fields: req.rawHeaders.length / 2 })));
+    });
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => upstream.close(() => r())));
+    const port = (upstream.address() as AddressInfo).port;
+    proxy = await startTestProxy(`http://127.0.0.1:${port}`);
+    const body = '{"model":"m"}';
+    const extra = Array.from({ length: 1500 }, (_, i) => `x-h-${i}: v\r\n`).join('');
+    const { head, body: answer } = await rawExchange(
+      proxy.proxyUrl,
+      `POST /v1/embeddings HTTP/1.1\r\nHost: h\r\n${extra}Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+    );
+    expect(head).toMatch(/^HTTP\/1.1 200/);
+    const text = answer.toString('latin1');
+    const json = JSON.parse(text.slice(text.indexOf('{'), text.lastIndexOf('}') + 1)) as { host: string; length: number; fields: number };
+    expect(json).toMatchObject({ host: `127.0.0.1:${port}`, length: body.length });
+    expect(json.fields).toBeLessThan(1500); // the upstream dropped the tail, not Host or the framing
+  });
+});
