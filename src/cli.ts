@@ -74,7 +74,10 @@ async function runSimulate(args: string[]): Promise<void> {
   const sim = createSimulator({ ...plan, ...(seed !== undefined ? { seed } : {}) });
   const url = await sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, values.host ?? '127.0.0.1');
   log.info({ url, ...plan, seed }, 'simulator listening');
+  let stopping = false;
   const stop = () => {
+    if (stopping) return;
+    stopping = true;
     void sim.close().then(() => exitAfterLogs(log, 0));
   };
   process.once('SIGTERM', stop);

@@ -34,14 +34,28 @@ export function createLogger(level: string, destination?: pino.DestinationStream
  * shipper) every 100 ms forever: the process never ended on SIGTERM. Ending the stream first
  * lets that EPIPE arrive asynchronously, where pino drops the rest of the logging.
  */
+let exiting = false;
+
 export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
-  const exit = (): never => process.exit(code);
+  // A second call (SIGINT then SIGTERM) must not end the stream again: sonic-boom throws then.
+  if (exiting) return;
+  exiting = true;
+  const exit = (): void => {
+    process.exit(code);
+  };
   const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
     | { end?: () => void; once?: (event: string, fn: () => void) => void }
     | undefined;
-  if (typeof stream?.end !== 'function' || typeof stream.once !== 'function') exit();
+  if (typeof stream?.end !== 'function' || typeof stream.once !== 'function') {
+    exit();
+    return;
+  }
   setTimeout(exit, graceMs);
-  stream!.once!('close', exit);
-  stream!.once!('error', exit);
-  stream!.end!();
+  stream.once('close', exit);
+  stream.once('error', exit);
+  try {
+    stream.end();
+  } catch {
+    exit(); // already destroyed
+  }
 }
