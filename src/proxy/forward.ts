@@ -44,9 +44,9 @@ export class Forwarder {
   private readonly models: CardinalityLimiter;
   private readonly responseModels: CardinalityLimiter;
   readonly limitResponseModel = (model: string): string => this.responseModels.limit(model);
-  /** The proxy's own error types always; of statuses and in-band types, the first MAX_ERROR_TYPES. */
+  /** The proxy's own error types and HTTP statuses always; of in-band types, the first MAX_ERROR_TYPES. */
   private readonly errorTypes = new CardinalityLimiter(MAX_ERROR_TYPES);
-  readonly limitErrorType = (t: string): string => (OWN_ERROR_TYPES.has(t) ? t : this.errorTypes.limit(t));
+  readonly limitErrorType = (t: string): string => (OWN_ERROR_TYPES.has(t) || HTTP_STATUS.test(t) ? t : this.errorTypes.limit(t));
   /** Streams and tunnels in flight, for graceful shutdown. */
   readonly inFlight = new Set<{ abort(errorType: string): void }>();
   /** Shutting down: no new request is forwarded, no connection is kept after its answer. */
@@ -532,12 +532,14 @@ function round(v: number | undefined): number | undefined {
 }
 
 /**
- * Distinct `error.type` values from upstreams (HTTP statuses, in-band error types) before the
- * rest are recorded as `_OTHER`: an upstream can send any type, and each one multiplies the
- * duration histogram's series by every model and route label set.
+ * Distinct in-band error types (an upstream's own `error.type` strings) before the rest are
+ * recorded as `_OTHER`: an upstream can send any string, and each one multiplies the duration
+ * histogram's series by every model and route label set. HTTP statuses are bounded and are what
+ * alerts match (`429`, `503`), so they never share this budget.
  */
 const MAX_ERROR_TYPES = 50;
 const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
+const HTTP_STATUS = /^[1-5]\d\d$/;
 
 /** A `.` or `..` path segment, also percent-encoded (`%2e`). */
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
