@@ -1,4 +1,4 @@
-import { diag, DiagLogLevel } from '@opentelemetry/api';
+import { diag, DiagLogLevel, type DiagLogger } from '@opentelemetry/api';
 import type { Server } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -48,16 +48,14 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true }] });
   }
 
+  // A push that fails (collector down, wrong endpoint) reaches OpenTelemetry's diag logger,
+  // which is silent unless one is set: say it in the proxy's log, at warn, once per failed push.
+  // Set before the exporter is built, so that its own warnings are kept too.
+  const otelLogger = cfg.metrics.enabled && cfg.otlp.enabled ? diagToLog(log) : undefined;
+  if (otelLogger) diag.setLogger(otelLogger, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
   const telemetry = cfg.metrics.enabled
     ? createTelemetry({ prometheus: cfg.prometheus, ...(cfg.otlp.enabled ? { otlp: cfg.otlp } : {}) })
     : undefined;
-  if (telemetry && cfg.otlp.enabled) {
-    // A push that fails (collector down, wrong endpoint) reaches the SDK's diag logger, which is
-    // silent unless one is set: say it in the proxy's log, at warn, once per failed push.
-    const warn = (message: string, ...args: unknown[]) => log.warn({ otel: args.map((a) => (a instanceof Error ? a.message : a)) }, `OpenTelemetry: ${message}`);
-    const quiet = () => {};
-    diag.setLogger({ error: warn, warn, info: quiet, debug: quiet, verbose: quiet }, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
-  }
   const instruments = telemetry
     ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets, {
         fast: telemetry.fast,
@@ -91,6 +89,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     drainAfterIo(); // the records of streams cut just now, before the last export
     instruments?.shutdown();
     await telemetry?.shutdown();
+    if (otelLogger) diag.disable(); // the logger is process-wide: do not keep this proxy's after it
     await simulator?.close();
   };
 
@@ -139,4 +138,23 @@ function closeServer(server: Server): Promise<void> {
     server.close(() => resolve());
     server.closeIdleConnections();
   });
+}
+
+/**
+ * OpenTelemetry's diag messages as log lines. Export failures come through its global error
+ * handler as a JSON string of the error (with its stack): the line keeps only the message.
+ */
+function diagToLog(log: Logger): DiagLogger {
+  const warn = (message: string) => {
+    let text = message;
+    try {
+      const parsed = JSON.parse(message) as { message?: unknown };
+      if (typeof parsed?.message === 'string') text = parsed.message;
+    } catch {
+      /* a plain message */
+    }
+    log.warn(`OpenTelemetry: ${text}`);
+  };
+  const quiet = () => {};
+  return { error: warn, warn, info: quiet, debug: quiet, verbose: quiet };
 }

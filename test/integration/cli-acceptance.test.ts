@@ -1,4 +1,6 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -161,5 +163,25 @@ describe('acceptance: separate processes, official client', () => {
     p.child.kill('SIGTERM');
     const code = await Promise.race([p.exited, new Promise<string>((r) => setTimeout(() => r('still running after 10 s'), 10_000))]);
     expect(code).toBe(0);
+  });
+
+  it('a failed OTLP push is one warn line with the error message (no JSON, no stack)', async () => {
+    // A collector that refuses the data (not retried): the SDK reports it as a JSON string of the error.
+    const collector = createServer((req, res) => {
+      req.resume();
+      res.writeHead(400, { 'content-type': 'text/plain' }).end('bad');
+    });
+    await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise<void>((r) => collector.close(() => r())));
+    const p = spawnCli(['--upstream', 'http://127.0.0.1:1', '--port', '0', '--metrics-port', '0'], {
+      OTEL_METRICS_EXPORTER: 'otlp',
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(collector.address() as AddressInfo).port}`,
+      OTEL_METRIC_EXPORT_INTERVAL: '500',
+    });
+    procs.push(p);
+    const line = await p.waitFor((l) => typeof l.msg === 'string' && l.msg.startsWith('OpenTelemetry: '), 10_000);
+    expect(line.level).toBe(40);
+    expect(line.msg).toMatch(/export failed/i);
+    expect(line.msg).not.toMatch(/"stack"|\n\s+at |^OpenTelemetry: \{/);
   });
 });
