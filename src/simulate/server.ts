@@ -71,8 +71,12 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     if (url.pathname === '/_sim/config') {
       if (method === 'PUT' || method === 'POST') {
         const patch = parseJson(text);
+        if (patch === undefined) {
+          json(res, 400, { error: { type: 'invalid_request', message: 'expected a JSON object such as {"itl": 0.002}' } });
+          return;
+        }
         // A misspelt key ("itll") would otherwise change nothing and still answer 200.
-        const unknown = Object.keys(patch ?? {}).filter((k) => !(PLAN_KEYS as readonly string[]).includes(k));
+        const unknown = Object.keys(patch).filter((k) => !(PLAN_KEYS as readonly string[]).includes(k));
         if (unknown.length > 0) {
           json(res, 400, { error: { type: 'invalid_request', message: `unknown key ${unknown.join(', ')} (known: ${PLAN_KEYS.join(', ')})` } });
           return;

@@ -133,6 +133,9 @@ describe('official openai client through the proxy', () => {
     const put = await fetch(`${simUrl}/_sim/config`, { method: 'PUT', body: '{"itll":0.002}' });
     expect(put.status).toBe(400);
     expect(((await put.json()) as { error: { message: string } }).error.message).toMatch(/unknown key itll/);
+    const notJson = await fetch(`${simUrl}/_sim/config`, { method: 'PUT', body: '{itl: 0.002}' });
+    expect(notJson.status).toBe(400);
+    await notJson.arrayBuffer();
   });
 
   it('abort mid-stream: recorded as client_cancelled, nothing left in flight', async () => {
