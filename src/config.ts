@@ -77,8 +77,8 @@ const fileSchema = z
         identityEncoding: z.boolean().optional(),
         /**
          * Event-loop-delay sampling period in ms: finer catches shorter stalls, and every sample
-         * wakes the process. A collection reports only when its window held two samples, so the
-         * period must stay well below the scrape or export interval.
+         * wakes the process. A collection whose window held fewer than two samples repeats the
+         * previous values, so the period must stay well below the scrape or export interval.
          */
         loopDelayResolutionMs: z.number().int().min(1).max(1000).optional(),
         buckets: z

@@ -125,7 +125,9 @@ describe('deploy/compose/compose.yaml', () => {
     // the image's health check probes the metrics port, which the simulator does not serve
     expect(JSON.stringify(sim.healthcheck.test)).toContain(`:${simPort}/`);
     // the proxy publishes both ports and is given time to drain
-    expect(c.services.proxy.ports.map(String)).toEqual(expect.arrayContaining(['8080:8080', '9464:9464']));
+    expect(c.services.proxy.ports.map(String)).toEqual(expect.arrayContaining(['127.0.0.1:8080:8080', '127.0.0.1:9464:9464']));
+    // A demo stack with an anonymous Grafana: every published port on the host's loopback only.
+    for (const svc of Object.values(c.services) as { ports?: unknown[] }[]) for (const p of svc.ports ?? []) expect(String(p)).toMatch(/^127\.0\.0\.1:/);
     expect(Number(/^(\d+)s$/.exec(c.services.proxy.stop_grace_period)?.[1])).toBeGreaterThan(DRAIN_SECONDS);
   });
 

@@ -59,6 +59,20 @@ describe('FastHistogram', () => {
     );
   });
 
+  it('hands out a snapshot: what is recorded after a collection does not change its data points', async () => {
+    // The exposition is written over several event-loop turns after the collection, and OTLP
+    // exports asynchronously: bucket lines must keep agreeing with their _count.
+    const fast = new FastMetricProducer({ name: 'fast' });
+    const h = fast.add(new FastHistogram('h', 's', 'd', [1, 2]));
+    h.record(0.5, { a: '1' });
+    const { resourceMetrics } = await fast.collect();
+    const dp = (resourceMetrics.scopeMetrics[0]!.metrics[0] as HistogramMetricData).dataPoints[0]!;
+    h.record(0.5, { a: '1' });
+    h.record(1.5, { a: '1' });
+    expect(dp.value.count).toBe(1);
+    expect(dp.value.buckets.counts).toEqual([1, 0, 0]);
+  });
+
   it('ignores negative, NaN and infinite values, as histograms must', () => {
     const fast = new FastMetricProducer({ name: 'x' });
     const h = fast.add(new FastHistogram('h', 's', 'd', [1, 2]));

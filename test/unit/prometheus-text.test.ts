@@ -90,6 +90,30 @@ describe('PrometheusText', () => {
     );
   });
 
+  it('keeps label blocks only for frozen attribute objects: a changed plain object is written as it is now', async () => {
+    const text = new PrometheusText();
+    const attributes: Record<string, string> = { model: 'a' };
+    const rm = (): ResourceMetrics => ({
+      resource: resourceFromAttributes({}),
+      scopeMetrics: [
+        {
+          scope: { name: 's' },
+          metrics: [
+            {
+              descriptor: { name: 'g', description: 'd', unit: '', valueType: 1 },
+              aggregationTemporality: AggregationTemporality.CUMULATIVE,
+              dataPointType: DataPointType.GAUGE,
+              dataPoints: [{ attributes, startTime: time, endTime: time, value: 1 }],
+            },
+          ],
+        },
+      ],
+    });
+    expect(await text.serialize(rm())).toContain('g{model="a",otel_scope_name="s"} 1');
+    attributes.model = 'b';
+    expect(await text.serialize(rm())).toContain('g{model="b",otel_scope_name="s"} 1');
+  });
+
   it('writes the proxy instruments with their escaped labels, yielding to the event loop every slice of lines', async () => {
     const telemetry = createTelemetry({ prometheus: true, serviceInstanceId: 'test' });
     const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME, '0'), undefined, { fast: telemetry.fast });
