@@ -119,7 +119,8 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
     const cap = format.maxTokens?.(body);
     if (cap !== undefined) p.tokens = Math.min(p.tokens, cap);
     const requestId = randomUUID().replace(/-/g, '').slice(0, 24);
-    format.serve({ req, res, path: url.pathname, query: url.searchParams, body, plan: p, times: tokenTimes(p, random), t0, requestId });
+    const capped = cap !== undefined && p.tokens >= cap;
+    format.serve({ req, res, path: url.pathname, query: url.searchParams, body, plan: p, times: tokenTimes(p, random), t0, requestId, capped });
   }
 
   return {

@@ -138,6 +138,16 @@ describe('official openai client through the proxy', () => {
     await notJson.arrayBuffer();
   });
 
+  it('the simulator reports a token limit the way each API does', async () => {
+    const post = async (path: string, body: object) => (await fetch(`${simUrl}${path}`, { method: 'POST', body: JSON.stringify(body) })).text();
+    expect(await post('/v1/messages', { model: 'm', max_tokens: 3, messages: [], stream: true })).toContain('"stop_reason":"max_tokens"');
+    expect(await post('/v1/messages', { model: 'm', max_tokens: 3, messages: [] })).toContain('"stop_reason":"max_tokens"');
+    expect(await post('/v1/messages', { model: 'm', max_tokens: 1000, messages: [] })).toContain('"stop_reason":"end_turn"');
+    expect(await post('/v1beta/models/g:streamGenerateContent?alt=sse', { contents: [], generationConfig: { maxOutputTokens: 3 } })).toContain('"finishReason":"MAX_TOKENS"');
+    expect(await post('/api/chat', { model: 'm', messages: [], options: { num_predict: 3 } })).toContain('"done_reason":"length"');
+    expect(await post('/model/m/converse', { messages: [], inferenceConfig: { maxTokens: 3 } })).toContain('"stopReason":"max_tokens"');
+  });
+
   it('abort mid-stream: recorded as client_cancelled, nothing left in flight', async () => {
     const ac = new AbortController();
     const stream = await client.chat.completions.create(

@@ -13,6 +13,7 @@ interface AnthropicPlan {
   blocks: Block[];
   groups: Group[];
   toolName: string | undefined;
+  stopReason: string;
 }
 
 export function anthropicPlan(r: SimRequest): AnthropicPlan {
@@ -30,6 +31,7 @@ export function anthropicPlan(r: SimRequest): AnthropicPlan {
     blocks,
     groups: planGroups(blocks, true),
     toolName,
+    stopReason: r.capped ? 'max_tokens' : toolName ? 'tool_use' : 'end_turn',
   };
 }
 
@@ -91,7 +93,7 @@ export function anthropicEvents(p: AnthropicPlan, requestId: string) {
     return out;
   };
   const tail = (): object[] => [
-    { type: 'message_delta', delta: { stop_reason: p.toolName ? 'tool_use' : 'end_turn', stop_sequence: null }, usage: { output_tokens: p.n } },
+    { type: 'message_delta', delta: { stop_reason: p.stopReason, stop_sequence: null }, usage: { output_tokens: p.n } },
     { type: 'message_stop' },
   ];
   return { head, forGroup, tail };
@@ -112,7 +114,7 @@ export function anthropicMessage(p: AnthropicPlan, requestId: string): object {
     role: 'assistant',
     model: p.model,
     content,
-    stop_reason: p.toolName ? 'tool_use' : 'end_turn',
+    stop_reason: p.stopReason,
     stop_sequence: null,
     usage: { input_tokens: p.input, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: p.n },
   };

@@ -67,7 +67,7 @@ export const bedrockFormat: WireFormat = {
         sendJson(
           res,
           200,
-          { output: { message: { role: 'assistant', content: [{ text: groupText(0, n) }] } }, stopReason: 'end_turn', usage, metrics: { latencyMs: latencyMs() } },
+          { output: { message: { role: 'assistant', content: [{ text: groupText(0, n) }] } }, stopReason: r.capped ? 'max_tokens' : 'end_turn', usage, metrics: { latencyMs: latencyMs() } },
           headers,
         ),
       );
@@ -85,7 +85,7 @@ export const bedrockFormat: WireFormat = {
         res.end(
           Buffer.concat([
             frame('contentBlockStop', { contentBlockIndex: 0 }),
-            frame('messageStop', { stopReason: 'end_turn' }),
+            frame('messageStop', { stopReason: r.capped ? 'max_tokens' : 'end_turn' }),
             frame('metadata', { usage, metrics: { latencyMs: latencyMs() } }),
           ]),
         );

@@ -43,7 +43,7 @@ export const geminiFormat: WireFormat = {
       const usage: Record<string, unknown> = { promptTokenCount: prompt, candidatesTokenCount: candidates, totalTokenCount: prompt + upTo };
       if (thoughtTokens > 0) usage.thoughtsTokenCount = thoughtsSoFar;
       return {
-        candidates: [{ content: { parts: [part], role: 'model' }, ...(last ? { finishReason: 'STOP' } : {}), index: 0 }],
+        candidates: [{ content: { parts: [part], role: 'model' }, ...(last ? { finishReason: r.capped ? 'MAX_TOKENS' : 'STOP' } : {}), index: 0 }],
         usageMetadata: usage,
         modelVersion: model,
         responseId: requestId,

@@ -28,7 +28,7 @@ export const ollamaFormat: WireFormat = {
         model,
         created_at: now(),
         ...piece(''),
-        done_reason: 'stop',
+        done_reason: r.capped ? 'length' : 'stop',
         done: true,
         total_duration: Math.round((times[n - 1] ?? 0) * 1e6),
         load_duration: 0,

@@ -36,8 +36,7 @@ export const openaiChatFormat: WireFormat = {
     const tools = Array.isArray(body.tools) ? (body.tools as Tool[]) : [];
     const toolName = body.tool_choice !== 'none' ? tools[0]?.function?.name : undefined;
     // The answer ends at the client's max_tokens: "length", as OpenAI reports it.
-    const cap = openaiChatFormat.maxTokens!(body);
-    const finish = cap !== undefined && n >= cap ? 'length' : toolName ? 'tool_calls' : 'stop';
+    const finish = r.capped ? 'length' : toolName ? 'tool_calls' : 'stop';
     const usage = {
       prompt_tokens: promptTokens(body),
       completion_tokens: n,

@@ -15,6 +15,8 @@ export interface SimRequest {
   /** Arrival of the request (performance.now()). */
   readonly t0: number;
   readonly requestId: string;
+  /** The client's token limit (max_tokens and friends) ended the answer: report it as such. */
+  readonly capped: boolean;
 }
 
 /** One provider wire format the simulator speaks. */
