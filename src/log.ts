@@ -27,6 +27,8 @@ export function createLogger(level: string, destination?: pino.DestinationStream
   return destination ? pino(opts, destination) : pino(opts);
 }
 
+let exiting = false;
+
 /**
  * Exits once the log stream has written what it holds, or after `graceMs`. Exiting with a
  * write still in flight makes pino flush synchronously at exit, and sonic-boom retries a
@@ -34,8 +36,6 @@ export function createLogger(level: string, destination?: pino.DestinationStream
  * shipper) every 100 ms forever: the process never ended on SIGTERM. Ending the stream first
  * lets that EPIPE arrive asynchronously, where pino drops the rest of the logging.
  */
-let exiting = false;
-
 export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
   // A second call (SIGINT then SIGTERM) must not end the stream again: sonic-boom throws then.
   if (exiting) return;

@@ -38,7 +38,7 @@ export function connectionTokens(raw: readonly string[]): Set<string> | undefine
   return tokens;
 }
 
-/** `raw` minus hop-by-hop fields, minus `drop` (lower-case names). */
+/** `raw` minus hop-by-hop fields, minus `drop` (lower-case names), appended to `out` (returned). */
 export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<string>, out: string[] = []): string[] {
   const tokens = connectionTokens(raw);
   for (let i = 0; i < raw.length; i += 2) {
