@@ -730,7 +730,9 @@ describe('timeouts.idle mid-body', () => {
 });
 
 describe('request head order', () => {
-  it('puts Host and the body framing first, so a Node upstream (1,000 fields kept) still frames a request with 1,500 fields', async () => {
+  // Node 20 keeps the first ~1,000 fields of a head and drops the rest; Node 22.23 and 24 answer
+  // 431 for such a head whatever its order, so there the case cannot arise.
+  it.skipIf(Number(process.versions.node.split('.')[0]) >= 22)('puts Host and the body framing first, so a Node upstream (1,000 fields kept) still frames a request with 1,200 fields', async () => {
     const upstream = http.createServer((req, res) => {
       let n = 0;
       req.on('data', (d: Buffer) => (n += d.length));
@@ -741,7 +743,7 @@ describe('request head order', () => {
     const port = (upstream.address() as AddressInfo).port;
     proxy = await startTestProxy(`http://127.0.0.1:${port}`);
     const body = '{"model":"m"}';
-    const extra = Array.from({ length: 1500 }, (_, i) => `x-h-${i}: v\r\n`).join('');
+    const extra = Array.from({ length: 1200 }, (_, i) => `h${i}:v\r\n`).join(''); // ~10 KB: under 16 KiB heads on every Node line
     const { head, body: answer } = await rawExchange(
       proxy.proxyUrl,
       `POST /v1/embeddings HTTP/1.1\r\nHost: h\r\n${extra}Content-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
@@ -750,6 +752,6 @@ describe('request head order', () => {
     const text = answer.toString('latin1');
     const json = JSON.parse(text.slice(text.indexOf('{'), text.lastIndexOf('}') + 1)) as { host: string; length: number; fields: number };
     expect(json).toMatchObject({ host: `127.0.0.1:${port}`, length: body.length });
-    expect(json.fields).toBeLessThan(1500); // the upstream dropped the tail, not Host or the framing
+    expect(json.fields).toBeLessThan(1200); // the upstream dropped the tail, not Host or the framing
   });
 });
