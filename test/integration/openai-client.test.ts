@@ -138,6 +138,23 @@ describe('official openai client through the proxy', () => {
     await notJson.arrayBuffer();
   });
 
+  it('a Responses stream cut by max_output_tokens ends response.incomplete, and its usage is still measured', async () => {
+    const stream = await client.responses.create({ model: 'incomplete-model', input: 'x', max_output_tokens: 16, stream: true });
+    const types: string[] = [];
+    let reason: string | undefined;
+    for await (const ev of stream) {
+      types.push(ev.type);
+      if (ev.type === 'response.incomplete') reason = ev.response.incomplete_details?.reason;
+    }
+    expect(types.at(-1)).toBe('response.incomplete');
+    expect(types).not.toContain('response.completed');
+    expect(reason).toBe('max_output_tokens');
+    const m = await metricsFor('incomplete-model');
+    expect(m.outTokens).toBe(16);
+    expect(m.tpot.count).toBe(1);
+    expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'incomplete-model', outcome: 'ok', token_count_source: 'usage' })).toBe(1);
+  });
+
   it('the simulator reports a token limit the way each API does', async () => {
     const post = async (path: string, body: object) => (await fetch(`${simUrl}${path}`, { method: 'POST', body: JSON.stringify(body) })).text();
     expect(await post('/v1/messages', { model: 'm', max_tokens: 3, messages: [], stream: true })).toContain('"stop_reason":"max_tokens"');

@@ -30,6 +30,8 @@ export const openaiResponsesFormat: WireFormat = {
     const respId = `resp_${requestId}`;
     const itemId = (b: Block, i: number) => `${b.kind === 'reasoning' ? 'rs' : b.kind === 'tool' ? 'fc' : 'msg'}_${requestId}${i}`;
     const callId = `call_${requestId}`;
+    // An answer cut by max_output_tokens ends incomplete: response.incomplete, with the reason.
+    const endStatus = r.capped ? 'incomplete' : 'completed';
 
     const doneItem = (b: Block, i: number) => {
       if (b.kind === 'reasoning') return { id: itemId(b, i), type: 'reasoning', summary: [{ type: 'summary_text', text: groupText(b.start, b.end) }] };
@@ -39,7 +41,7 @@ export const openaiResponsesFormat: WireFormat = {
       return {
         id: itemId(b, i),
         type: 'message',
-        status: 'completed',
+        status: endStatus,
         content: [{ type: 'output_text', annotations: [], logprobs: [], text: groupText(b.start, b.end) }],
         role: 'assistant',
       };
@@ -50,7 +52,7 @@ export const openaiResponsesFormat: WireFormat = {
       created_at: createdAt,
       status,
       error: null,
-      incomplete_details: null,
+      incomplete_details: status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
       instructions: null,
       max_output_tokens: positiveInt(body.max_output_tokens) ?? null,
       model,
@@ -77,7 +79,7 @@ export const openaiResponsesFormat: WireFormat = {
     };
 
     if (body.stream !== true) {
-      afterAll(res, times, t0, () => sendJson(res, 200, response('completed', blocks.map(doneItem), usage)));
+      afterAll(res, times, t0, () => sendJson(res, 200, response(endStatus, blocks.map(doneItem), usage)));
       return;
     }
 
@@ -142,7 +144,7 @@ export const openaiResponsesFormat: WireFormat = {
         flush();
       },
       () => {
-        ev('response.completed', { response: response('completed', blocks.map(doneItem), usage) });
+        ev(`response.${endStatus}`, { response: response(endStatus, blocks.map(doneItem), usage) });
         res.end(out);
       },
     );
