@@ -516,7 +516,7 @@ function requestIdOf(req: IncomingMessage): string {
   return typeof id === 'string' && id !== '' && id.length <= 200 ? id : randomUUID();
 }
 
-/** `Host` (the upstream's, last), `X-Forwarded-For/-Proto/-Host` and `X-Request-Id` when the client sent none. */
+/** `X-Forwarded-For/-Proto/-Host`, and `X-Request-Id` when the client sent none (`Host` leads the head, set by the caller). */
 function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: string): void {
   const xff = req.headers['x-forwarded-for'];
   const peer = req.socket.remoteAddress ?? '';
@@ -548,7 +548,6 @@ function hasDotSegment(target: string): boolean {
   const end = target.search(/[?#]/);
   return DOT_SEGMENT.test(end === -1 ? target : target.slice(0, end));
 }
-
 
 /** AWS SigV4 (header or presigned query) lists `accept-encoding` among the signed headers. */
 function signsAcceptEncoding(req: IncomingMessage): boolean {

@@ -340,7 +340,6 @@ function cut(s: Duplex): void {
   }
 }
 
-
 const REASONS: Record<number, string> = { 400: 'Bad Request', 404: 'Not Found', 405: 'Method Not Allowed', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
 
 /**

@@ -62,12 +62,13 @@ export const bedrockFormat: WireFormat = {
     const groups = planGroups(blocks, true);
     const input = promptTokens(body);
     const usage = { inputTokens: input, outputTokens: n, totalTokens: input + n };
+    const stopReason = r.capped ? 'max_tokens' : 'end_turn';
     if (op === 'converse') {
       afterAll(res, times, t0, () =>
         sendJson(
           res,
           200,
-          { output: { message: { role: 'assistant', content: [{ text: groupText(0, n) }] } }, stopReason: r.capped ? 'max_tokens' : 'end_turn', usage, metrics: { latencyMs: latencyMs() } },
+          { output: { message: { role: 'assistant', content: [{ text: groupText(0, n) }] } }, stopReason, usage, metrics: { latencyMs: latencyMs() } },
           headers,
         ),
       );
@@ -85,7 +86,7 @@ export const bedrockFormat: WireFormat = {
         res.end(
           Buffer.concat([
             frame('contentBlockStop', { contentBlockIndex: 0 }),
-            frame('messageStop', { stopReason: r.capped ? 'max_tokens' : 'end_turn' }),
+            frame('messageStop', { stopReason }),
             frame('metadata', { usage, metrics: { latencyMs: latencyMs() } }),
           ]),
         );
