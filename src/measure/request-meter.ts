@@ -30,6 +30,11 @@ export interface MeterOptions {
   limitResponseModel?: (model: string) => string;
   /** Caps the distinct values of `error.type` (statuses and in-band types come from the upstream). Default: none. */
   limitErrorType?: (errorType: string) => string;
+  /**
+   * The request's start is not known (a WebSocket turn that no message began, see
+   * ws/session.ts): `start` is only a placeholder, and neither TTFT nor duration is recorded.
+   */
+  unknownStart?: boolean;
 }
 
 const runNow = (fn: () => void): void => fn();
@@ -45,7 +50,8 @@ export interface MeterSummary {
   streamed: boolean;
   ttftMs: number | undefined;
   tpotMs: number | undefined;
-  durationMs: number;
+  /** Undefined when the start was not known. */
+  durationMs: number | undefined;
   contentEvents: number;
   outputTokens: number | undefined;
   inputTokens: number | undefined;
@@ -55,7 +61,7 @@ export interface MeterSummary {
   outcome: 'ok' | 'error' | 'cancelled';
 }
 
-type Framing = 'sse' | 'ndjson' | 'eventstream' | 'json' | 'jsonarray' | 'none';
+type Framing = 'sse' | 'ndjson' | 'eventstream' | 'json' | 'jsonarray' | 'messages' | 'none';
 type StreamKind = 'sse' | 'ndjson' | 'eventstream';
 
 /** Largest number of per-token ITL samples one event may add (a guard, not a expected size). */
@@ -184,6 +190,27 @@ export class RequestMeter {
   }
 
   /**
+   * A response made of WebSocket messages (ws/session.ts) began: the caller reads the messages
+   * and reports content with `contentAt()` and usage, model and errors through the adapter.
+   */
+  messagesStart(): void {
+    this.status = 101;
+    this.streamed = true;
+    this.framing = 'messages';
+    this.labels = this.requestOnlyLabels();
+    const l = this.requestLabels;
+    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.serverAddress, l.serverAddress));
+    this.defer(() => this.ins.streamsActive.add(1, active));
+  }
+
+  /** A content message arrived at `arrival` (ms): TTFT or a gap. */
+  contentAt(arrival: number): void {
+    if (this.finished || this.framing !== 'messages') return;
+    this.now = arrival;
+    this.content(undefined);
+  }
+
+  /**
    * Body bytes `buf[start, end)` that were already written to the client, with
    * their arrival time (ms). A range, not a view: one read of a chunked body
    * holds many events, and the parser keeps working on the read's own buffer.
@@ -298,6 +325,7 @@ export class RequestMeter {
   private content(cum: number | undefined): void {
     const gap = this.clock.content(this.now);
     if (gap < 0) {
+      if (this.opts.unknownStart === true) return;
       const ttft = this.clock.ttftMs! / 1000;
       this.defer(() => this.ins.ttft.record(ttft, this.labels));
     } else {
@@ -393,15 +421,15 @@ export class RequestMeter {
     }
     const limitErr = this.opts.limitErrorType;
     const durationLabels = err === undefined ? endLabels : sets.with(endLabels, ATTR.errorType, limitErr === undefined ? err : limitErr(err));
-    const durationMs = this.clock.durationMs(end);
-    this.ins.duration.record(durationMs / 1000, durationLabels);
+    const durationMs = this.opts.unknownStart === true ? undefined : this.clock.durationMs(end);
+    if (durationMs !== undefined) this.ins.duration.record(durationMs / 1000, durationLabels);
     this.ins.streams.add(1, sets.with(sets.with(base, ATTR.outcome, outcome), ATTR.tokenCountSource, source));
     if (this.activeLabels) this.ins.streamsActive.add(-1, this.activeLabels);
 
     return {
       status: this.status,
       streamed,
-      ttftMs: this.clock.ttftMs,
+      ttftMs: this.opts.unknownStart === true ? undefined : this.clock.ttftMs,
       tpotMs: tpot,
       durationMs,
       contentEvents: this.clock.contentEvents,

@@ -19,6 +19,8 @@ import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js'
 import { RequestBodyTap } from './request-info.js';
 import { Router, safePath, type RouteMatch } from './routes.js';
 import { errorBody, Tunnel, writeRawError } from './tunnel.js';
+import { deflateAccepted } from '../ws/messages.js';
+import { detectWsApi, REALTIME_OPERATION, WsSession } from '../ws/session.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
 
 export interface ForwarderDeps {
@@ -99,7 +101,8 @@ export class Forwarder {
 
   /**
    * A WebSocket upgrade (server.ts hands over only those): the same checks and routing as a
-   * request, then a byte tunnel to the route's upstream (proxy/tunnel.ts), not measured.
+   * request, then a byte tunnel to the route's upstream (proxy/tunnel.ts), whose messages are
+   * measured when the API is OpenAI Realtime or Gemini Live (ws/session.ts).
    */
   upgrade(req: IncomingMessage, socket: Duplex, early: Buffer): void {
     // Node's server dropped its own error listener when it handed the socket over.
@@ -134,6 +137,7 @@ export class Forwarder {
         responseTimeoutMs: timeouts.response * 1000,
         idleTimeoutMs: timeouts.idle * 1000,
         onDone: (t) => this.inFlight.delete(t),
+        measure: (ext) => this.measureTunnel(match, ext),
       },
       req,
       socket,
@@ -142,6 +146,28 @@ export class Forwarder {
     );
     this.inFlight.add(tunnel);
     tunnel.run();
+  }
+
+  /** The measurement of an open tunnel's messages, when metrics are on and the API is one it reads. */
+  private measureTunnel(match: RouteMatch, extensions: string | undefined): WsSession | undefined {
+    const ins = this.deps.instruments;
+    const api = ins ? detectWsApi(match.upstreamPath) : undefined;
+    if (api === undefined) return undefined;
+    const deflate = deflateAccepted(extensions);
+    if (deflate === null) return undefined; // an extension whose frames cannot be read
+    return new WsSession(api, {
+      instruments: ins!,
+      labels: {
+        provider: match.resolved.providerName ?? api.defaultProviderName,
+        operation: REALTIME_OPERATION,
+        requestModel: this.limitModel(api.requestModel),
+        serverAddress: match.resolved.upstream.hostname,
+      },
+      // No deferral: every message is measured after its bytes were forwarded already.
+      meter: { ...this.deps.config.limits, limitResponseModel: this.limitResponseModel, limitErrorType: this.limitErrorType },
+      deflate,
+      limitModel: (m) => this.limitModel(m),
+    });
   }
 
   limitModel(model: string | undefined): string | undefined {

@@ -10,12 +10,14 @@ import { connectionTokens, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
 import { safePath } from './routes.js';
 import type { Origin } from './upstream.js';
+import type { WsSession } from '../ws/session.js';
 
 /**
  * A WebSocket upgrade (OpenAI's Realtime API, Gemini's Live API), passed through as bytes: the
  * request head goes to the route's upstream on a connection of its own, and once the upstream
  * answers 101 both directions are piped unchanged until both have ended (half-closes passed
- * on) or either side fails. Nothing in the tunnel is measured. The client's bytes are held
+ * on) or either side fails. When the API is one ws/session.ts reads (OpenAI Realtime, Gemini
+ * Live), its messages are measured from the bytes after they were forwarded. The client's bytes are held
  * until the 101: before it they could be requests of the client's own, which would reach the
  * upstream past the router if the upstream declined. A declined upgrade's answer (any other
  * final status) is forwarded with `Connection: close`, to the end of its framing, and the
@@ -31,6 +33,8 @@ export interface TunnelOptions {
   /** Nothing came from the upstream (and, once open, went to it) for this long: both are closed. */
   readonly idleTimeoutMs: number;
   readonly onDone: (t: Tunnel) => void;
+  /** Called on the 101 with its `Sec-WebSocket-Extensions`: the measurement of the messages, if any. */
+  readonly measure?: (extensions: string | undefined) => WsSession | undefined;
 }
 
 /** Client bytes held before the 101 (a client should send none: RFC 6455 §4.1). */
@@ -45,7 +49,10 @@ export class Tunnel {
   private status: number | undefined;
   /** Client bytes that came before the 101. */
   private held: Buffer[] = [];
+  /** Arrival of each held buffer. */
+  private heldAt: number[] = [];
   private heldBytes = 0;
+  private session: WsSession | undefined;
   /** Set once a declined upgrade's answer is being forwarded: where it ends. */
   private declined: { framing: BodyFraming; left: number; chunked: ChunkedDecoder | undefined } | undefined;
   private clientEnded = false;
@@ -67,7 +74,7 @@ export class Tunnel {
   ) {}
 
   run(): void {
-    if (this.early.length > 0) this.hold(this.early);
+    if (this.early.length > 0) this.hold(this.early, performance.now());
     if (this.done) return; // too many early bytes: answered 400
     const { origin } = this.opts;
     // Half-open, so an upstream that ends its half can still be sent the client's (without it
@@ -99,13 +106,18 @@ export class Tunnel {
 
   private fromClient(b: Buffer): void {
     if (this.done) return;
-    if (this.status === 101) this.forwardUp(b);
+    const arrival = performance.now();
+    if (this.status === 101) {
+      this.forwardUp(b);
+      this.session?.fromClient(b, arrival);
+    }
     // After a declined upgrade, dropped: they would be requests the router never saw.
-    else if (this.declined === undefined) this.hold(b);
+    else if (this.declined === undefined) this.hold(b, arrival);
   }
 
-  private hold(b: Buffer): void {
+  private hold(b: Buffer, arrival: number): void {
     this.held.push(b);
+    this.heldAt.push(arrival);
     this.heldBytes += b.length;
     if (this.heldBytes > MAX_HELD_BYTES) this.fail(400, 'invalid_upgrade', 'the client sent more than 64 KiB before the upgrade was answered');
   }
@@ -151,7 +163,12 @@ export class Tunnel {
 
   private fromUpstream(b: Buffer): void {
     if (this.done) return;
-    if (this.status === 101) return this.writeDown(b);
+    if (this.status === 101) {
+      const arrival = performance.now();
+      this.writeDown(b);
+      this.session?.fromUpstream(b, arrival);
+      return;
+    }
     if (this.declined !== undefined) return this.declinedBody(b);
     this.head.push(b);
     let buf = this.head.length === 1 ? b : Buffer.concat(this.head);
@@ -189,11 +206,15 @@ export class Tunnel {
       // From here on a quiet upstream (and, once open, a quiet tunnel) times out.
       this.upstream!.setTimeout(this.opts.idleTimeoutMs, () => this.close(ERROR_TYPE.timeout));
       if (head.status === 101) {
+        const arrival = performance.now();
         this.writeDown(buf);
+        this.session = this.opts.measure?.(rawHeader(head.rawHeaders, 'sec-websocket-extensions'));
+        if (buf.length > end) this.session?.fromUpstream(buf.subarray(end), arrival);
         this.open();
         return;
       }
       this.held = [];
+      this.heldAt = [];
       this.declined = { framing, left: framing.kind === 'length' ? framing.length : 0, chunked: framing.kind === 'chunked' ? new ChunkedDecoder() : undefined };
       this.writeDown(declinedHead(head));
       if (framing.kind === 'none' || (framing.kind === 'length' && framing.length === 0)) this.close(undefined);
@@ -238,8 +259,13 @@ export class Tunnel {
   /** Switched: what the client sent meanwhile goes first, then both directions are piped. */
   private open(): void {
     const held = this.held;
+    const at = this.heldAt;
     this.held = [];
-    for (const b of held) this.forwardUp(b);
+    this.heldAt = [];
+    for (let i = 0; i < held.length; i++) {
+      this.forwardUp(held[i]!);
+      this.session?.fromClient(held[i]!, at[i]!);
+    }
     if (this.clientEnded) this.upstream!.end();
     if (this.upstreamEnded) this.client.end();
     this.finishIfBothEnded();
@@ -279,6 +305,8 @@ export class Tunnel {
     this.done = true;
     clearTimeout(this.timer);
     this.held = [];
+    this.heldAt = [];
+    this.session?.close(performance.now(), errorType);
     if (errorType === undefined) {
       // Both halves ended (or a declined answer is complete): what was written still goes out.
       if (this.status === 101) endSocket(this.upstream!);
@@ -301,6 +329,7 @@ export class Tunnel {
         errorType,
         bytesUp: this.bytesUp,
         bytesDown: this.bytesDown,
+        responses: this.session?.responses,
         durationMs: Math.round((performance.now() - this.start) * 1000) / 1000,
       },
       'tunnel',

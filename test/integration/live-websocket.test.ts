@@ -4,12 +4,13 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
-import { scrape } from '../helpers/prom.js';
+import { performance } from 'node:perf_hooks';
+import { hist, scrape, total } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 
 // Gemini's Live API is a WebSocket (`BidiGenerateContent`); `@google/genai`'s `ai.live.connect`
 // opens it at its base URL with `ws:` for `http:`, so it can be pointed at the proxy. The proxy
-// tunnels it unchanged (not measured). The upstream speaks the Live protocol as the SDK's types
+// tunnels it unchanged and measures the model's turn from the messages. The upstream speaks the Live protocol as the SDK's types
 // describe it: `setup` → `setupComplete`, then `clientContent` → `serverContent.modelTurn` parts
 // and a `turnComplete` with `usageMetadata`. (OpenAI's SDK always opens `wss:`, so its Realtime
 // client needs TLS in front of the proxy and is not run here.)
@@ -65,10 +66,11 @@ afterAll(async () => {
 });
 
 /** One Live session as an application runs it: set up, one turn, close. */
-async function liveSession(baseUrl: string): Promise<{ messages: LiveServerMessage[]; closeCode: number; sentFrom: number }> {
+async function liveSession(baseUrl: string): Promise<{ messages: LiveServerMessage[]; closeCode: number; sentFrom: number; asked: number; partsAt: number[] }> {
   const sentFrom = sent.length;
   const ai = new GoogleGenAI({ apiKey: 'g-live-key', httpOptions: { baseUrl } });
   const messages: LiveServerMessage[] = [];
+  const partsAt: number[] = [];
   let turnDone!: () => void;
   const turn = new Promise<void>((r) => (turnDone = r));
   let closed!: (code: number) => void;
@@ -78,16 +80,18 @@ async function liveSession(baseUrl: string): Promise<{ messages: LiveServerMessa
     config: { responseModalities: [Modality.TEXT] },
     callbacks: {
       onmessage: (m) => {
+        if (m.serverContent?.modelTurn?.parts?.length) partsAt.push(performance.now());
         messages.push(m);
         if (m.serverContent?.turnComplete) turnDone();
       },
       onclose: (e) => closed(e.code),
     },
   });
+  const asked = performance.now();
   session.sendClientContent({ turns: 'Why is the sky blue?', turnComplete: true });
   await turn;
   session.close();
-  return { messages, closeCode: await closedP, sentFrom };
+  return { messages, closeCode: await closedP, sentFrom, asked, partsAt };
 }
 
 describe('@google/genai Live API through the proxy (WebSocket tunnel)', () => {
@@ -118,8 +122,23 @@ describe('@google/genai Live API through the proxy (WebSocket tunnel)', () => {
 
     for (let i = 0; i < 50 && proxy.forwarder.inFlight.size > 0; i++) await new Promise((r) => setTimeout(r, 20));
     expect(proxy.forwarder.inFlight.size).toBe(0);
-    // Tunnelled, not measured: no generation series for it.
+    // The turn is measured like a stream (the client's ground truth on the same clock): TTFT
+    // from the clientContent that ended the user's turn, a gap per part, TPOT over the usage.
     const s = await scrape(proxy.metricsUrl);
-    expect(s.filter((x) => x.name.startsWith('gen_ai_client_operation_duration') && x.value > 0)).toEqual([]);
+    const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'gcp.gemini', gen_ai_request_model: 'gemini-live-2.5-flash' };
+    const at = viaProxy.partsAt;
+    expect(at).toHaveLength(PARTS.length);
+    const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
+    expect(ttft.count).toBe(1);
+    expect(Math.abs(ttft.sum - (at[0]! - viaProxy.asked) / 1000)).toBeLessThan(0.01);
+    const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
+    expect(gaps.count).toBe(PARTS.length - 1);
+    expect(Math.abs(gaps.sum - (at.at(-1)! - at[0]!) / 1000)).toBeLessThan(0.005);
+    const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', labels);
+    expect(tpot.count).toBe(1);
+    expect(Math.abs(tpot.sum - (at.at(-1)! - at[0]!) / 1000 / 11)).toBeLessThan(0.001);
+    expect(total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: 'output' })).toBe(12);
+    expect(total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: 'input' })).toBe(9);
+    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok' })).toBe(1);
   });
 });

@@ -1,0 +1,179 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { performance } from 'node:perf_hooks';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket, WebSocketServer, type RawData } from 'ws';
+import type { RunningProxy } from '../../src/main.js';
+import { hist, scrape, total } from '../helpers/prom.js';
+import { startTestProxy } from '../helpers/proxy.js';
+
+// OpenAI's Realtime API over a WebSocket, measured by the proxy from the tunnelled bytes. The
+// upstream speaks the GA event names as the `openai` package's types give them, with
+// permessage-deflate on every message (threshold 0), and writes on a known schedule; the client
+// is the `ws` package (what the SDK's Node client uses), which offers permessage-deflate by
+// default. Ground truth: the client's own timestamps, in this process, on the same clock.
+const WAIT_BEFORE_CREATED = 30; // ms between the client's response.create and response.created
+const DELTA_SPACING = 15;
+const AUDIO_DELTAS = 6;
+
+let upstream: http.Server;
+let proxy: RunningProxy;
+/** Every message the upstream sent, as sent. */
+const sent: string[] = [];
+const handshakes: http.IncomingMessage[] = [];
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const audio = (k: number) => Buffer.alloc(4800, k).toString('base64'); // 100 ms of 24 kHz PCM16
+
+beforeAll(async () => {
+  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: { threshold: 0 } });
+  upstream = http.createServer((_req, res) => res.writeHead(404).end());
+  upstream.on('upgrade', (req, socket, head) => {
+    handshakes.push(req);
+    wss.handleUpgrade(req, socket, head, (ws) => {
+      const send = (o: Record<string, unknown>) => {
+        const s = JSON.stringify({ event_id: `event_${sent.length}`, ...o });
+        sent.push(s);
+        ws.send(s);
+      };
+      let n = 0;
+      const respond = async (id: string, status: string, deltas: 'audio' | 'text', count: number, usage: Record<string, unknown>) => {
+        send({ type: 'response.created', response: { id, object: 'realtime.response', status: 'in_progress', output: [] } });
+        send({ type: 'response.output_item.added', response_id: id, output_index: 0, item: { id: `item_${id}`, type: 'message', role: 'assistant', content: [] } });
+        for (let k = 0; k < count; k++) {
+          await sleep(DELTA_SPACING);
+          const common = { response_id: id, item_id: `item_${id}`, output_index: 0, content_index: 0 };
+          if (deltas === 'audio') {
+            send({ type: 'response.output_audio.delta', ...common, delta: audio(k) });
+            // A transcript of the audio: not output of its own.
+            send({ type: 'response.output_audio_transcript.delta', ...common, delta: `word${k} ` });
+          } else {
+            send({ type: 'response.output_text.delta', ...common, delta: `tok${k} ` });
+          }
+        }
+        send({ type: 'response.done', response: { id, object: 'realtime.response', status, output: [], usage } });
+      };
+      send({ type: 'session.created', session: { id: 'sess_1', object: 'realtime.session', model: 'gpt-realtime-2025-08-28', type: 'realtime' } });
+      ws.on('message', async (data: RawData) => {
+        const msg = JSON.parse(data.toString()) as { type: string; event_id?: string };
+        if (msg.type === 'response.create' && msg.event_id === 'evt_rejected') {
+          send({ type: 'error', error: { type: 'invalid_request_error', code: 'conversation_already_has_active_response', message: 'busy', event_id: msg.event_id } });
+          return;
+        }
+        if (msg.type === 'response.create') {
+          await sleep(WAIT_BEFORE_CREATED);
+          await respond(`resp_${++n}`, 'completed', 'audio', AUDIO_DELTAS, {
+            total_tokens: 70,
+            input_tokens: 30,
+            output_tokens: 40,
+            input_token_details: { cached_tokens: 5, text_tokens: 30, audio_tokens: 0 },
+            output_token_details: { text_tokens: 8, audio_tokens: 32 },
+          });
+        }
+        if (msg.type === 'input_audio_buffer.append') {
+          // Server VAD: the server ends the user's turn and answers by itself; the client then
+          // speaks over the answer, and the server cancels it.
+          send({ type: 'input_audio_buffer.speech_stopped', audio_end_ms: 900, item_id: 'item_user' });
+          send({ type: 'input_audio_buffer.committed', item_id: 'item_user', previous_item_id: null });
+          await sleep(WAIT_BEFORE_CREATED);
+          await respond(`resp_${++n}`, 'cancelled', 'text', 3, { total_tokens: 33, input_tokens: 30, output_tokens: 3 });
+        }
+      });
+    });
+  });
+  await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+  proxy = await startTestProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`);
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  upstream?.closeAllConnections();
+  await new Promise((r) => upstream?.close(r));
+});
+
+interface Received {
+  text: string;
+  type: string;
+  at: number;
+}
+
+describe('OpenAI Realtime through the proxy (WebSocket, permessage-deflate)', () => {
+  it('measures each response from the message that asked for it, per delta, with its usage, bytes unchanged', async () => {
+    const base = proxy.proxyUrl.replace(/^http/, 'ws');
+    const ws = new WebSocket(`${base}/v1/realtime?model=gpt-realtime`, { headers: { authorization: 'Bearer sk-test' } });
+    const got: Received[] = [];
+    const waiters: { type: string; resolve: () => void }[] = [];
+    ws.on('message', (d: RawData) => {
+      const at = performance.now();
+      const text = d.toString();
+      const type = (JSON.parse(text) as { type: string }).type;
+      got.push({ text, type, at });
+      for (const w of waiters.filter((x) => x.type === type)) w.resolve();
+    });
+    const next = (type: string) => new Promise<void>((resolve) => waiters.push({ type, resolve }));
+    await new Promise((r, j) => ws.once('open', r).once('error', j));
+    expect(ws.extensions).toContain('permessage-deflate');
+    await next('session.created');
+
+    // A rejected response.create (it gets an error, no response) must not shift the next one's start.
+    ws.send(JSON.stringify({ type: 'response.create', event_id: 'evt_rejected' }));
+    await next('error');
+    ws.send(JSON.stringify({ type: 'conversation.item.create', item: { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Hi' }] } }));
+    const asked = performance.now();
+    let done = next('response.done');
+    ws.send(JSON.stringify({ type: 'response.create', event_id: 'evt_1', response: { output_modalities: ['audio'] } }));
+    await done;
+
+    done = next('response.done');
+    ws.send(JSON.stringify({ type: 'input_audio_buffer.append', audio: audio(9) }));
+    await done;
+    ws.close(1000);
+    await new Promise((r) => ws.once('close', r));
+
+    // Every message arrived as the upstream sent it, in order.
+    expect(got.map((g) => g.text)).toEqual(sent);
+
+    for (let i = 0; i < 50 && proxy.forwarder.inFlight.size > 0; i++) await sleep(20);
+    const s = await scrape(proxy.metricsUrl);
+    const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'openai', gen_ai_request_model: 'gpt-realtime' };
+
+    // Client-observed truth. Response 1: from the client's response.create to its audio deltas.
+    const audioAt = got.filter((g) => g.type === 'response.output_audio.delta').map((g) => g.at);
+    const textAt = got.filter((g) => g.type === 'response.output_text.delta').map((g) => g.at);
+    const committedAt = got.find((g) => g.type === 'input_audio_buffer.committed')!.at;
+    expect(audioAt).toHaveLength(AUDIO_DELTAS);
+    expect(textAt).toHaveLength(3);
+    const clientTtft = [(audioAt[0]! - asked) / 1000, (textAt[0]! - committedAt) / 1000];
+
+    const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
+    expect(ttft.count).toBe(2);
+    // Not from response.created (30 ms later): from what asked for the response.
+    expect(ttft.sum).toBeGreaterThan((2 * (WAIT_BEFORE_CREATED + DELTA_SPACING) * 0.9) / 1000);
+    expect(Math.abs(ttft.sum - (clientTtft[0]! + clientTtft[1]!))).toBeLessThan(0.01);
+
+    // One gap per output delta after the first (transcript deltas are not output).
+    const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
+    expect(gaps.count).toBe(AUDIO_DELTAS - 1 + 2);
+    const clientGapSum = (audioAt.at(-1)! - audioAt[0]! + (textAt.at(-1)! - textAt[0]!)) / 1000;
+    expect(Math.abs(gaps.sum - clientGapSum)).toBeLessThan(0.005);
+    expect(gaps.mean).toBeGreaterThan((DELTA_SPACING * 0.8) / 1000);
+
+    // TPOT over the usage's output tokens (audio included): (last - first) / (40 - 1) and / (3 - 1).
+    const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', { ...labels, gen_ai_response_model: 'gpt-realtime-2025-08-28' });
+    expect(tpot.count).toBe(2);
+    const clientTpot = (audioAt.at(-1)! - audioAt[0]!) / 1000 / 39 + (textAt.at(-1)! - textAt[0]!) / 1000 / 2;
+    expect(Math.abs(tpot.sum - clientTpot)).toBeLessThan(0.003);
+
+    const tokens = (type: string) => total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: type });
+    expect(tokens('output')).toBe(43);
+    expect(tokens('input')).toBe(60);
+    expect(tokens('cached_input')).toBe(5);
+
+    // The second answer was cancelled (the user spoke over it); nothing is left active.
+    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok' })).toBe(1);
+    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'cancelled' })).toBe(1);
+    expect(total(s, 'gen_ai_client_operation_duration_seconds_count', { ...labels, error_type: 'client_cancelled' })).toBe(1);
+    expect(total(s, 'llm_proxy_streams_active', { gen_ai_provider_name: 'openai' })).toBe(0);
+    expect(handshakes.at(-1)!.url).toBe('/v1/realtime?model=gpt-realtime');
+  });
+});

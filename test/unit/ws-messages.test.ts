@@ -1,0 +1,236 @@
+import fc from 'fast-check';
+import zlib from 'node:zlib';
+import { describe, expect, it } from 'vitest';
+import * as wsModule from 'ws';
+import { deflateAccepted, MessageReader } from '../../src/ws/messages.js';
+
+// Frames come from the `ws` package's own encoder (RFC 6455), compressed payloads from zlib as
+// RFC 7692 describes (raw deflate, sync flush, the trailing 00 00 ff ff removed), and every
+// split of the bytes into reads must give the same messages.
+
+// `ws` exports its frame encoder at run time; its types leave it out.
+const Sender = (wsModule as unknown as { Sender: { frame(data: Buffer, o: Record<string, unknown>): Buffer[] } }).Sender;
+
+interface FrameOpts {
+  opcode: number;
+  fin?: boolean;
+  mask?: boolean;
+  rsv1?: boolean;
+}
+
+function frame(payload: Buffer | string, o: FrameOpts): Buffer {
+  const data = typeof payload === 'string' ? Buffer.from(payload) : payload;
+  const parts = Sender.frame(Buffer.from(data), { fin: o.fin ?? true, mask: o.mask ?? false, opcode: o.opcode, readOnly: false, rsv1: o.rsv1 ?? false });
+  return Buffer.concat(parts);
+}
+
+/** A message in `n` fragments, with a ping and a pong between fragments. */
+function fragmented(text: string, n: number, mask: boolean): Buffer {
+  const b = Buffer.from(text);
+  const size = Math.ceil(b.length / n);
+  const out: Buffer[] = [];
+  for (let i = 0; i < n; i++) {
+    out.push(frame(b.subarray(i * size, (i + 1) * size), { opcode: i === 0 ? 1 : 0, fin: i === n - 1, mask }));
+    if (i < n - 1) out.push(frame('ping', { opcode: 9, mask }), frame('', { opcode: 10, mask }));
+  }
+  return Buffer.concat(out);
+}
+
+interface Got {
+  data: string | undefined;
+  at: number;
+}
+
+function reader(max = 1 << 20, deflate = false): { r: MessageReader; got: Got[] } {
+  const got: Got[] = [];
+  const r = new MessageReader((d, at) => got.push({ data: d?.toString('latin1'), at }), { maxMessageBytes: max, deflate });
+  return { r, got };
+}
+
+/** Feeds `bytes` cut at `cuts`; each read's arrival is the index of its last byte. */
+function feed(r: MessageReader, bytes: Buffer, cuts: number[]): void {
+  const points = [...new Set(cuts.filter((c) => c > 0 && c < bytes.length))].sort((a, b) => a - b);
+  let from = 0;
+  for (const c of [...points, bytes.length]) {
+    r.push(bytes.subarray(from, c), c - 1);
+    from = c;
+  }
+}
+
+const SIZES = [0, 1, 125, 126, 127, 65535, 65536, 70000];
+const payloadOf = (n: number, seed: number) => Buffer.from(Array.from({ length: n }, (_, i) => 32 + ((i * 7 + seed) % 90))).toString('latin1');
+
+function stream(mask: boolean): { bytes: Buffer; messages: string[]; ends: number[] } {
+  const chunks: Buffer[] = [];
+  const messages: string[] = [];
+  const ends: number[] = [];
+  let len = 0;
+  const add = (b: Buffer, message?: string) => {
+    chunks.push(b);
+    len += b.length;
+    if (message !== undefined) {
+      messages.push(message);
+      ends.push(len - 1);
+    }
+  };
+  SIZES.forEach((n, i) => add(frame(Buffer.from(payloadOf(n, i), 'latin1'), { opcode: i % 2 === 0 ? 1 : 2, mask }), payloadOf(n, i)));
+  const text = '{"type":"response.output_text.delta","delta":"fragmented"}';
+  add(fragmented(text, 3, mask), text);
+  add(frame(Buffer.from([0x03, 0xe8]), { opcode: 8, mask })); // close
+  return { bytes: Buffer.concat(chunks), messages, ends };
+}
+
+describe('MessageReader: frames', () => {
+  for (const mask of [false, true]) {
+    it(`reads every length form, fragments and control frames in one read (${mask ? 'client, masked' : 'server'})`, () => {
+      const s = stream(mask);
+      const { r, got } = reader();
+      r.push(s.bytes, 7);
+      expect(got.map((g) => g.data)).toEqual(s.messages);
+      expect(got.every((g) => g.at === 7)).toBe(true);
+      expect(r.broken).toBe(false);
+    });
+
+    it(`gives the same messages, each at the read of its last byte, however the bytes are split (${mask ? 'masked' : 'server'})`, () => {
+      const s = stream(mask);
+      fc.assert(
+        fc.property(fc.array(fc.integer({ min: 1, max: s.bytes.length - 1 }), { maxLength: 40 }), (cuts) => {
+          const { r, got } = reader();
+          feed(r, s.bytes, cuts);
+          expect(got.map((g) => g.data)).toEqual(s.messages);
+          // The read that completed a message is the one holding its last byte.
+          const points = [...new Set(cuts)].sort((a, b) => a - b);
+          expect(got.map((g) => g.at)).toEqual(s.ends.map((e) => (points.find((p) => p > e) ?? s.bytes.length) - 1));
+        }),
+        { numRuns: 200 },
+      );
+    });
+  }
+
+  it('reads small messages one byte per read', () => {
+    const bytes = Buffer.concat([frame('a', { opcode: 1 }), fragmented('hello world', 4, true), frame('', { opcode: 2, mask: true }), frame('x'.repeat(300), { opcode: 1 })]);
+    const { r, got } = reader();
+    for (let i = 0; i < bytes.length; i++) r.push(bytes.subarray(i, i + 1), i);
+    expect(got.map((g) => g.data)).toEqual(['a', 'hello world', '', 'x'.repeat(300)]);
+    expect(got.at(-1)!.at).toBe(bytes.length - 1);
+  });
+
+  it('reports a message over the cap without its bytes, and goes on', () => {
+    const { r, got } = reader(1000);
+    r.push(Buffer.concat([frame('y'.repeat(1001), { opcode: 1 }), fragmented('z'.repeat(1500), 3, false), frame('ok', { opcode: 1 })]), 1);
+    expect(got.map((g) => g.data)).toEqual([undefined, undefined, 'ok']);
+  });
+
+  const broken: [string, Buffer][] = [
+    ['RSV2 set', Buffer.from([0xa1, 0x01, 0x61])],
+    ['RSV1 without permessage-deflate', frame('a', { opcode: 1, rsv1: true })],
+    ['a continuation that continues nothing', frame('a', { opcode: 0 })],
+    ['a new message inside a fragmented one', Buffer.concat([frame('a', { opcode: 1, fin: false }), frame('b', { opcode: 1 })])],
+    ['a fragmented control frame', frame('a', { opcode: 9, fin: false })],
+    ['a control frame over 125 bytes', frame('p'.repeat(126), { opcode: 9 })],
+    ['a reserved opcode', frame('a', { opcode: 3 })],
+    ['a 64-bit length beyond 2^53', Buffer.from([0x82, 0x7f, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0])],
+  ];
+  for (const [name, bad] of broken) {
+    it(`stops at ${name}, without throwing`, () => {
+      const { r, got } = reader();
+      expect(() => r.push(Buffer.concat([frame('before', { opcode: 1 }), bad, frame('after', { opcode: 1 })]), 0)).not.toThrow();
+      expect(got.map((g) => g.data)).toEqual(['before']);
+      expect(r.broken).toBe(true);
+      r.push(frame('later', { opcode: 1 }), 1);
+      expect(got).toHaveLength(1);
+    });
+  }
+});
+
+/** permessage-deflate as a sender with context takeover makes it: one raw deflate stream. */
+async function compressor(): Promise<(text: string) => Promise<Buffer>> {
+  const z = zlib.createDeflateRaw();
+  const out: Buffer[] = [];
+  z.on('data', (c: Buffer) => out.push(c));
+  return (text) =>
+    new Promise((resolve) => {
+      z.write(Buffer.from(text));
+      z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
+        const all = Buffer.concat(out.splice(0));
+        expect(all.subarray(-4)).toEqual(Buffer.from([0, 0, 0xff, 0xff]));
+        resolve(all.subarray(0, -4));
+      });
+    });
+}
+
+async function settle(got: Got[], n: number): Promise<void> {
+  for (let i = 0; i < 200 && got.length < n; i++) await new Promise((r) => setTimeout(r, 5));
+}
+
+describe('MessageReader: permessage-deflate', () => {
+  it('inflates compressed messages with context kept across them, in order with uncompressed ones, every split', async () => {
+    const deflate = await compressor();
+    const texts = Array.from({ length: 12 }, (_, i) => `{"type":"response.output_audio.delta","response_id":"resp_1","delta":"${'QUJD'.repeat(50 + i * 40)}"}`);
+    const frames: Buffer[] = [];
+    const expected: string[] = [];
+    for (const [i, t] of texts.entries()) {
+      const mask = i % 3 === 0;
+      if (i % 4 === 1) {
+        // Small messages go uncompressed (ws's threshold), between compressed ones.
+        frames.push(frame(`small ${i}`, { opcode: 1, mask }));
+        expected.push(`small ${i}`);
+      }
+      const c = await deflate(t);
+      if (i % 5 === 2) {
+        // A compressed message in fragments: RSV1 on the first frame only.
+        const half = Math.floor(c.length / 2);
+        frames.push(frame(c.subarray(0, half), { opcode: 1, fin: false, rsv1: true, mask }), frame('', { opcode: 9, mask }), frame(c.subarray(half), { opcode: 0, mask }));
+      } else {
+        frames.push(frame(c, { opcode: 1, rsv1: true, mask }));
+      }
+      expected.push(t);
+    }
+    const bytes = Buffer.concat(frames);
+    await fc.assert(
+      fc.asyncProperty(fc.array(fc.integer({ min: 1, max: bytes.length - 1 }), { maxLength: 30 }), async (cuts) => {
+        const { r, got } = reader(1 << 20, true);
+        feed(r, bytes, cuts);
+        await settle(got, expected.length);
+        expect(got.map((g) => g.data)).toEqual(expected);
+        expect(r.broken).toBe(false);
+        r.close();
+      }),
+      { numRuns: 25 },
+    );
+  });
+
+  it('reports an inflated message over the cap without its bytes, and the next one still inflates', async () => {
+    const deflate = await compressor();
+    const big = 'A'.repeat(5000);
+    const bytes = Buffer.concat([frame(await deflate(big), { opcode: 1, rsv1: true }), frame(await deflate(`${big}!`), { opcode: 1, rsv1: true })]);
+    const { r, got } = reader(4000, true);
+    r.push(bytes, 3);
+    await settle(got, 2);
+    expect(got.map((g) => g.data)).toEqual([undefined, undefined]);
+    const { r: r2, got: got2 } = reader(6000, true);
+    r2.push(bytes, 3);
+    await settle(got2, 2);
+    expect(got2.map((g) => g.data)).toEqual([big, `${big}!`]);
+    expect(got2.map((g) => g.at)).toEqual([3, 3]);
+  });
+
+  it('stops at a payload that is not deflate data, without throwing', async () => {
+    const { r, got } = reader(1 << 20, true);
+    r.push(Buffer.concat([frame(Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff]), { opcode: 1, rsv1: true }), frame('after', { opcode: 1 })]), 0);
+    for (let i = 0; i < 200 && !r.broken; i++) await new Promise((res) => setTimeout(res, 5));
+    expect(r.broken).toBe(true);
+    expect(got).toEqual([]);
+  });
+});
+
+describe('deflateAccepted', () => {
+  it('reads the 101 answer', () => {
+    expect(deflateAccepted(undefined)).toBe(false);
+    expect(deflateAccepted('')).toBe(false);
+    expect(deflateAccepted('permessage-deflate')).toBe(true);
+    expect(deflateAccepted('Permessage-Deflate; server_no_context_takeover; client_max_window_bits=10')).toBe(true);
+    expect(deflateAccepted('x-webkit-deflate-frame')).toBeNull();
+    expect(deflateAccepted('permessage-deflate, x-other')).toBeNull();
+  });
+});

@@ -1,0 +1,177 @@
+import { describe, expect, it } from 'vitest';
+import * as wsModule from 'ws';
+import { METRIC } from '../../src/metrics/semconv.js';
+import { detectWsApi, WsSession, type WsApiMatch } from '../../src/ws/session.js';
+import { testInstruments } from '../helpers/metrics.js';
+
+// The trackers driven with chosen arrival times (ms): each message is one frame in a read of
+// its own, client frames masked as RFC 6455 requires.
+const Sender = (wsModule as unknown as { Sender: { frame(data: Buffer, o: Record<string, unknown>): Buffer[] } }).Sender;
+const frame = (o: unknown, mask: boolean) => Buffer.concat(Sender.frame(Buffer.from(JSON.stringify(o)), { fin: true, mask, opcode: 1, readOnly: false }));
+
+function session(path: string) {
+  const t = testInstruments();
+  const match = detectWsApi(path) as WsApiMatch;
+  const s = new WsSession(match, {
+    instruments: t.instruments,
+    labels: { provider: match.defaultProviderName, operation: 'realtime', requestModel: match.requestModel, serverAddress: 'up' },
+    meter: { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 },
+    deflate: false,
+    limitModel: (m) => m,
+  });
+  return {
+    ...t,
+    s,
+    client: (at: number, o: unknown) => s.fromClient(frame(o, true), at),
+    server: (at: number, o: unknown) => s.fromUpstream(frame(o, false), at),
+  };
+}
+
+const ms = (x: number) => x / 1000;
+
+describe('detectWsApi', () => {
+  it('knows the Realtime and Live paths, and nothing else', () => {
+    expect(detectWsApi('/v1/realtime?model=gpt-realtime')).toEqual({ api: 'openai-realtime', defaultProviderName: 'openai', requestModel: 'gpt-realtime' });
+    expect(detectWsApi('/openai/realtime?api-version=2025-04-01-preview&deployment=rt')).toMatchObject({ api: 'openai-realtime', defaultProviderName: 'azure.ai.openai', requestModel: 'rt' });
+    expect(detectWsApi('/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent?key=k')).toMatchObject({ api: 'gemini-live', defaultProviderName: 'gcp.gemini' });
+    expect(detectWsApi('/ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContentConstrained')).toMatchObject({ api: 'gemini-live' });
+    expect(detectWsApi('/ws/google.cloud.aiplatform.v1beta1.LlmBidiService/BidiGenerateContent')).toMatchObject({ api: 'gemini-live', defaultProviderName: 'gcp.vertex_ai' });
+    expect(detectWsApi('/socket.io/?EIO=4')).toBeUndefined();
+    expect(detectWsApi('/v1/realtime/transcription_sessions')).toBeUndefined();
+  });
+});
+
+describe('OpenAI Realtime', () => {
+  const PATH = '/v1/realtime?model=gpt-realtime';
+  const delta = (id: string, type = 'response.output_text.delta', d = 'x') => ({ type, response_id: id, item_id: 'i', output_index: 0, content_index: 0, delta: d });
+
+  it('keeps concurrent responses apart by response_id, and reads the beta event names', async () => {
+    const t = session(PATH);
+    t.client(0, { type: 'response.create', event_id: 'a' });
+    t.client(1, { type: 'response.create', event_id: 'b', response: { conversation: 'none' } });
+    t.server(10, { type: 'response.created', response: { id: 'r1' } });
+    t.server(12, { type: 'response.created', response: { id: 'r2' } });
+    t.server(20, delta('r1', 'response.audio.delta'));
+    t.server(25, delta('r2', 'response.text.delta'));
+    t.server(30, delta('r1', 'response.audio.delta'));
+    t.server(31, delta('r1', 'response.audio_transcript.delta')); // not output
+    t.server(40, delta('r1', 'response.audio.delta', '')); // empty: not output
+    t.server(45, delta('r2', 'response.text.delta'));
+    t.server(50, delta('r2', 'response.function_call_arguments.delta', '{"a"'));
+    t.server(60, { type: 'response.done', response: { id: 'r1', status: 'completed', usage: { input_tokens: 5, output_tokens: 11 } } });
+    t.server(70, { type: 'response.done', response: { id: 'r2', status: 'incomplete', usage: { input_tokens: 5, output_tokens: 3 } } });
+    const ttft = await t.histogram(METRIC.ttft);
+    expect(ttft.count).toBe(2);
+    expect(ttft.sum).toBeCloseTo(ms(20 - 0 + (25 - 1)), 9);
+    const gaps = await t.histogram(METRIC.chunkGap);
+    expect(gaps.count).toBe(1 + 2);
+    expect(gaps.sum).toBeCloseTo(ms(10 + 20 + 5), 9);
+    const tpot = await t.histogram(METRIC.tpot);
+    expect(tpot.sum).toBeCloseTo(ms(10 / 10 + 25 / 2), 9);
+    const dur = await t.histogram(METRIC.duration);
+    expect(dur.sum).toBeCloseTo(ms(60 + 69), 9);
+    expect(await t.sumValue(METRIC.streams, { outcome: 'ok' })).toBe(2);
+  });
+
+  it('starts a response the server made by itself at input_audio_buffer.committed, else records no TTFT', async () => {
+    const t = session(PATH);
+    t.server(100, { type: 'input_audio_buffer.speech_stopped', audio_end_ms: 1 });
+    t.server(101, { type: 'input_audio_buffer.committed', item_id: 'u' });
+    t.server(140, { type: 'response.created', response: { id: 'r1' } });
+    t.server(150, delta('r1'));
+    t.server(160, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    // Nothing asked for this one (an out-of-band item, say): gaps only.
+    t.server(200, { type: 'response.created', response: { id: 'r2' } });
+    t.server(210, delta('r2'));
+    t.server(215, delta('r2'));
+    t.server(220, { type: 'response.done', response: { id: 'r2', status: 'completed' } });
+    const ttft = await t.histogram(METRIC.ttft);
+    expect(ttft.count).toBe(1);
+    expect(ttft.sum).toBeCloseTo(ms(49), 9);
+    expect((await t.histogram(METRIC.duration)).count).toBe(1);
+    expect((await t.histogram(METRIC.chunkGap)).sum).toBeCloseTo(ms(5), 9);
+    // No usage: an audio delta is many tokens, so the number of messages is no count.
+    expect((await t.histogram(METRIC.tpot)).count).toBe(0);
+    expect(await t.sumValue(METRIC.streams, { outcome: 'ok', token_count_source: 'none' })).toBe(2);
+  });
+
+  it('records a failed response with its error type, a cancelled one as cancelled, one cut by the close as the tunnel ended', async () => {
+    const t = session(PATH);
+    t.client(0, { type: 'response.create' });
+    t.server(5, { type: 'response.created', response: { id: 'r1' } });
+    t.server(9, { type: 'response.done', response: { id: 'r1', status: 'failed', status_details: { type: 'failed', error: { type: 'server_error', code: 'x' } } } });
+    t.client(10, { type: 'response.create' });
+    t.server(15, { type: 'response.created', response: { id: 'r2' } });
+    t.server(16, delta('r2'));
+    t.server(19, { type: 'response.done', response: { id: 'r2', status: 'cancelled', status_details: { type: 'cancelled', reason: 'turn_detected' } } });
+    t.client(20, { type: 'response.create' });
+    t.server(25, { type: 'response.created', response: { id: 'r3' } });
+    t.server(26, delta('r3'));
+    t.s.close(40, 'upstream_reset');
+    expect((await t.histogram(METRIC.duration, { 'error.type': 'server_error' })).count).toBe(1);
+    expect((await t.histogram(METRIC.duration, { 'error.type': 'client_cancelled' })).count).toBe(1);
+    const cut = await t.histogram(METRIC.duration, { 'error.type': 'upstream_reset' });
+    expect(cut.count).toBe(1);
+    expect(cut.sum).toBeCloseTo(ms(20), 9);
+    expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+  });
+
+  it('reads a large client message only when it may be a response.create', async () => {
+    const t = session(PATH);
+    const audio = 'QUJD'.repeat(20000);
+    t.client(0, { type: 'input_audio_buffer.append', audio });
+    t.client(1, { event_id: 'e', audio, type: 'response.create' }); // large, and type not first
+    t.server(5, { type: 'response.created', response: { id: 'r1' } });
+    t.server(6, delta('r1'));
+    t.server(9, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    expect((await t.histogram(METRIC.ttft)).sum).toBeCloseTo(ms(5), 9);
+  });
+});
+
+describe('Gemini Live', () => {
+  const PATH = '/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent';
+  const text = (s: string) => ({ serverContent: { modelTurn: { role: 'model', parts: [{ text: s }] } } });
+  const audio = { serverContent: { modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm;rate=24000', data: 'AAAA' } }] } } };
+
+  it('measures a turn from the client turn end, through a tool call and its answer, with usage', async () => {
+    const t = session(PATH);
+    t.client(0, { setup: { model: 'models/gemini-live-2.5-flash' } });
+    t.server(5, { setupComplete: {} });
+    t.client(10, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'weather?' }] }], turnComplete: true } });
+    t.server(40, { toolCall: { functionCalls: [{ id: 'f', name: 'weather', args: {} }] } });
+    t.client(50, { toolResponse: { functionResponses: [{ id: 'f', name: 'weather', response: { t: 20 } }] } });
+    t.server(70, audio);
+    t.server(80, audio);
+    t.server(85, { serverContent: { modelTurn: { parts: [] } } }); // nothing in it
+    t.server(90, text('warm'));
+    t.server(95, { serverContent: { generationComplete: true } });
+    t.server(99, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 9, responseTokenCount: 20, thoughtsTokenCount: 1 } });
+    const ttft = await t.histogram(METRIC.ttft, { 'gen_ai.request.model': 'gemini-live-2.5-flash' });
+    expect(ttft.count).toBe(2);
+    expect(ttft.sum).toBeCloseTo(ms(30 + 20), 9);
+    expect((await t.histogram(METRIC.chunkGap)).sum).toBeCloseTo(ms(20), 9);
+    expect((await t.histogram(METRIC.tpot)).sum).toBeCloseTo(ms(20 / 20), 9);
+    expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' })).sum).toBe(21);
+    expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'reasoning' })).sum).toBe(1);
+    expect((await t.histogram(METRIC.duration)).sum).toBeCloseTo(ms(30 + 49), 9);
+  });
+
+  it('gives a turn that no message began (automatic activity detection) no TTFT and no duration; an interrupted one is cancelled', async () => {
+    const t = session(PATH);
+    t.client(0, { realtimeInput: { audio: { data: 'AAAA'.repeat(1000), mimeType: 'audio/pcm;rate=16000' } } });
+    t.server(300, audio);
+    t.server(340, audio);
+    t.server(360, { serverContent: { interrupted: true } });
+    t.client(400, { realtimeInput: { activityEnd: {} } });
+    t.server(450, audio);
+    t.server(470, { serverContent: { turnComplete: true } });
+    const ttft = await t.histogram(METRIC.ttft);
+    expect(ttft.count).toBe(1);
+    expect(ttft.sum).toBeCloseTo(ms(50), 9);
+    expect((await t.histogram(METRIC.duration)).count).toBe(1);
+    expect((await t.histogram(METRIC.chunkGap)).sum).toBeCloseTo(ms(40), 9);
+    expect(await t.sumValue(METRIC.streams, { outcome: 'cancelled' })).toBe(1);
+    expect(await t.sumValue(METRIC.streams, { outcome: 'ok' })).toBe(1);
+    expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+  });
+});
