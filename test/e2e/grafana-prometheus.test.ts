@@ -355,6 +355,7 @@ describe('grafana/ on a real Prometheus', () => {
       {
         alertname: 'LLMProxyITLRegression',
         severity: params.alerts.itlRegression.severity,
+        gen_ai_operation_name: 'chat',
         gen_ai_provider_name: 'openai',
         gen_ai_request_model: MODEL,
         server_address: '127.0.0.1',

@@ -130,13 +130,16 @@ describe('@google/genai Live API through the proxy (WebSocket tunnel)', () => {
     expect(at).toHaveLength(PARTS.length);
     const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
     expect(ttft.count).toBe(1);
-    expect(Math.abs(ttft.sum - (at[0]! - viaProxy.asked) / 1000)).toBeLessThan(0.01);
+    // The proxy sees the ask after the client sent it and the part before the client reads it.
+    expect(ttft.sum).toBeLessThanOrEqual((at[0]! - viaProxy.asked) / 1000 + 1e-4);
+    expect(ttft.sum).toBeGreaterThan((at[0]! - viaProxy.asked) / 1000 - 0.03);
+    expect(ttft.sum).toBeGreaterThan(0.02 * 0.9); // the upstream waits 20 ms before the first part
     const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
     expect(gaps.count).toBe(PARTS.length - 1);
-    expect(Math.abs(gaps.sum - (at.at(-1)! - at[0]!) / 1000)).toBeLessThan(0.005);
+    expect(Math.abs(gaps.sum - (at.at(-1)! - at[0]!) / 1000)).toBeLessThan(0.03);
     const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', labels);
     expect(tpot.count).toBe(1);
-    expect(Math.abs(tpot.sum - (at.at(-1)! - at[0]!) / 1000 / 11)).toBeLessThan(0.001);
+    expect(Math.abs(tpot.sum - (at.at(-1)! - at[0]!) / 1000 / 11)).toBeLessThan(0.003);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: 'output' })).toBe(12);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: 'input' })).toBe(9);
     expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok' })).toBe(1);

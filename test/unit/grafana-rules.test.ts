@@ -167,12 +167,12 @@ describe('grafana/alerts rules', () => {
         file: 'alerts.test.yaml',
         expect: new RegExp(
           [
-            'LLMProxyITLAboveObjective", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
-            'LLMProxyHighErrorRatio", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
-            'LLMProxyHighCancellationRatio", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
-            'LLMProxyStreamStalls", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyITLAboveObjective", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyHighErrorRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyHighCancellationRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyStreamStalls", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
             'LLMProxySaturated", instance="proxy-2:9464"',
-            'LLMProxyModelNoData", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyModelNoData", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
           ]
             .map((s) => `(?=[\\s\\S]*${s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')})`)
             .join(''),
