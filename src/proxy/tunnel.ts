@@ -330,6 +330,8 @@ export class Tunnel {
         bytesUp: this.bytesUp,
         bytesDown: this.bytesDown,
         responses: this.session?.responses,
+        // The messages could not be read to the end (a protocol break, a bound): see the README.
+        measurementStopped: this.session?.stopped || undefined,
         durationMs: Math.round((performance.now() - this.start) * 1000) / 1000,
       },
       'tunnel',

@@ -4,9 +4,12 @@ import zlib from 'node:zlib';
  * Reads the WebSocket messages (RFC 6455) of one direction of a tunnel from the bytes as they
  * were forwarded, with the arrival time of each message's last byte. Only for measurement: the
  * tunnel forwards the bytes itself, before they come here. Fragments are joined, client frames
- * unmasked, control frames skipped, and permessage-deflate (RFC 7692) messages inflated, in
- * order, on zlib's thread pool. A frame that breaks the protocol stops the reader for good;
- * the bytes still flow.
+ * unmasked, control frames skipped, and permessage-deflate (RFC 7692) messages inflated one
+ * after another on zlib's thread pool and delivered in arrival order. The reader stops for
+ * good (`broken`), while the bytes still flow, at a frame that breaks the protocol, at a
+ * compressed message over the cap (compressed or inflated: with the compressor's context
+ * shared across messages, none can be skipped), or when compressed bytes waiting for zlib
+ * pass a bound. Memory stays within a few times the cap.
  */
 export interface MessageSink {
   /** A text or binary message; `data` undefined when it was larger than the cap (not kept). */
@@ -18,7 +21,15 @@ export interface MessageReaderOptions {
   readonly maxMessageBytes: number;
   /** permessage-deflate was negotiated for the connection. */
   readonly deflate: boolean;
+  /** Control frames (close 8, ping 9, pong 10) with their payload; the simulator answers them. */
+  readonly onControl?: (opcode: number, payload: Buffer) => void;
+  /** The reader stopped (see `broken`), also later, from zlib. */
+  readonly onBroken?: () => void;
 }
+
+/** What a queued compressed message costs beyond its bytes, counted against the queue's bound. */
+const PART_OVERHEAD = 96;
+const EMPTY = Buffer.alloc(0);
 
 const enum State {
   Head,
@@ -38,16 +49,24 @@ export class MessageReader {
   /** Offset into the mask of the next payload byte. */
   private maskAt = 0;
   private control = false;
+  private opcode = 0;
+  private controlParts: Buffer[] = [];
   private fin = false;
   /** A data message is being read (its first frame came). */
   private inMessage = false;
   private compressed = false;
-  private parts: Buffer[] = [];
+  /** The message so far, unmasked: one buffer grown by doubling (reads and fragments append to it). */
+  private acc: Buffer = EMPTY;
   private bytes = 0;
   private oversize = false;
   private inflater: Inflater | undefined;
   /** Messages in arrival order while an earlier one is still being inflated. */
   private readonly order: Slot[] = [];
+
+  /** Arrival of the oldest message not yet delivered (one in zlib, or behind one), if any. */
+  get oldestPending(): number | undefined {
+    return this.state === State.Broken ? undefined : this.order[0]?.arrival;
+  }
 
   constructor(
     private readonly sink: MessageSink,
@@ -68,6 +87,8 @@ export class MessageReader {
       } else {
         const n = Math.min(this.remaining, buf.length - i);
         if (!this.control) this.payload(buf, i, n);
+        else if (this.opts.onControl !== undefined) this.controlParts.push(this.unmask(buf, i, n));
+        if ((this.state as State) === State.Broken) return; // the payload was over a bound
         this.remaining -= n;
         i += n;
         if (this.remaining === 0) this.frameDone(arrival);
@@ -109,7 +130,9 @@ export class MessageReader {
     if ((b0 & 0x30) !== 0) return this.fail(); // RSV2/RSV3: an extension we do not know
     this.fin = (b0 & 0x80) !== 0;
     this.control = opcode >= 8;
+    this.opcode = opcode;
     if (this.control) {
+      this.controlParts = [];
       if (!this.fin || len > 125 || rsv1 || opcode > 10) return this.fail();
     } else if (opcode === 0) {
       if (!this.inMessage || rsv1) return this.fail();
@@ -117,7 +140,7 @@ export class MessageReader {
       if (this.inMessage || (rsv1 && !this.opts.deflate)) return this.fail();
       this.inMessage = true;
       this.compressed = rsv1;
-      this.parts = [];
+      this.acc = EMPTY;
       this.bytes = 0;
       this.oversize = false;
     } else {
@@ -140,56 +163,81 @@ export class MessageReader {
   }
 
   private fail(): number {
-    this.state = State.Broken;
-    this.parts = [];
-    this.head = undefined;
-    this.inflater?.close();
-    this.order.length = 0;
+    if (this.state !== State.Broken) {
+      this.state = State.Broken;
+      this.acc = EMPTY;
+      this.head = undefined;
+      this.inflater?.close();
+      this.order.length = 0;
+      this.opts.onBroken?.();
+    }
     return Number.MAX_SAFE_INTEGER;
   }
 
-  private payload(buf: Buffer, i: number, n: number): void {
-    let p = buf.subarray(i, i + n);
-    if (this.mask !== undefined) {
-      const out = Buffer.allocUnsafe(n);
-      const m = this.mask;
-      let k = this.maskAt;
-      for (let j = 0; j < n; j++, k = (k + 1) & 3) out[j] = p[j]! ^ m[k]!;
-      this.maskAt = k;
-      p = out;
-    } else {
-      p = Buffer.from(p); // the read's buffer is the tunnel's; a view would keep all of it
-    }
-    if (this.compressed) {
-      (this.inflater ??= new Inflater(this.opts.maxMessageBytes, () => this.fail())).write(p);
+  /** `buf[i, i+n)`, unmasked, into `out` at `at`. */
+  private copyUnmasked(buf: Buffer, i: number, n: number, out: Buffer, at: number): void {
+    const m = this.mask;
+    if (m === undefined) {
+      buf.copy(out, at, i, i + n);
       return;
     }
-    this.bytes += n;
-    if (this.bytes > this.opts.maxMessageBytes) {
-      this.oversize = true;
-      this.parts = [];
-    } else {
-      this.parts.push(p);
+    let k = this.maskAt;
+    for (let j = 0; j < n; j++, k = (k + 1) & 3) out[at + j] = buf[i + j]! ^ m[k]!;
+    this.maskAt = k;
+  }
+
+  /** A copy of `buf[i, i+n)`, unmasked (a control frame's payload). */
+  private unmask(buf: Buffer, i: number, n: number): Buffer {
+    const out = Buffer.allocUnsafe(n);
+    this.copyUnmasked(buf, i, n, out, 0);
+    return out;
+  }
+
+  private payload(buf: Buffer, i: number, n: number): void {
+    if (n === 0) return;
+    const size = this.bytes + n;
+    if (size > this.opts.maxMessageBytes) {
+      // Compressed: the rest of the stream depends on this message, so the reader stops.
+      if (this.compressed) this.fail();
+      else if (!this.oversize) {
+        this.oversize = true;
+        this.acc = EMPTY;
+      }
+      this.bytes = size;
+      return;
     }
+    if (size > this.acc.length) {
+      const grown = Buffer.allocUnsafe(Math.min(this.opts.maxMessageBytes, Math.max(size, 2 * this.acc.length, 256)));
+      this.acc.copy(grown, 0, 0, this.bytes);
+      this.acc = grown;
+    }
+    this.copyUnmasked(buf, i, n, this.acc, this.bytes);
+    this.bytes = size;
   }
 
   private frameDone(arrival: number): void {
     this.state = State.Head;
-    if (this.control || !this.fin) return;
+    if (this.control) {
+      this.opts.onControl?.(this.opcode, this.controlParts.length === 1 ? this.controlParts[0]! : Buffer.concat(this.controlParts));
+      this.controlParts = [];
+      return;
+    }
+    if (!this.fin) return;
     this.inMessage = false;
+    const message = this.oversize ? undefined : this.acc.subarray(0, this.bytes);
+    this.acc = EMPTY;
     if (this.compressed) {
       const slot: Slot = { ready: false, data: undefined, arrival };
       this.order.push(slot);
-      this.inflater!.end((data) => {
+      const inflater = (this.inflater ??= new Inflater(this.opts.maxMessageBytes, () => this.fail()));
+      inflater.add(message!, (data) => {
         slot.ready = true;
         slot.data = data;
         this.deliver();
       });
       return;
     }
-    const parts = this.parts;
-    this.parts = [];
-    const data = this.oversize ? undefined : parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.bytes);
+    const data = message;
     // Behind a message still in zlib: it waits its turn.
     if (this.order.length > 0) this.order.push({ ready: true, data, arrival });
     else this.sink(data, arrival);
@@ -205,7 +253,7 @@ export class MessageReader {
 
   close(): void {
     this.inflater?.close();
-    this.parts = [];
+    this.acc = EMPTY;
     this.order.length = 0;
   }
 }
@@ -218,19 +266,22 @@ interface Slot {
 
 /**
  * One direction's permessage-deflate decompressor: one raw inflate stream for the whole
- * connection, messages delivered in order, each after zlib's flush of its trailer. A sender
- * that resets its compressor per message (`*_no_context_takeover`) needs no reset here: its
- * messages never refer to earlier ones, and the senders in use (zlib's sync flush: `ws`,
- * browsers) end no block as final. One that does ends the stream, and measurement stops.
+ * connection, fed one message at a time (its payload and the trailer, then a sync flush), so
+ * that what zlib holds is one message. A sender that resets its compressor per message
+ * (`*_no_context_takeover`) needs no reset here: its messages never refer to earlier ones, and
+ * the senders in use (zlib's sync flush: `ws`, browsers) end no block as final. After a final
+ * block (which RFC 7692 allows, and no known sender writes) later messages inflate to nothing,
+ * which no tracker reads as content.
  */
 class Inflater {
   private readonly z = zlib.createInflateRaw({ windowBits: 15 });
   private out: Buffer[] = [];
   private outBytes = 0;
-  private oversize = false;
   private closed = false;
-  /** Messages whose flush is still pending: bounded, so a stalled zlib cannot grow memory. */
-  private pending = 0;
+  private busy = false;
+  private readonly queue: { payload: Buffer; done: (data: Buffer) => void }[] = [];
+  /** Compressed bytes queued behind the message in zlib: bounded. */
+  private queued = 0;
 
   constructor(
     private readonly max: number,
@@ -238,33 +289,38 @@ class Inflater {
   ) {
     this.z.on('data', (c: Buffer) => {
       this.outBytes += c.length;
-      if (this.outBytes > this.max) {
-        this.oversize = true;
-        this.out = [];
-      } else if (!this.oversize) {
-        this.out.push(c);
-      }
+      // Past the cap the message cannot be kept, and the ones after it need its context: stop
+      // (this also ends a compression bomb: zlib is destroyed mid-message).
+      if (this.outBytes > this.max) this.fail();
+      else this.out.push(c);
     });
     this.z.on('error', () => this.fail());
   }
 
-  write(p: Buffer): void {
-    if (!this.closed) this.z.write(p);
+  /** A whole compressed message (without its trailer); `done` gets its bytes, in order. */
+  add(payload: Buffer, done: (data: Buffer) => void): void {
+    if (this.closed) return;
+    this.queued += payload.length + PART_OVERHEAD;
+    if (this.queued > 4 * this.max) return this.fail();
+    this.queue.push({ payload, done });
+    this.pump();
   }
 
-  /** The message's last frame was written: `done` gets its bytes (undefined when over the cap). */
-  end(done: (data: Buffer | undefined) => void): void {
-    if (this.closed) return;
-    if (++this.pending > 64) return this.fail();
+  private pump(): void {
+    if (this.busy || this.closed || this.queue.length === 0) return;
+    const job = this.queue.shift()!;
+    this.queued -= job.payload.length + PART_OVERHEAD;
+    this.busy = true;
+    this.z.write(job.payload);
     this.z.write(TRAILER);
     this.z.flush(zlib.constants.Z_SYNC_FLUSH, () => {
-      this.pending--;
+      this.busy = false;
       if (this.closed) return;
-      const data = this.oversize ? undefined : Buffer.concat(this.out, this.outBytes);
+      const data = this.out.length === 1 ? this.out[0]! : Buffer.concat(this.out, this.outBytes);
       this.out = [];
       this.outBytes = 0;
-      this.oversize = false;
-      done(data);
+      job.done(data);
+      this.pump();
     });
   }
 
@@ -277,6 +333,8 @@ class Inflater {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.queue.length = 0;
+    this.out = [];
     this.z.removeAllListeners('data');
     this.z.on('error', () => {});
     this.z.destroy();

@@ -2,6 +2,7 @@ import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels 
 import type { Instruments } from '../metrics/instruments.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { firstString, nonEmpty, num, obj, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
+import { sanitizeErrorType } from '../providers/openai-chat.js';
 import { MessageReader } from './messages.js';
 
 /**
@@ -61,6 +62,8 @@ export interface WsSessionDeps {
 const MAX_OPEN = 64;
 /** `response.create`s remembered while waiting for their `response.created`. */
 const MAX_WAITING = 16;
+/** A `response.create` unanswered this long was refused in a way we did not see (ms). */
+const STALE_CREATE_MS = 10_000;
 
 /** Usage, model and error of one response, set from its messages; the meter reads them at the end. */
 class MessagesAdapter implements ResponseAdapter {
@@ -80,37 +83,104 @@ interface Turn {
   readonly adapter: MessagesAdapter;
 }
 
+/** How long a closing tunnel waits for messages still in zlib (a `response.done`, say). */
+const CLOSE_WAIT_MS = 200;
+
+interface Held {
+  readonly fromClient: boolean;
+  readonly data: Buffer | undefined;
+  readonly at: number;
+}
+
 export class WsSession {
   private readonly up: MessageReader;
   private readonly down: MessageReader;
   private readonly tracker: OpenAiRealtime | GeminiLive;
   private failed = false;
+  /** Messages waiting for an older one of the other direction that is still being inflated. */
+  private readonly held: Held[] = [];
+  private closing: { end: number; errorType: string | undefined; timer: NodeJS.Timeout } | undefined;
+  private finalized = false;
   responses = 0;
 
   constructor(match: WsApiMatch, private readonly deps: WsSessionDeps) {
-    const opts = { maxMessageBytes: deps.meter.maxEventBytes, deflate: deps.deflate };
-    this.up = new MessageReader((d, t) => this.guard(() => this.tracker.client(d, t)), opts);
-    this.down = new MessageReader((d, t) => this.guard(() => this.tracker.server(d, t)), opts);
+    const onBroken = () => this.drain();
+    const opts = { maxMessageBytes: deps.meter.maxEventBytes, deflate: deps.deflate, onBroken };
+    this.up = new MessageReader((d, t) => this.message(true, d, t), opts);
+    this.down = new MessageReader((d, t) => this.message(false, d, t), opts);
     const open: Open = (start, at, model) => this.open(start, at, model);
     this.tracker = match.api === 'openai-realtime' ? new OpenAiRealtime(open) : new GeminiLive(open);
   }
 
+  /** The measurement of a direction stopped (a protocol break, a bound): for the log line. */
+  get stopped(): boolean {
+    return this.failed || this.up.broken || this.down.broken;
+  }
+
   /** Client bytes, after they were forwarded. */
   fromClient(buf: Buffer, arrival: number): void {
-    if (!this.failed) this.guard(() => this.up.push(buf, arrival));
+    if (!this.failed && this.closing === undefined) this.guard(() => this.up.push(buf, arrival));
   }
 
   /** Upstream bytes (after the 101's head), after they were forwarded. */
   fromUpstream(buf: Buffer, arrival: number): void {
-    if (!this.failed) this.guard(() => this.down.push(buf, arrival));
+    if (!this.failed && this.closing === undefined) this.guard(() => this.down.push(buf, arrival));
   }
 
-  /** The tunnel closed: responses still open end here, as cut (`errorType`) or cancelled. */
+  /**
+   * The tunnel closed at `end`: responses still open end there, as cut (`errorType`) or
+   * cancelled, once the messages that arrived before the close are read (at most
+   * CLOSE_WAIT_MS later: they may still be in zlib).
+   */
   close(end: number, errorType: string | undefined): void {
+    if (this.closing !== undefined) return;
+    const timer = setTimeout(() => this.finalize(), CLOSE_WAIT_MS);
+    timer.unref();
+    this.closing = { end, errorType, timer };
+    if (this.pending() === undefined) this.finalize();
+  }
+
+  private pending(): number | undefined {
+    const a = this.up.oldestPending;
+    const b = this.down.oldestPending;
+    return a === undefined ? b : b === undefined ? a : Math.min(a, b);
+  }
+
+  /**
+   * Both directions are measured in arrival order: a message waits while the other direction
+   * still inflates one that arrived before it (a compressed `response.create` and the
+   * uncompressed `response.created` that answers it, read in one loop iteration).
+   */
+  private message(fromClient: boolean, data: Buffer | undefined, at: number): void {
+    this.held.push({ fromClient, data, at });
+    this.drain();
+  }
+
+  private drain(): void {
+    const q = this.held;
+    while (q.length > 0 && !this.failed) {
+      let k = 0;
+      for (let i = 1; i < q.length; i++) if (q[i]!.at < q[k]!.at) k = i;
+      const h = q[k]!;
+      const other = (h.fromClient ? this.down : this.up).oldestPending;
+      if (other !== undefined && other <= h.at && this.closing === undefined) return;
+      q.splice(k, 1);
+      this.guard(() => (h.fromClient ? this.tracker.client(h.data, h.at) : this.tracker.server(h.data, h.at)));
+    }
+    if (this.closing !== undefined && !this.finalized && this.pending() === undefined) this.finalize();
+  }
+
+  private finalize(): void {
+    const c = this.closing;
+    if (c === undefined || this.failed || this.finalized) return;
+    this.finalized = true;
+    clearTimeout(c.timer);
     this.up.close();
     this.down.close();
-    if (!this.failed) this.guard(() => this.tracker.closeAll((turn) => this.finish(turn, end, errorType ?? ERROR_TYPE.clientCancelled)));
+    this.drain(); // what was read: in order, nothing waits now
+    this.guard(() => this.tracker.closeAll((turn) => this.finish(turn, c.end, c.errorType ?? ERROR_TYPE.clientCancelled)));
     this.failed = true;
+    this.held.length = 0;
   }
 
   private open(start: number | undefined, at: number, model: string | undefined): OpenTurn {
@@ -165,13 +235,14 @@ function parseIfAny(data: Buffer | undefined, keys: readonly string[]): Record<s
   return parse(data);
 }
 const REALTIME_CLIENT_KEYS = ['"response.create"'];
-const LIVE_CLIENT_KEYS = ['"setup"', '"turnComplete"', '"activityEnd"', '"audioStreamEnd"', '"toolResponse"'];
+const LIVE_CLIENT_KEYS = ['"setup"', '"turnComplete"', '"turn_complete"', '"activityEnd"', '"activity_end"', '"audioStreamEnd"', '"audio_stream_end"', '"toolResponse"', '"tool_response"'];
 
 /** Output deltas of the Realtime API (GA names, and the beta's). Transcripts of audio are not output of their own. */
 const REALTIME_CONTENT = new Set([
   'response.output_text.delta',
   'response.output_audio.delta',
   'response.function_call_arguments.delta',
+  'response.mcp_call_arguments.delta',
   'response.text.delta',
   'response.audio.delta',
 ]);
@@ -180,10 +251,12 @@ const REALTIME_CONTENT = new Set([
  * OpenAI Realtime (`/v1/realtime`, Azure's `/openai/realtime`). A response starts at the
  * client's `response.create` (matched in order to the server's `response.created`), or, when
  * the server made it by itself (voice activity detection), at its `input_audio_buffer.committed`.
- * Content: non-empty `delta`s of text, audio and tool-call arguments, by `response_id`. End:
- * `response.done`, with `usage` (output tokens include audio tokens) and `status`: `cancelled`
- * (the user spoke over it, or the client cancelled) is recorded as cancelled, `failed` as an
- * error with `status_details.error`'s type.
+ * A `response.create` the server rejects gets an `error` and no response: the one the error
+ * names by `event_id`, or else the newest waiting, is dropped, and any waiting longer than
+ * STALE_CREATE_MS is too. Content: non-empty `delta`s of text, audio and tool-call (and MCP
+ * call) arguments, by `response_id`. End: `response.done`, with `usage` (output tokens include
+ * audio tokens) and `status`: `cancelled` (the user spoke over it, or the client cancelled) is
+ * recorded as cancelled, `failed` as an error with `status_details.error`'s code or type.
  */
 class OpenAiRealtime {
   private readonly waiting: { at: number; id: string | undefined }[] = [];
@@ -222,6 +295,7 @@ class OpenAiRealtime {
       case 'response.created': {
         const id = obj(m.response)?.id;
         if (typeof id !== 'string' || this.open.has(id) || this.open.size >= MAX_OPEN) return;
+        while (this.waiting.length > 0 && at - this.waiting[0]!.at > STALE_CREATE_MS) this.waiting.shift();
         const asked = this.waiting.shift();
         const start = asked?.at ?? this.committed;
         this.committed = undefined;
@@ -248,15 +322,18 @@ class OpenAiRealtime {
         if (status === 'cancelled') return turn.finish(at, ERROR_TYPE.clientCancelled);
         if (status === 'failed') {
           const err = obj(obj(r!.status_details)?.error);
-          turn.adapter.errorType = firstString(err?.type, err?.code) ?? 'failed';
+          turn.adapter.errorType = sanitizeErrorType(firstString(err?.code, err?.type) ?? 'failed');
         }
         return turn.finish(at);
       }
       case 'error': {
-        // A rejected `response.create` gets no `response.created`: forget it, if it had an id.
+        // A rejected `response.create` gets no `response.created`: forget the one the error
+        // names, or (the SDK sends no event_id) the newest. At worst a later response then
+        // has no TTFT, rather than one counted from a request that was refused.
         const id = obj(m.error)?.event_id;
         const i = typeof id === 'string' ? this.waiting.findIndex((w) => w.id === id) : -1;
         if (i >= 0) this.waiting.splice(i, 1);
+        else this.waiting.pop();
         return;
       }
     }
@@ -268,19 +345,33 @@ class OpenAiRealtime {
   }
 }
 
+/** The key in the two spellings proto3 JSON accepts (the Python SDK sends snake_case). */
+function field(o: Record<string, unknown> | undefined, camel: string, snake: string): unknown {
+  return o === undefined ? undefined : (o[camel] ?? o[snake]);
+}
+
+/** Turn-complete reasons of a normal end (the others: the model refused, or could not). */
+const LIVE_OK_REASONS = new Set(['TURN_COMPLETE_REASON_UNSPECIFIED', 'NEED_MORE_INPUT']);
+
 /**
  * Gemini Live (`…BidiGenerateContent`). A model turn starts at the client's message that ends
  * its own turn: `clientContent` with `turnComplete`, `realtimeInput` with `activityEnd` or
- * `audioStreamEnd`, or a `toolResponse`. With automatic activity detection no message says
- * when the user stopped speaking: such a turn has no TTFT and no duration, only its gaps,
- * TPOT and usage. Content: `serverContent.modelTurn.parts` with text, inline data (audio) or a
- * call, and `toolCall`. End: `turnComplete` (usage is read up to it), a `toolCall` (the client
- * answers, and the model goes on in a turn of its own), or `interrupted` (cancelled).
+ * `audioStreamEnd`, or a `toolResponse` (either spelling of the keys). With automatic activity
+ * detection no message says when the user stopped speaking: such a turn has no TTFT and no
+ * duration, only its gaps, TPOT and usage; an `activityEnd` or `audioStreamEnd` while the model
+ * answers (the microphone turned off) starts nothing. Content: `serverContent.modelTurn.parts`
+ * with text, inline data (audio) or a call, and `toolCall`. End: `generationComplete` (the
+ * model is done; `turnComplete` may follow after the client played the audio), read up to
+ * `turnComplete` for its usage and `turnCompleteReason`; a `toolCall` (the client answers, and
+ * the model goes on in a turn of its own); `interrupted` (cancelled, at that time).
  */
 class GeminiLive {
   private trigger: number | undefined;
   private model: string | undefined;
   private turn: OpenTurn | undefined;
+  /** When the open turn's generation ended (`generationComplete`, `interrupted`): its end. */
+  private ended: number | undefined;
+  private interrupted = false;
 
   constructor(private readonly begin: Open) {}
 
@@ -289,10 +380,10 @@ class GeminiLive {
     if (m === undefined) return;
     const model = obj(m.setup)?.model;
     if (typeof model === 'string' && model !== '') this.model = model.slice(model.lastIndexOf('models/') + (model.includes('models/') ? 7 : 0));
-    const ri = obj(m.realtimeInput);
-    if (obj(m.clientContent)?.turnComplete === true || (ri !== undefined && (ri.activityEnd !== undefined || ri.audioStreamEnd === true)) || m.toolResponse !== undefined) {
-      this.trigger = at;
-    }
+    const ri = obj(field(m, 'realtimeInput', 'realtime_input'));
+    const explicit = field(obj(field(m, 'clientContent', 'client_content')), 'turnComplete', 'turn_complete') === true || field(m, 'toolResponse', 'tool_response') !== undefined;
+    const audioEnd = ri !== undefined && (field(ri, 'activityEnd', 'activity_end') !== undefined || field(ri, 'audioStreamEnd', 'audio_stream_end') === true);
+    if (explicit || (audioEnd && (this.turn === undefined || this.ended !== undefined))) this.trigger = at;
   }
 
   server(data: Buffer | undefined, at: number): void {
@@ -311,13 +402,17 @@ class GeminiLive {
         }
       }
     }
-    if (content) {
+    // Content after an interruption whose turnComplete did not come: that turn ends first.
+    if (content && this.turn !== undefined && this.interrupted) this.end();
+    const reason = sc?.turnCompleteReason;
+    const failed = typeof reason === 'string' && !LIVE_OK_REASONS.has(reason);
+    if (content || (failed && this.turn === undefined && this.trigger !== undefined)) {
       if (this.turn === undefined) {
         this.turn = this.begin(this.trigger, at, this.model);
         this.turn.adapter.responseModel = this.model;
         this.trigger = undefined;
       }
-      this.turn.meter.contentAt(at);
+      if (content) this.turn.meter.contentAt(at);
     }
     const turn = this.turn;
     if (turn === undefined) return;
@@ -332,17 +427,33 @@ class GeminiLive {
         cachedInputTokens: num(u.cachedContentTokenCount),
       };
     }
+    if (failed) turn.adapter.errorType = sanitizeErrorType(reason.toLowerCase());
     if (sc?.interrupted === true) {
-      this.turn = undefined;
-      turn.finish(at, ERROR_TYPE.clientCancelled);
-    } else if (sc?.turnComplete === true || call !== undefined) {
-      this.turn = undefined;
-      turn.finish(at);
+      this.interrupted = true;
+      this.ended ??= at;
+    }
+    if (sc?.generationComplete === true) this.ended ??= at;
+    if (sc?.turnComplete === true || call !== undefined) {
+      this.ended ??= at;
+      this.end();
     }
   }
 
+  private end(): void {
+    const turn = this.turn!;
+    const end = this.ended!;
+    const interrupted = this.interrupted;
+    this.turn = undefined;
+    this.ended = undefined;
+    this.interrupted = false;
+    turn.finish(end, interrupted ? ERROR_TYPE.clientCancelled : undefined);
+  }
+
   closeAll(end: (t: OpenTurn) => void): void {
-    if (this.turn !== undefined) end(this.turn);
+    if (this.turn !== undefined) {
+      if (this.ended !== undefined) this.end();
+      else end(this.turn);
+    }
     this.turn = undefined;
   }
 }

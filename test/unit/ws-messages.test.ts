@@ -200,19 +200,63 @@ describe('MessageReader: permessage-deflate', () => {
     );
   });
 
-  it('reports an inflated message over the cap without its bytes, and the next one still inflates', async () => {
+  it('stops at a compressed message that inflates past the cap (the next ones need its context), a compression bomb too', async () => {
     const deflate = await compressor();
     const big = 'A'.repeat(5000);
-    const bytes = Buffer.concat([frame(await deflate(big), { opcode: 1, rsv1: true }), frame(await deflate(`${big}!`), { opcode: 1, rsv1: true })]);
+    const bytes = Buffer.concat([frame(await deflate('first'), { opcode: 1, rsv1: true }), frame(await deflate(big), { opcode: 1, rsv1: true }), frame(await deflate('after'), { opcode: 1, rsv1: true })]);
     const { r, got } = reader(4000, true);
     r.push(bytes, 3);
-    await settle(got, 2);
-    expect(got.map((g) => g.data)).toEqual([undefined, undefined]);
+    for (let i = 0; i < 200 && !r.broken; i++) await new Promise((res) => setTimeout(res, 5));
+    expect(r.broken).toBe(true);
+    expect(got.map((g) => g.data)).toEqual(['first']);
     const { r: r2, got: got2 } = reader(6000, true);
     r2.push(bytes, 3);
-    await settle(got2, 2);
-    expect(got2.map((g) => g.data)).toEqual([big, `${big}!`]);
-    expect(got2.map((g) => g.at)).toEqual([3, 3]);
+    await settle(got2, 3);
+    expect(got2.map((g) => g.data)).toEqual(['first', big, 'after']);
+    expect(got2.map((g) => g.at)).toEqual([3, 3, 3]);
+
+    // 1 KiB on the wire that inflates to 64 MiB: stopped at the cap, long before the end.
+    const bomb = zlib.deflateRawSync(Buffer.alloc(64 << 20), { level: 9, finishFlush: zlib.constants.Z_SYNC_FLUSH });
+    const { r: r3 } = reader(1 << 20, true);
+    const t0 = Date.now();
+    r3.push(frame(bomb.subarray(0, -4), { opcode: 2, rsv1: true }), 0);
+    for (let i = 0; i < 400 && !r3.broken; i++) await new Promise((res) => setTimeout(res, 5));
+    expect(r3.broken).toBe(true);
+    expect(Date.now() - t0).toBeLessThan(1500);
+  });
+
+  it('delivers a read holding hundreds of small compressed messages, in order with uncompressed ones', async () => {
+    const deflate = await compressor();
+    const frames: Buffer[] = [];
+    const expected: string[] = [];
+    for (let i = 0; i < 300; i++) {
+      const t = `{"type":"response.output_audio.delta","delta":"d${i}"}`;
+      frames.push(i % 7 === 0 ? frame(t, { opcode: 1 }) : frame(await deflate(t), { opcode: 1, rsv1: true }));
+      expected.push(t);
+    }
+    // An empty compressed message (RSV1, no payload) is valid too.
+    frames.push(frame(Buffer.alloc(0), { opcode: 1, rsv1: true }));
+    expected.push('');
+    const { r, got } = reader(1 << 20, true);
+    r.push(Buffer.concat(frames), 9);
+    await settle(got, expected.length);
+    expect(r.broken).toBe(false);
+    expect(got.map((g) => g.data)).toEqual(expected);
+  });
+
+  it('holds a message in tiny fragments in one buffer, bounded by the cap', async () => {
+    const { r, got } = reader(64 * 1024, true);
+    const { r: plain, got: gotPlain } = reader(64 * 1024, false);
+    const more = frame(Buffer.from([0x4a]), { opcode: 0, fin: false });
+    const over = Buffer.concat(Array.from({ length: 70_000 }, () => more)); // 70,000 one-byte fragments
+    r.push(Buffer.concat([frame(Buffer.from([0x4a]), { opcode: 1, fin: false, rsv1: true }), over]), 0);
+    expect(r.broken).toBe(true); // compressed: the stream cannot go on without it
+    plain.push(Buffer.concat([frame('x', { opcode: 1, fin: false }), over, frame('y', { opcode: 0 }), frame('ok', { opcode: 1 })]), 0);
+    expect(gotPlain.map((g) => g.data?.length)).toEqual([undefined, 2]); // plain: over the cap, skipped
+    const under = Buffer.concat(Array.from({ length: 5000 }, () => more));
+    plain.push(Buffer.concat([frame('x', { opcode: 1, fin: false }), under, frame('y', { opcode: 0 })]), 1);
+    expect(gotPlain.at(-1)!.data).toBe(`x${'J'.repeat(5000)}y`);
+    expect(got).toEqual([]);
   });
 
   it('stops at a payload that is not deflate data, without throwing', async () => {

@@ -1,5 +1,7 @@
+import zlib from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import * as wsModule from 'ws';
+import type { MeterSummary } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { detectWsApi, WsSession, type WsApiMatch } from '../../src/ws/session.js';
 import { testInstruments } from '../helpers/metrics.js';
@@ -8,20 +10,28 @@ import { testInstruments } from '../helpers/metrics.js';
 // its own, client frames masked as RFC 6455 requires.
 const Sender = (wsModule as unknown as { Sender: { frame(data: Buffer, o: Record<string, unknown>): Buffer[] } }).Sender;
 const frame = (o: unknown, mask: boolean) => Buffer.concat(Sender.frame(Buffer.from(JSON.stringify(o)), { fin: true, mask, opcode: 1, readOnly: false }));
+/** One message as permessage-deflate sends it (no context kept, which a reader need not know). */
+const compressed = (o: unknown, mask: boolean) => {
+  const z = zlib.deflateRawSync(Buffer.from(JSON.stringify(o)), { finishFlush: zlib.constants.Z_SYNC_FLUSH });
+  return Buffer.concat(Sender.frame(z.subarray(0, z.length - 4), { fin: true, mask, opcode: 1, readOnly: false, rsv1: true }));
+};
 
-function session(path: string) {
+function session(path: string, deflate = false) {
   const t = testInstruments();
   const match = detectWsApi(path) as WsApiMatch;
+  const summaries: MeterSummary[] = [];
   const s = new WsSession(match, {
     instruments: t.instruments,
     labels: { provider: match.defaultProviderName, operation: 'realtime', requestModel: match.requestModel, serverAddress: 'up' },
     meter: { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 },
-    deflate: false,
+    deflate,
     limitModel: (m) => m,
+    onResponse: (x) => summaries.push(x),
   });
   return {
     ...t,
     s,
+    summaries,
     client: (at: number, o: unknown) => s.fromClient(frame(o, true), at),
     server: (at: number, o: unknown) => s.fromUpstream(frame(o, false), at),
   };
@@ -99,7 +109,7 @@ describe('OpenAI Realtime', () => {
     const t = session(PATH);
     t.client(0, { type: 'response.create' });
     t.server(5, { type: 'response.created', response: { id: 'r1' } });
-    t.server(9, { type: 'response.done', response: { id: 'r1', status: 'failed', status_details: { type: 'failed', error: { type: 'server_error', code: 'x' } } } });
+    t.server(9, { type: 'response.done', response: { id: 'r1', status: 'failed', status_details: { type: 'failed', error: { type: 'server_error', code: 'internal_error' } } } });
     t.client(10, { type: 'response.create' });
     t.server(15, { type: 'response.created', response: { id: 'r2' } });
     t.server(16, delta('r2'));
@@ -108,7 +118,7 @@ describe('OpenAI Realtime', () => {
     t.server(25, { type: 'response.created', response: { id: 'r3' } });
     t.server(26, delta('r3'));
     t.s.close(40, 'upstream_reset');
-    expect((await t.histogram(METRIC.duration, { 'error.type': 'server_error' })).count).toBe(1);
+    expect((await t.histogram(METRIC.duration, { 'error.type': 'internal_error' })).count).toBe(1); // code first, as over HTTP
     expect((await t.histogram(METRIC.duration, { 'error.type': 'client_cancelled' })).count).toBe(1);
     const cut = await t.histogram(METRIC.duration, { 'error.type': 'upstream_reset' });
     expect(cut.count).toBe(1);
@@ -153,7 +163,8 @@ describe('Gemini Live', () => {
     expect((await t.histogram(METRIC.tpot)).sum).toBeCloseTo(ms(20 / 20), 9);
     expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' })).sum).toBe(21);
     expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'reasoning' })).sum).toBe(1);
-    expect((await t.histogram(METRIC.duration)).sum).toBeCloseTo(ms(30 + 49), 9);
+    // The second turn ends at generationComplete (95), not at turnComplete (99).
+    expect((await t.histogram(METRIC.duration)).sum).toBeCloseTo(ms(30 + 45), 9);
   });
 
   it('gives a turn that no message began (automatic activity detection) no TTFT and no duration; an interrupted one is cancelled', async () => {
@@ -173,5 +184,100 @@ describe('Gemini Live', () => {
     expect(await t.sumValue(METRIC.streams, { outcome: 'cancelled' })).toBe(1);
     expect(await t.sumValue(METRIC.streams, { outcome: 'ok' })).toBe(1);
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+  });
+});
+
+// Cases an independent review found (each failed before its fix).
+describe('review cases', () => {
+  const LIVE = '/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent';
+  const RT = '/v1/realtime?model=gpt-realtime';
+  const audio = { serverContent: { modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm', data: 'AAAA' } }] } } };
+  const delta = (id: string, type = 'response.output_audio.delta') => ({ type, response_id: id, item_id: 'i', output_index: 0, content_index: 0, delta: 'AAAA' });
+  const settle = () => new Promise((r) => setTimeout(r, 50));
+
+  it('Live: the Python SDK spelling (client_content, realtime_input, tool_response) starts a turn', async () => {
+    const t = session(LIVE);
+    t.client(100, { client_content: { turns: [{ role: 'user', parts: [{ text: 'hi' }] }], turn_complete: true } });
+    t.server(300, audio);
+    t.server(310, { serverContent: { turnComplete: true } });
+    t.client(400, { tool_response: { function_responses: [] } });
+    t.server(450, audio);
+    t.server(460, { serverContent: { turnComplete: true } });
+    t.client(500, { realtime_input: { activity_end: {} } });
+    t.server(520, audio);
+    t.server(530, { serverContent: { turnComplete: true } });
+    expect((await t.histogram(METRIC.ttft)).sum).toBeCloseTo(ms(200 + 50 + 20), 9);
+  });
+
+  it('Live: an audioStreamEnd while the model answers does not start the next turn', async () => {
+    const t = session(LIVE);
+    t.server(1000, audio); // automatic activity detection: no start
+    t.client(1200, { realtimeInput: { audioStreamEnd: true } });
+    t.server(1500, { serverContent: { turnComplete: true } });
+    t.server(61000, audio);
+    t.server(61100, { serverContent: { turnComplete: true } });
+    expect((await t.histogram(METRIC.ttft)).count).toBe(0);
+  });
+
+  it('Live: the usage on the turnComplete after interrupted is kept; the turn ends when it was interrupted', async () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(100, audio);
+    t.server(200, { serverContent: { interrupted: true } });
+    t.server(210, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 5, responseTokenCount: 40 } });
+    expect(t.summaries[0]).toMatchObject({ outputTokens: 40, outcome: 'cancelled', durationMs: 200 });
+  });
+
+  it('Live: a turn refused by the model (turnCompleteReason) is an error', async () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(80, { serverContent: { turnComplete: true, turnCompleteReason: 'PROHIBITED_INPUT_CONTENT' } });
+    expect(t.summaries[0]).toMatchObject({ outcome: 'error', errorType: 'prohibited_input_content', durationMs: 80 });
+  });
+
+  it('Realtime: a response.create refused by an error without event_id does not become the start of a later response', async () => {
+    const t = session(RT);
+    t.client(0, { type: 'response.create' });
+    t.server(5, { type: 'response.created', response: { id: 'r1' } });
+    t.client(10, { type: 'response.create' });
+    t.server(12, { type: 'error', error: { type: 'invalid_request_error', code: 'conversation_already_has_active_response', event_id: null } });
+    t.server(20, delta('r1'));
+    t.server(30, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    t.server(60000, { type: 'input_audio_buffer.committed', item_id: 'u' });
+    t.server(60010, { type: 'response.created', response: { id: 'r2' } });
+    t.server(60300, delta('r2'));
+    t.server(60400, { type: 'response.done', response: { id: 'r2', status: 'completed' } });
+    expect((await t.histogram(METRIC.ttft)).sum).toBeCloseTo(ms(20 + 300), 9);
+  });
+
+  it('Realtime: MCP call argument deltas are output', async () => {
+    const t = session(RT);
+    t.client(0, { type: 'response.create' });
+    t.server(5, { type: 'response.created', response: { id: 'r1' } });
+    t.server(50, delta('r1', 'response.mcp_call_arguments.delta'));
+    t.server(60, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    expect((await t.histogram(METRIC.ttft)).sum).toBeCloseTo(ms(50), 9);
+  });
+
+  it('Realtime: a compressed response.done still in zlib when the tunnel closes is read before the close', async () => {
+    const t = session(RT, true);
+    t.client(0, { type: 'response.create' });
+    t.server(5, { type: 'response.created', response: { id: 'r1' } });
+    t.server(20, delta('r1'));
+    t.s.fromUpstream(compressed({ type: 'response.done', response: { id: 'r1', status: 'completed' } }, false), 30);
+    t.s.close(31, undefined);
+    await settle();
+    expect(t.summaries).toHaveLength(1);
+    expect(t.summaries[0]).toMatchObject({ outcome: 'ok', durationMs: 30 });
+  });
+
+  it('Realtime: a compressed response.create is read before the uncompressed response.created that came after it', async () => {
+    const t = session(RT, true);
+    t.s.fromClient(compressed({ type: 'response.create' }, true), 0);
+    t.server(40, { type: 'response.created', response: { id: 'r1' } }); // same loop iteration
+    t.server(50, { type: 'response.output_text.delta', response_id: 'r1', delta: 'x' });
+    t.server(60, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    await settle();
+    expect((await t.histogram(METRIC.ttft)).sum).toBeCloseTo(ms(50), 9);
   });
 });
