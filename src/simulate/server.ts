@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import { anthropicFormat } from './formats/anthropic.js';
 import { bedrockFormat } from './formats/bedrock.js';
@@ -9,6 +10,7 @@ import { ollamaFormat } from './formats/ollama.js';
 import { openaiChatFormat } from './formats/openai-chat.js';
 import { openaiResponsesFormat } from './formats/openai-responses.js';
 import type { WireFormat } from './formats/types.js';
+import { handleRealtimeUpgrade } from './realtime.js';
 import { rng, tokenTimes, type Plan } from './schedule.js';
 
 export interface SimulatorOptions extends Plan {
@@ -63,6 +65,14 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       }
     });
     req.on('error', () => res.destroy());
+  });
+
+  // Realtime and Live over WebSocket; their sockets leave the server's tracking, so close() ends them itself.
+  const upgraded = new Set<Duplex>();
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    upgraded.add(socket);
+    socket.once('close', () => upgraded.delete(socket));
+    handleRealtimeUpgrade(req, socket, head, () => plan, random);
   });
 
   function route(req: IncomingMessage, res: ServerResponse, t0: number, text: string | undefined): void {
@@ -139,6 +149,7 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       return new Promise((resolve) => {
         server.close(() => resolve());
         server.closeAllConnections();
+        for (const s of upgraded) s.destroy();
       });
     },
   };

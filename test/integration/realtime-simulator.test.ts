@@ -1,0 +1,124 @@
+import { GoogleGenAI, Modality, type LiveServerMessage } from '@google/genai';
+import net from 'node:net';
+import OpenAI from 'openai';
+import { OpenAIRealtimeWS } from 'openai/realtime/ws';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RunningProxy } from '../../src/main.js';
+import { createSimulator, type Simulator } from '../../src/simulate/server.js';
+import { fullText } from '../../src/simulate/text.js';
+import { hist, scrape, total } from '../helpers/prom.js';
+import { startTestProxy } from '../helpers/proxy.js';
+
+// The simulator's Realtime and Live endpoints emit on its schedule (first token at ttft, then
+// one per itl, no jitter), so the proxy's figures have a ground truth that is not the client:
+// timers fire late, never early, so TTFT and TPOT are at least the plan's, and a little above.
+const PLAN = { ttft: 0.06, itl: 0.012, tokens: 9, jitter: 0 };
+const SLACK = 0.03; // how late a timer, a loaded machine and the loopback may make them
+
+let sim: Simulator;
+let proxy: RunningProxy;
+
+beforeAll(async () => {
+  sim = createSimulator({ ...PLAN, seed: 5 });
+  proxy = await startTestProxy(await sim.listen(0, '127.0.0.1'));
+});
+
+afterAll(async () => {
+  await proxy?.close();
+  await sim?.close();
+});
+
+async function settled(): Promise<void> {
+  for (let i = 0; i < 50 && proxy.forwarder.inFlight.size > 0; i++) await new Promise((r) => setTimeout(r, 20));
+}
+
+describe('the simulator over WebSocket, measured through the proxy', () => {
+  it('OpenAI Realtime with the official client: text, then audio, then a turn the server answers by itself', async () => {
+    const client = new OpenAI({ apiKey: 'sk-sim', baseURL: `${proxy.proxyUrl}/v1` });
+    const port = Number(new URL(proxy.proxyUrl).port);
+    // The SDK opens wss:; the proxy serves plain HTTP (see the README).
+    const rt = await OpenAIRealtimeWS.create(client, { model: 'gpt-realtime', options: { createConnection: () => net.connect(port, '127.0.0.1') } });
+    const text: string[] = [];
+    let audio = 0;
+    const usage: (number | undefined)[] = [];
+    let done: () => void = () => {};
+    rt.on('response.output_text.delta', (e) => text.push(e.delta));
+    rt.on('response.output_audio.delta', () => audio++);
+    rt.on('response.done', (e) => {
+      usage.push(e.response.usage?.output_tokens);
+      done();
+    });
+    const next = () => new Promise<void>((r) => (done = r));
+    await new Promise<void>((r, j) => rt.socket.once('open', () => r()).once('error', j));
+
+    let p = next();
+    rt.send({ type: 'response.create' });
+    await p;
+    p = next();
+    rt.send({ type: 'response.create', response: { output_modalities: ['audio'], max_output_tokens: 5 } });
+    await p;
+    p = next();
+    rt.send({ type: 'input_audio_buffer.commit' });
+    await p;
+    rt.close();
+    await new Promise((r) => rt.socket.once('close', r));
+
+    expect(text).toHaveLength(2 * PLAN.tokens);
+    expect(text.join('')).toBe(fullText(PLAN.tokens).repeat(2));
+    expect(audio).toBe(5);
+    expect(usage).toEqual([PLAN.tokens, 5, PLAN.tokens]);
+
+    await settled();
+    const s = await scrape(proxy.metricsUrl);
+    const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'openai', gen_ai_request_model: 'gpt-realtime' };
+    const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
+    expect(ttft.count).toBe(3);
+    expect(ttft.mean).toBeGreaterThanOrEqual(PLAN.ttft);
+    expect(ttft.mean).toBeLessThan(PLAN.ttft + SLACK);
+    const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', { ...labels, gen_ai_response_model: 'gpt-realtime' });
+    expect(tpot.count).toBe(3);
+    expect(tpot.mean).toBeGreaterThan(PLAN.itl * 0.9);
+    expect(tpot.mean).toBeLessThan(PLAN.itl + SLACK / 4);
+    const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
+    expect(gaps.count).toBe(2 * (PLAN.tokens - 1) + 4);
+    // The audio answer was cut by max_output_tokens: `incomplete`, a normal end.
+    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok', token_count_source: 'usage' })).toBe(3);
+  });
+
+  it('Gemini Live with @google/genai', async () => {
+    const ai = new GoogleGenAI({ apiKey: 'g-sim', httpOptions: { baseUrl: proxy.proxyUrl } });
+    const messages: LiveServerMessage[] = [];
+    let turnDone: () => void = () => {};
+    const session = await ai.live.connect({
+      model: 'gemini-live-2.5-flash',
+      config: { responseModalities: [Modality.TEXT] },
+      callbacks: {
+        onmessage: (m) => {
+          messages.push(m);
+          if (m.serverContent?.turnComplete) turnDone();
+        },
+      },
+    });
+    for (let i = 0; i < 2; i++) {
+      const turn = new Promise<void>((r) => (turnDone = r));
+      session.sendClientContent({ turns: 'Weather in Paris?', turnComplete: true });
+      await turn;
+    }
+    session.close();
+    expect(messages.filter((m) => m.serverContent?.modelTurn).length).toBe(2 * PLAN.tokens);
+    expect(messages.filter((m) => m.usageMetadata?.responseTokenCount === PLAN.tokens).length).toBe(2);
+
+    await settled();
+    const s = await scrape(proxy.metricsUrl);
+    const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'gcp.gemini', gen_ai_request_model: 'gemini-live-2.5-flash' };
+    const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
+    expect(ttft.count).toBe(2);
+    expect(ttft.mean).toBeGreaterThanOrEqual(PLAN.ttft);
+    expect(ttft.mean).toBeLessThan(PLAN.ttft + SLACK);
+    const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', labels);
+    expect(tpot.count).toBe(2);
+    expect(tpot.mean).toBeGreaterThan(PLAN.itl * 0.9);
+    expect(tpot.mean).toBeLessThan(PLAN.itl + SLACK / 4);
+    expect(total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: 'output' })).toBe(2 * PLAN.tokens);
+  });
+});
