@@ -401,10 +401,10 @@ export function dashboardFilters(p) {
   return {
     proc,
     active: streamLabels,
-    all: `${streamLabels}, gen_ai_request_model=~"$model"`,
+    all: `${streamLabels}, gen_ai_request_model=~"$model", gen_ai_operation_name=~"$operation"`,
     // recording rules keep only the groupBy labels
     recorded: p.groupBy
-      .map((l) => ({ gen_ai_provider_name: '$provider', gen_ai_request_model: '$model', server_address: '$server_address' })[l])
+      .map((l) => ({ gen_ai_provider_name: '$provider', gen_ai_request_model: '$model', gen_ai_operation_name: '$operation', server_address: '$server_address' })[l])
       .map((v, i) => (v ? `${p.groupBy[i]}=~"${v}"` : null))
       .filter(Boolean)
       .join(', '),
@@ -729,6 +729,12 @@ export function renderDashboard(p) {
         'model',
         `label_values(${METRICS.streams}{${f.proc}, gen_ai_provider_name=~"$provider"}, gen_ai_request_model)`,
         'gen_ai_request_model (the model the client asked for)',
+      ),
+      queryVar(
+        'operation',
+        'operation',
+        `label_values(${METRICS.streams}{${f.proc}, gen_ai_provider_name=~"$provider"}, gen_ai_operation_name)`,
+        'gen_ai_operation_name (chat, text_completion, generate_content; realtime: the responses of WebSocket voice sessions)',
       ),
       queryVar(
         'server_address',

@@ -304,6 +304,7 @@ describe('grafana/ on a real Prometheus', () => {
       instance: '.*',
       provider: '.*',
       model: '.*',
+      operation: '.*',
       server_address: '.*',
       __rate_interval: SCALE.window,
       __interval: '1s',

@@ -23,6 +23,7 @@ const VARS = {
   instance: '.*',
   provider: '.*',
   model: '.*',
+  operation: '.*',
   server_address: '.*',
   __rate_interval: '1m',
   __interval: '15s',
