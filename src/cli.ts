@@ -72,16 +72,21 @@ async function runSimulate(args: string[]): Promise<void> {
   };
   const seed = num('seed', values.seed, { int: true });
   const sim = createSimulator({ ...plan, ...(seed !== undefined ? { seed } : {}) });
-  const url = await sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, values.host ?? '127.0.0.1');
-  log.info({ url, ...plan, seed }, 'simulator listening');
+  // Handlers first: a signal right after the 'listening' line must not meet the default action.
+  const listening = sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, values.host ?? '127.0.0.1');
   let stopping = false;
   const stop = () => {
     if (stopping) return;
     stopping = true;
-    void sim.close().then(() => exitAfterLogs(log, 0));
+    void listening.then(
+      () => sim.close(),
+      () => undefined,
+    ).then(() => exitAfterLogs(log, 0));
   };
   process.once('SIGTERM', stop);
   process.once('SIGINT', stop);
+  const url = await listening;
+  log.info({ url, ...plan, seed }, 'simulator listening');
 }
 
 async function runProxy(args: string[]): Promise<void> {
@@ -123,14 +128,15 @@ async function runProxy(args: string[]): Promise<void> {
   };
   const config = loadConfig(flags, process.env);
   const log = createLogger(config.logLevel);
-  const proxy = await startProxy(config, log);
-
+  // Handlers before the start: the 'listening' line can reach a supervisor (or a test) before
+  // startProxy() returns, and a SIGTERM then must shut down, not meet the default action.
+  const starting = startProxy(config, log);
   let stopping = false;
   const stop = (signal: string) => {
     if (stopping) return;
     stopping = true;
     log.info({ signal }, 'shutting down');
-    proxy.shutdown().then(
+    starting.then((proxy) => proxy.shutdown()).then(
       () => exitAfterLogs(log, 0),
       (e: unknown) => {
         log.error({ err: (e as Error).message }, 'shutdown failed');
@@ -140,6 +146,7 @@ async function runProxy(args: string[]): Promise<void> {
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
+  await starting;
 }
 
 async function main(): Promise<void> {

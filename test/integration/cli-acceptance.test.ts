@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
 import { within } from '../helpers/bands.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
@@ -130,6 +131,25 @@ describe('acceptance: separate processes, official client', () => {
     expect(hist(s, 'gen_ai_server_time_per_output_token_seconds', { gen_ai_request_model: 'default' }).count).toBe(1);
     expect((await fetch(`${listening.metricsUrl as string}/healthz`)).status).toBe(200);
     expect((await fetch(`${listening.metricsUrl as string}/readyz`)).status).toBe(200);
+
+    // The README's Realtime example: one response over WebSocket, measured as `realtime`.
+    const ws = new WebSocket(`${(listening.proxyUrl as string).replace(/^http/, 'ws')}/v1/realtime?model=demo`);
+    const usage = await new Promise<{ output_tokens: number }>((resolve, reject) => {
+      ws.on('error', reject);
+      ws.on('message', (d) => {
+        const m = JSON.parse(d.toString()) as { type: string; response?: { usage: { output_tokens: number } } };
+        if (m.type === 'session.created') ws.send(JSON.stringify({ type: 'response.create', response: { max_output_tokens: 12 } }));
+        if (m.type === 'response.done') resolve(m.response!.usage);
+      });
+    });
+    ws.close();
+    expect(usage.output_tokens).toBe(12);
+    await new Promise((r) => setTimeout(r, 100));
+    const rt = { gen_ai_operation_name: 'realtime', gen_ai_request_model: 'demo' };
+    const s2 = await scrape(listening.metricsUrl as string);
+    expect(hist(s2, 'gen_ai_client_operation_time_to_first_chunk_seconds', rt).count).toBe(1);
+    expect(hist(s2, 'gen_ai_server_time_per_output_token_seconds', rt).count).toBe(1);
+    expect(hist(s2, 'gen_ai_client_operation_time_per_output_chunk_seconds', rt).count).toBe(11);
   });
 
   it('invalid configuration: one clear message naming the key, exit code 2', async () => {
