@@ -67,6 +67,8 @@ export const ERROR_TYPE = {
   /** The upstream's answer was not valid HTTP/1.1 (status line, header, length or chunk framing). */
   protocol: 'upstream_protocol_error',
   shutdownDeadline: 'shutdown_deadline',
+  /** A WebSocket session's messages could no longer be read (ws/session.ts): its open responses end there. */
+  measurementStopped: 'measurement_stopped',
 } as const;
 
 /** Default bucket boundaries in seconds (see README: why these). */

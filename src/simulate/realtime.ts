@@ -29,6 +29,10 @@ export function handleRealtimeUpgrade(req: IncomingMessage, socket: Duplex, head
     socket.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
     return;
   }
+  if (req.headers['sec-websocket-version'] !== '13') {
+    socket.end('HTTP/1.1 426 Upgrade Required\r\nsec-websocket-version: 13\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+    return;
+  }
   const accept = createHash('sha1').update(key + GUID).digest('base64');
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
   const conn = new Conn(socket);
@@ -45,12 +49,19 @@ export function handleRealtimeUpgrade(req: IncomingMessage, socket: Duplex, head
   }, {
     maxMessageBytes: 8 * 1024 * 1024,
     deflate: false,
+    requireMask: true,
+    onBroken: () => conn.close(Buffer.from([0x03, 0xea])), // 1002: protocol error
     onControl: (opcode, payload) => {
       if (opcode === 8) conn.close(payload);
       else if (opcode === 9) conn.frame(10, payload);
     },
   });
   socket.on('data', (b: Buffer) => reader.push(b, 0));
+  // A client that ends its half without a close frame: stop and end ours.
+  socket.on('end', () => {
+    api.stop();
+    socket.end();
+  });
   socket.on('close', () => api.stop());
   if (head.length > 0) reader.push(head, 0);
 }
@@ -80,8 +91,9 @@ class Conn {
     this.socket.write(Buffer.concat([head, payload]));
   }
 
-  /** Echoes the client's close (its status code) and ends the connection. */
+  /** Echoes the client's close (its status code), or sends ours, and ends the connection. */
   close(payload: Buffer): void {
+    if (this.closed) return;
     this.frame(8, payload.subarray(0, 2));
     this.closed = true;
     this.socket.end();
@@ -214,7 +226,11 @@ class LiveSim {
   }
 
   private turn(): void {
-    this.cancel?.();
+    if (this.cancel !== undefined) {
+      // The user spoke over the answer: the API says so before the next turn.
+      this.cancel();
+      this.conn.send({ serverContent: { interrupted: true } });
+    }
     const p = { ...this.plan() };
     let sent = 0;
     this.cancel = runSchedule(

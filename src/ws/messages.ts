@@ -25,6 +25,8 @@ export interface MessageReaderOptions {
   readonly onControl?: (opcode: number, payload: Buffer) => void;
   /** The reader stopped (see `broken`), also later, from zlib. */
   readonly onBroken?: () => void;
+  /** Every frame must be masked (a server reading its clients: RFC 6455 §5.1). */
+  readonly requireMask?: boolean;
 }
 
 /** What a queued compressed message costs beyond its bytes, counted against the queue's bound. */
@@ -62,6 +64,8 @@ export class MessageReader {
   private inflater: Inflater | undefined;
   /** Messages in arrival order while an earlier one is still being inflated. */
   private readonly order: Slot[] = [];
+  /** Bytes of the ready messages in `order`: bounded like zlib's queue. */
+  private orderBytes = 0;
 
   /** Arrival of the oldest message not yet delivered (one in zlib, or behind one), if any. */
   get oldestPending(): number | undefined {
@@ -112,6 +116,7 @@ export class MessageReader {
     const b0 = h[from]!;
     const b1 = h[from + 1]!;
     const masked = (b1 & 0x80) !== 0;
+    if (!masked && this.opts.requireMask === true) return this.fail();
     let len = b1 & 0x7f;
     let size = 2 + (masked ? 4 : 0) + (len === 126 ? 2 : len === 127 ? 8 : 0);
     if (avail < size) return this.keepHead(h, from, buf);
@@ -169,6 +174,7 @@ export class MessageReader {
       this.head = undefined;
       this.inflater?.close();
       this.order.length = 0;
+      this.orderBytes = 0;
       this.opts.onBroken?.();
     }
     return Number.MAX_SAFE_INTEGER;
@@ -227,7 +233,7 @@ export class MessageReader {
     const message = this.oversize ? undefined : this.acc.subarray(0, this.bytes);
     this.acc = EMPTY;
     if (this.compressed) {
-      const slot: Slot = { ready: false, data: undefined, arrival };
+      const slot: Slot = { ready: false, data: undefined, arrival, counted: 0 };
       this.order.push(slot);
       const inflater = (this.inflater ??= new Inflater(this.opts.maxMessageBytes, () => this.fail()));
       inflater.add(message!, (data) => {
@@ -239,14 +245,22 @@ export class MessageReader {
     }
     const data = message;
     // Behind a message still in zlib: it waits its turn.
-    if (this.order.length > 0) this.order.push({ ready: true, data, arrival });
-    else this.sink(data, arrival);
+    if (this.order.length > 0) {
+      const counted = (data?.length ?? 0) + PART_OVERHEAD;
+      this.orderBytes += counted;
+      if (this.orderBytes > 4 * this.opts.maxMessageBytes) {
+        this.fail();
+        return;
+      }
+      this.order.push({ ready: true, data, arrival, counted });
+    } else this.sink(data, arrival);
   }
 
   private deliver(): void {
     const q = this.order;
     while (q.length > 0 && q[0]!.ready && this.state !== State.Broken) {
       const s = q.shift()!;
+      this.orderBytes -= s.counted;
       this.sink(s.data, s.arrival);
     }
   }
@@ -255,6 +269,7 @@ export class MessageReader {
     this.inflater?.close();
     this.acc = EMPTY;
     this.order.length = 0;
+    this.orderBytes = 0;
   }
 }
 
@@ -262,6 +277,8 @@ interface Slot {
   ready: boolean;
   data: Buffer | undefined;
   arrival: number;
+  /** What it adds to `orderBytes` (uncompressed messages waiting behind one in zlib). */
+  readonly counted: number;
 }
 
 /**

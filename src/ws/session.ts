@@ -1,3 +1,4 @@
+import { performance } from 'node:perf_hooks';
 import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
@@ -62,8 +63,10 @@ export interface WsSessionDeps {
 const MAX_OPEN = 64;
 /** `response.create`s remembered while waiting for their `response.created`. */
 const MAX_WAITING = 16;
-/** A `response.create` unanswered this long was refused in a way we did not see (ms). */
+/** A `response.create` unanswered this long was refused in a way we did not see (ms); a commit this old began nothing. */
 const STALE_CREATE_MS = 10_000;
+/** A Live turn end older than this when the model starts answering began something else (ms). */
+const STALE_TRIGGER_MS = 60_000;
 
 /** Usage, model and error of one response, set from its messages; the meter reads them at the end. */
 class MessagesAdapter implements ResponseAdapter {
@@ -85,6 +88,8 @@ interface Turn {
 
 /** How long a closing tunnel waits for messages still in zlib (a `response.done`, say). */
 const CLOSE_WAIT_MS = 200;
+/** What a held message costs beyond its bytes, counted against the bound. */
+const HELD_OVERHEAD = 96;
 
 interface Held {
   readonly fromClient: boolean;
@@ -96,35 +101,41 @@ export class WsSession {
   private readonly up: MessageReader;
   private readonly down: MessageReader;
   private readonly tracker: OpenAiRealtime | GeminiLive;
-  private failed = false;
+  /** Measurement gave up on this connection (see `stop`): nothing more is read. */
+  private stoppedEarly = false;
   /** Messages waiting for an older one of the other direction that is still being inflated. */
   private readonly held: Held[] = [];
+  private heldBytes = 0;
   private closing: { end: number; errorType: string | undefined; timer: NodeJS.Timeout } | undefined;
+  private finalizing = false;
   private finalized = false;
   responses = 0;
 
   constructor(match: WsApiMatch, private readonly deps: WsSessionDeps) {
-    const onBroken = () => this.drain();
-    const opts = { maxMessageBytes: deps.meter.maxEventBytes, deflate: deps.deflate, onBroken };
+    const opts = { maxMessageBytes: deps.meter.maxEventBytes, deflate: deps.deflate, onBroken: () => this.stop() };
     this.up = new MessageReader((d, t) => this.message(true, d, t), opts);
     this.down = new MessageReader((d, t) => this.message(false, d, t), opts);
     const open: Open = (start, at, model) => this.open(start, at, model);
     this.tracker = match.api === 'openai-realtime' ? new OpenAiRealtime(open) : new GeminiLive(open);
   }
 
-  /** The measurement of a direction stopped (a protocol break, a bound): for the log line. */
+  /** The measurement of this connection stopped before its end: for the log line. */
   get stopped(): boolean {
-    return this.failed || this.up.broken || this.down.broken;
+    return this.stoppedEarly;
+  }
+
+  private get done(): boolean {
+    return this.stoppedEarly || this.finalized;
   }
 
   /** Client bytes, after they were forwarded. */
   fromClient(buf: Buffer, arrival: number): void {
-    if (!this.failed && this.closing === undefined) this.guard(() => this.up.push(buf, arrival));
+    if (!this.done && this.closing === undefined) this.guard(() => this.up.push(buf, arrival));
   }
 
   /** Upstream bytes (after the 101's head), after they were forwarded. */
   fromUpstream(buf: Buffer, arrival: number): void {
-    if (!this.failed && this.closing === undefined) this.guard(() => this.down.push(buf, arrival));
+    if (!this.done && this.closing === undefined) this.guard(() => this.down.push(buf, arrival));
   }
 
   /**
@@ -133,7 +144,7 @@ export class WsSession {
    * CLOSE_WAIT_MS later: they may still be in zlib).
    */
   close(end: number, errorType: string | undefined): void {
-    if (this.closing !== undefined) return;
+    if (this.closing !== undefined || this.done) return;
     const timer = setTimeout(() => this.finalize(), CLOSE_WAIT_MS);
     timer.unref();
     this.closing = { end, errorType, timer };
@@ -152,35 +163,72 @@ export class WsSession {
    * uncompressed `response.created` that answers it, read in one loop iteration).
    */
   private message(fromClient: boolean, data: Buffer | undefined, at: number): void {
+    if (this.done) return;
     this.held.push({ fromClient, data, at });
+    this.heldBytes += (data?.length ?? 0) + HELD_OVERHEAD;
+    // zlib's thread pool stalled (other work holds it): the session gives up, not the memory.
+    if (this.heldBytes > 4 * this.deps.meter.maxEventBytes) return this.stop();
     this.drain();
   }
 
   private drain(): void {
     const q = this.held;
-    while (q.length > 0 && !this.failed) {
+    while (q.length > 0 && !this.done) {
       let k = 0;
       for (let i = 1; i < q.length; i++) if (q[i]!.at < q[k]!.at) k = i;
       const h = q[k]!;
       const other = (h.fromClient ? this.down : this.up).oldestPending;
-      if (other !== undefined && other <= h.at && this.closing === undefined) return;
+      if (other !== undefined && other <= h.at) return;
       q.splice(k, 1);
+      this.heldBytes -= (h.data?.length ?? 0) + HELD_OVERHEAD;
       this.guard(() => (h.fromClient ? this.tracker.client(h.data, h.at) : this.tracker.server(h.data, h.at)));
     }
-    if (this.closing !== undefined && !this.finalized && this.pending() === undefined) this.finalize();
+    if (this.closing !== undefined && !this.done && !this.finalizing && this.pending() === undefined) this.finalize();
   }
 
+  /** The close's end: what was read is measured in order, then the open responses end. */
   private finalize(): void {
     const c = this.closing;
-    if (c === undefined || this.failed || this.finalized) return;
-    this.finalized = true;
+    if (c === undefined || this.done || this.finalizing) return;
+    this.finalizing = true;
     clearTimeout(c.timer);
+    this.up.close(); // messages still in zlib are dropped: nothing waits for them below
+    this.down.close();
+    this.drain();
+    if (this.done) return; // a throw while draining stopped the session
+    this.finalized = true;
+    this.endOpen(c.end, c.errorType ?? ERROR_TYPE.clientCancelled);
+  }
+
+  /**
+   * The messages can no longer be read (a reader broke, a bound was passed, a bug threw): the
+   * open responses end now as `measurement_stopped`, and nothing more is measured.
+   */
+  private stop(): void {
+    if (this.done) return;
+    this.stoppedEarly = true;
+    if (this.closing !== undefined) clearTimeout(this.closing.timer);
     this.up.close();
     this.down.close();
-    this.drain(); // what was read: in order, nothing waits now
-    this.guard(() => this.tracker.closeAll((turn) => this.finish(turn, c.end, c.errorType ?? ERROR_TYPE.clientCancelled)));
-    this.failed = true;
     this.held.length = 0;
+    this.heldBytes = 0;
+    this.endOpen(this.closing?.end ?? performance.now(), ERROR_TYPE.measurementStopped);
+  }
+
+  private endOpen(end: number, errorType: string): void {
+    const turns: OpenTurn[] = [];
+    try {
+      this.tracker.closeAll((t) => turns.push(t));
+    } catch {
+      /* the turns collected so far still end */
+    }
+    for (const t of turns) {
+      try {
+        this.finish(t, end, errorType);
+      } catch {
+        /* measurement only */
+      }
+    }
   }
 
   private open(start: number | undefined, at: number, model: string | undefined): OpenTurn {
@@ -206,9 +254,7 @@ export class WsSession {
     try {
       fn();
     } catch {
-      this.failed = true;
-      this.up.close();
-      this.down.close();
+      this.stop();
     }
   }
 }
@@ -297,7 +343,8 @@ class OpenAiRealtime {
         if (typeof id !== 'string' || this.open.has(id) || this.open.size >= MAX_OPEN) return;
         while (this.waiting.length > 0 && at - this.waiting[0]!.at > STALE_CREATE_MS) this.waiting.shift();
         const asked = this.waiting.shift();
-        const start = asked?.at ?? this.committed;
+        const committed = this.committed !== undefined && at - this.committed <= STALE_CREATE_MS ? this.committed : undefined;
+        const start = asked?.at ?? committed;
         this.committed = undefined;
         const turn = this.begin(start, at, this.model);
         turn.adapter.responseModel = this.model;
@@ -328,12 +375,15 @@ class OpenAiRealtime {
       }
       case 'error': {
         // A rejected `response.create` gets no `response.created`: forget the one the error
-        // names, or (the SDK sends no event_id) the newest. At worst a later response then
-        // has no TTFT, rather than one counted from a request that was refused.
+        // names, or, when it names none (the SDKs send no event_id), the newest. At worst a
+        // later response then has no TTFT, rather than one counted from a refused request.
         const id = obj(m.error)?.event_id;
-        const i = typeof id === 'string' ? this.waiting.findIndex((w) => w.id === id) : -1;
-        if (i >= 0) this.waiting.splice(i, 1);
-        else this.waiting.pop();
+        if (typeof id === 'string' && id !== '') {
+          const i = this.waiting.findIndex((w) => w.id === id);
+          if (i >= 0) this.waiting.splice(i, 1);
+        } else {
+          this.waiting.pop();
+        }
         return;
       }
     }
@@ -406,6 +456,7 @@ class GeminiLive {
     if (content && this.turn !== undefined && this.interrupted) this.end();
     const reason = sc?.turnCompleteReason;
     const failed = typeof reason === 'string' && !LIVE_OK_REASONS.has(reason);
+    if (this.trigger !== undefined && at - this.trigger > STALE_TRIGGER_MS) this.trigger = undefined;
     if (content || (failed && this.turn === undefined && this.trigger !== undefined)) {
       if (this.turn === undefined) {
         this.turn = this.begin(this.trigger, at, this.model);
@@ -415,7 +466,11 @@ class GeminiLive {
       if (content) this.turn.meter.contentAt(at);
     }
     const turn = this.turn;
-    if (turn === undefined) return;
+    if (turn === undefined) {
+      // A turn that ended without output: what began it is spent.
+      if (sc?.turnComplete === true || sc?.interrupted === true) this.trigger = undefined;
+      return;
+    }
     const u = obj(m.usageMetadata);
     if (u !== undefined) {
       const response = num(u.responseTokenCount) ?? num(u.candidatesTokenCount);

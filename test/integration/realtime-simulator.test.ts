@@ -121,4 +121,58 @@ describe('the simulator over WebSocket, measured through the proxy', () => {
     expect(tpot.mean).toBeLessThan(PLAN.itl + SLACK / 4);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: 'output' })).toBe(2 * PLAN.tokens);
   });
+
+  it('Gemini Live: a user turn over the answer interrupts it, and the cut turn is recorded as cancelled', async () => {
+    const ai = new GoogleGenAI({ apiKey: 'g-sim', httpOptions: { baseUrl: proxy.proxyUrl } });
+    const messages: LiveServerMessage[] = [];
+    let turnDone: () => void = () => {};
+    const session = await ai.live.connect({
+      model: 'gemini-live-interrupt',
+      config: { responseModalities: [Modality.TEXT] },
+      callbacks: {
+        onmessage: (m) => {
+          messages.push(m);
+          if (m.serverContent?.turnComplete) turnDone();
+        },
+      },
+    });
+    const turn = new Promise<void>((r) => (turnDone = r));
+    session.sendClientContent({ turns: 'Weather in Paris?', turnComplete: true });
+    while (!messages.some((m) => m.serverContent?.modelTurn)) await new Promise((r) => setTimeout(r, 5));
+    session.sendClientContent({ turns: 'No, in Lyon.', turnComplete: true });
+    await turn;
+    session.close();
+    expect(messages.filter((m) => m.serverContent?.interrupted)).toHaveLength(1);
+
+    await settled();
+    const s = await scrape(proxy.metricsUrl);
+    const labels = { gen_ai_operation_name: 'realtime', gen_ai_request_model: 'gemini-live-interrupt' };
+    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'cancelled' })).toBe(1);
+    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok' })).toBe(1);
+    expect(hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels).count).toBe(2);
+  });
+
+  it('speaks RFC 6455 where a client can get it wrong: version 13 only, masked client frames only', async () => {
+    const port = (sim.server.address() as net.AddressInfo).port;
+    const raw = (version: string, after?: Buffer) =>
+      new Promise<Buffer>((resolve) => {
+        const c = net.connect(port, '127.0.0.1');
+        const got: Buffer[] = [];
+        c.on('data', (b) => {
+          got.push(b);
+          if (after !== undefined && Buffer.concat(got).includes('\r\n\r\n')) c.write(after);
+        });
+        c.on('close', () => resolve(Buffer.concat(got)));
+        c.on('error', () => resolve(Buffer.concat(got)));
+        c.write(`GET /v1/realtime?model=x HTTP/1.1\r\nHost: sim\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: ${version}\r\n\r\n`);
+        setTimeout(() => c.destroy(), 2000);
+      });
+    expect((await raw('8')).toString('latin1')).toMatch(/^HTTP\/1\.1 426 [\s\S]*sec-websocket-version: 13/i);
+    // An unmasked client frame: the server answers close 1002 (protocol error) and ends.
+    const answer = await raw('13', Buffer.from([0x81, 0x02, 0x68, 0x69]));
+    const text = answer.toString('latin1');
+    expect(text).toMatch(/^HTTP\/1\.1 101 [\s\S]*Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=/);
+    const close = answer.subarray(answer.lastIndexOf(Buffer.from([0x88, 0x02])));
+    expect([...close]).toEqual([0x88, 0x02, 0x03, 0xea]);
+  });
 });

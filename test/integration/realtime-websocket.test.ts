@@ -18,7 +18,7 @@ const WAIT_BEFORE_CREATED = 30; // ms between the client's response.create and r
 const DELTA_SPACING = 15;
 const AUDIO_DELTAS = 6;
 /** How far the client's clock readings may lag the proxy's on a loaded 2-core machine (s). */
-const TOLERANCE = 0.03;
+const TOLERANCE = 0.06;
 
 let upstream: http.Server;
 let proxy: RunningProxy;
@@ -153,10 +153,9 @@ describe('OpenAI Realtime through the proxy (WebSocket, permessage-deflate)', ()
     expect(ttft.count).toBe(2);
     // Not from response.created (30 ms later): from what asked for the response.
     expect(ttft.sum).toBeGreaterThan((2 * (WAIT_BEFORE_CREATED + DELTA_SPACING) * 0.9) / 1000);
-    // The proxy sees the ask after the client sent it and the delta before the client reads it
-    // (after inflating it, on the thread pool): never above the client's figure, and close.
-    expect(ttft.sum).toBeLessThanOrEqual(clientTtft[0]! + clientTtft[1]! + 1e-4);
-    expect(ttft.sum).toBeGreaterThan(clientTtft[0]! + clientTtft[1]! - TOLERANCE);
+    // Close to the client's figures (the second starts at the server's commit, which the proxy
+    // reads before the client does, so no one-sided bound holds for the sum).
+    expect(Math.abs(ttft.sum - (clientTtft[0]! + clientTtft[1]!))).toBeLessThan(TOLERANCE);
 
     // One gap per output delta after the first (transcript deltas are not output).
     const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);

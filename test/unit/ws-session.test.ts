@@ -281,3 +281,108 @@ describe('review cases', () => {
     expect((await t.histogram(METRIC.ttft)).sum).toBeCloseTo(ms(50), 9);
   });
 });
+
+// Cases a second review found (each failed before its fix).
+describe('second review cases', () => {
+  const RT = '/v1/realtime?model=gpt-realtime';
+  const LIVE = '/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent';
+  const audio = { serverContent: { modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm', data: 'AAAA' } }] } } };
+
+  it('a clean close is not a stopped measurement', () => {
+    const t = session(RT);
+    t.client(0, { type: 'response.create' });
+    t.server(5, { type: 'response.created', response: { id: 'r1' } });
+    t.server(9, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    t.s.close(20, undefined);
+    expect(t.s.stopped).toBe(false);
+    expect(t.s.responses).toBe(1);
+  });
+
+  it('an error naming another event keeps the waiting response.create', () => {
+    const t = session(RT);
+    t.client(0, { type: 'response.create', event_id: 'evt_create' });
+    t.client(1, { type: 'session.update', event_id: 'evt_bad', session: { voice: 'nope' } });
+    t.server(3, { type: 'error', error: { type: 'invalid_request_error', code: 'invalid_value', event_id: 'evt_bad' } });
+    t.server(40, { type: 'response.created', response: { id: 'r1' } });
+    t.server(50, { type: 'response.output_text.delta', response_id: 'r1', delta: 'x' });
+    t.server(60, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    expect(t.summaries[0]?.ttftMs).toBe(50);
+  });
+
+  it('a commit older than 10 s starts nothing', () => {
+    const t = session(RT);
+    t.server(0, { type: 'input_audio_buffer.committed', item_id: 'u' });
+    t.server(20_000, { type: 'response.created', response: { id: 'r1' } });
+    t.server(20_010, { type: 'response.output_text.delta', response_id: 'r1', delta: 'x' });
+    t.server(20_020, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    expect(t.summaries[0]?.ttftMs).toBeUndefined();
+  });
+
+  it('Live: the end of a user turn the model did not answer starts no later turn', () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turns: [], turnComplete: true } });
+    t.server(50, { serverContent: { turnComplete: true } });
+    t.server(120_000, audio);
+    t.server(120_100, { serverContent: { turnComplete: true } });
+    expect(t.summaries[0]).toMatchObject({ ttftMs: undefined, durationMs: undefined });
+  });
+
+  it('keeps arrival order while the close waits for zlib', async () => {
+    const t = session(RT, true);
+    const pad = 'QUJD'.repeat(150_000);
+    t.s.fromClient(compressed({ type: 'response.create', pad }, true), 0); // slow to inflate
+    t.server(5, { type: 'response.created', response: { id: 'r1' } });
+    t.s.fromUpstream(compressed({ type: 'response.output_text.delta', response_id: 'r1', delta: 'x' }, false), 6);
+    t.s.fromUpstream(compressed({ type: 'response.done', response: { id: 'r1', status: 'completed' } }, false), 6.5);
+    t.s.close(7, undefined);
+    for (let i = 0; i < 60 && t.summaries.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(t.summaries[0]).toMatchObject({ ttftMs: 6, durationMs: 6.5, outcome: 'ok' });
+  });
+
+  it('a throw in the measurement ends the open responses as measurement_stopped, and the active gauge returns to 0', async () => {
+    let fail = false;
+    const t = testInstruments();
+    const match = detectWsApi(RT) as WsApiMatch;
+    const s = new WsSession(match, {
+      instruments: t.instruments,
+      labels: { provider: 'openai', operation: 'realtime', requestModel: 'm', serverAddress: 'up' },
+      meter: { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 },
+      deflate: false,
+      limitModel: (m) => m,
+      onResponse: () => {
+        if (fail) throw new Error('boom');
+      },
+    });
+    s.fromClient(frame({ type: 'response.create' }, true), 0);
+    s.fromUpstream(frame({ type: 'response.created', response: { id: 'r1' } }, false), 5);
+    s.fromClient(frame({ type: 'response.create' }, true), 6);
+    s.fromUpstream(frame({ type: 'response.created', response: { id: 'r2' } }, false), 7);
+    fail = true;
+    s.fromUpstream(frame({ type: 'response.done', response: { id: 'r1', status: 'completed' } }, false), 9);
+    expect(s.stopped).toBe(true);
+    expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+    expect((await t.histogram(METRIC.duration, { 'error.type': 'measurement_stopped' })).count).toBe(1);
+    s.close(20, undefined);
+  });
+
+  it('stops, and ends the open responses, when messages pile up behind a stalled inflation', async () => {
+    const t = testInstruments();
+    const match = detectWsApi(RT) as WsApiMatch;
+    const s = new WsSession(match, {
+      instruments: t.instruments,
+      labels: { provider: 'openai', operation: 'realtime', requestModel: 'm', serverAddress: 'up' },
+      meter: { maxEventBytes: 64 * 1024, maxBodyBytes: 1 << 20 },
+      deflate: true,
+      limitModel: (m) => m,
+    });
+    s.fromClient(frame({ type: 'response.create' }, true), 0);
+    s.fromUpstream(frame({ type: 'response.created', response: { id: 'r1' } }, false), 1);
+    // One compressed client message in zlib, and server messages arriving after it in the same turn.
+    s.fromClient(compressed({ type: 'input_audio_buffer.append', audio: 'AAAA' }, true), 2);
+    const big = { type: 'response.output_audio.delta', response_id: 'r1', delta: 'QUJD'.repeat(5000) };
+    for (let i = 0; i < 20 && !s.stopped; i++) s.fromUpstream(frame(big, false), 3 + i);
+    expect(s.stopped).toBe(true);
+    expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+    expect((await t.histogram(METRIC.duration, { 'error.type': 'measurement_stopped' })).count).toBe(1);
+  });
+});
