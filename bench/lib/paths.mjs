@@ -111,7 +111,7 @@ function logTail(file, n = 800) {
   }
 }
 
-function nginxConf(tmp, port, upstreamPort) {
+function nginxConf(tmp, port, upstreamPort, websocket = false) {
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
   // As root, nginx would switch workers to `nobody`; keep that (never run the
   // worker as root) and make the temp dir traversable for it.
@@ -142,7 +142,7 @@ http {
     location / {
       proxy_pass http://emitter;
       proxy_http_version 1.1;
-      proxy_set_header Connection "";
+${websocket ? '      proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection "upgrade";' : '      proxy_set_header Connection "";'}
       proxy_buffering off;
       proxy_request_buffering off;
       proxy_read_timeout 300s;
@@ -159,7 +159,7 @@ const envWords = (name) => (process.env[name] ?? '').split(' ').filter(Boolean);
  * Path definitions. start() returns an instance { url, headers, pids(), child,
  * metricsUrl?, memProbe? } or throws with the reason.
  */
-export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }) {
+export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null, websocket = false }) {
   const cli = path.join(ROOT, 'dist', 'cli.js');
   const nodePeer = (name, args, { headers = {}, metrics = false, profile = false } = {}) => ({
     name,
@@ -260,7 +260,7 @@ export function pathDefs({ emitterUrl, emitterPort, tmpRoot, profileDir = null }
         const port = await freePort();
         const tmp = fs.mkdtempSync(path.join(tmpRoot, `nginx${tag}-`));
         fs.chmodSync(tmp, 0o755);
-        fs.writeFileSync(path.join(tmp, 'nginx.conf'), nginxConf(tmp, port, emitterPort));
+        fs.writeFileSync(path.join(tmp, 'nginx.conf'), nginxConf(tmp, port, emitterPort, websocket));
         const log = path.join(tmp, 'stderr.log');
         const child = spawnLogged(
           NGINX,

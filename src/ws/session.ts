@@ -293,6 +293,40 @@ const REALTIME_CONTENT = new Set([
   'response.audio.delta',
 ]);
 
+const DELTA_PREFIXES = [...REALTIME_CONTENT].map((t) => Buffer.from(`{"type":"${t}",`));
+const RESPONSE_ID = Buffer.from('"response_id":"');
+const DELTA = Buffer.from('"delta":"');
+
+/**
+ * The response id of an output delta read from its bytes, without JSON.parse (an audio delta
+ * is kilobytes of base64): only for a message that starts with the delta's `type`, has a plain
+ * `response_id` and a non-empty `delta` string, and ends with `}`. Quotes inside JSON strings
+ * are escaped, so the two keys cannot be found inside a value. Anything else (undefined) gets
+ * the full parse. Not checked, so counted where JSON.parse would refuse: invalid JSON between
+ * those keys; no server sends it.
+ */
+export function quickDelta(b: Buffer): string | undefined {
+  if (b.length < 40 || b[0] !== 0x7b || b[b.length - 1] !== 0x7d) return undefined;
+  let known = false;
+  for (const p of DELTA_PREFIXES) {
+    if (b.length > p.length && b.compare(p, 0, p.length, 0, p.length) === 0) {
+      known = true;
+      break;
+    }
+  }
+  if (!known) return undefined;
+  const r = b.indexOf(RESPONSE_ID);
+  if (r < 0) return undefined;
+  const start = r + RESPONSE_ID.length;
+  const end = b.indexOf(0x22, start);
+  if (end <= start) return undefined;
+  const slash = b.indexOf(0x5c, start);
+  if (slash !== -1 && slash < end) return undefined;
+  const d = b.indexOf(DELTA);
+  if (d < 0 || b[d + DELTA.length] === 0x22) return undefined; // an empty delta: the parse decides
+  return b.toString('utf8', start, end);
+}
+
 /**
  * OpenAI Realtime (`/v1/realtime`, Azure's `/openai/realtime`). A response starts at the
  * client's `response.create` (matched in order to the server's `response.created`), or, when
@@ -320,6 +354,11 @@ class OpenAiRealtime {
   }
 
   server(data: Buffer | undefined, at: number): void {
+    const quick = data === undefined ? undefined : quickDelta(data);
+    if (quick !== undefined) {
+      this.open.get(quick)?.meter.contentAt(at);
+      return;
+    }
     const m = parse(data);
     if (m === undefined) return;
     const type = m.type;

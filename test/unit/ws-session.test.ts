@@ -1,9 +1,10 @@
+import fc from 'fast-check';
 import zlib from 'node:zlib';
 import { describe, expect, it } from 'vitest';
 import * as wsModule from 'ws';
 import type { MeterSummary } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
-import { detectWsApi, WsSession, type WsApiMatch } from '../../src/ws/session.js';
+import { detectWsApi, quickDelta, WsSession, type WsApiMatch } from '../../src/ws/session.js';
 import { testInstruments } from '../helpers/metrics.js';
 
 // The trackers driven with chosen arrival times (ms): each message is one frame in a read of
@@ -384,5 +385,50 @@ describe('second review cases', () => {
     expect(s.stopped).toBe(true);
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
     expect((await t.histogram(METRIC.duration, { 'error.type': 'measurement_stopped' })).count).toBe(1);
+  });
+});
+
+describe('quickDelta: a Realtime delta read from its bytes', () => {
+  const CONTENT = ['response.output_text.delta', 'response.output_audio.delta', 'response.function_call_arguments.delta', 'response.mcp_call_arguments.delta', 'response.text.delta', 'response.audio.delta'];
+  const OTHER = ['response.output_audio_transcript.delta', 'response.done', 'response.created', 'error', 'response.output_text.done'];
+
+  it('never answers where JSON.parse would not find a content delta of that response (random shapes, orders, escapes)', () => {
+    const text = fc.string({ unit: fc.constantFrom('a', ' ', '"', '\\', 'é', '😀', '{', '}', ':', ',', 'x'), maxLength: 12 });
+    let read = 0;
+    fc.assert(
+      fc.property(
+        fc.constantFrom(...CONTENT, ...OTHER),
+        text,
+        text,
+        fc.shuffledSubarray(['event_id', 'response_id', 'item_id', 'output_index', 'delta'], { minLength: 0 }),
+        fc.boolean(),
+        fc.boolean(),
+        (type, id, delta, keys, typeFirst, spaced) => {
+          const o: Record<string, unknown> = {};
+          if (typeFirst) o.type = type;
+          for (const k of keys) o[k] = k === 'response_id' ? id : k === 'delta' ? delta : k === 'output_index' ? 0 : 'x';
+          if (!typeFirst) o.type = type;
+          const b = Buffer.from(JSON.stringify(o, null, spaced ? 1 : undefined));
+          const got = quickDelta(b);
+          if (got !== undefined) {
+            read++;
+            const m = JSON.parse(b.toString()) as Record<string, unknown>;
+            expect(CONTENT).toContain(m.type);
+            expect(typeof m.delta === 'string' && m.delta.length > 0).toBe(true);
+            expect(m.response_id).toBe(got);
+          }
+        },
+      ),
+      { numRuns: 3000 },
+    );
+    expect(read).toBeGreaterThan(20); // the fast path was taken, not only refused
+  });
+
+  it('reads the shapes the API sends', () => {
+    const audio = 'QUJD'.repeat(2000);
+    expect(quickDelta(Buffer.from(JSON.stringify({ type: 'response.output_audio.delta', event_id: 'e', response_id: 'resp_Ab1', item_id: 'i', output_index: 0, content_index: 0, delta: audio })))).toBe('resp_Ab1');
+    expect(quickDelta(Buffer.from(JSON.stringify({ type: 'response.output_text.delta', event_id: 'e', response_id: 'r', item_id: 'i', output_index: 0, content_index: 0, delta: ' "quoted"' })))).toBe('r');
+    expect(quickDelta(Buffer.from(JSON.stringify({ type: 'response.output_text.delta', response_id: 'r', delta: '' })))).toBeUndefined();
+    expect(quickDelta(Buffer.from(JSON.stringify({ type: 'response.output_audio_transcript.delta', response_id: 'r', delta: 'x', event_id: 'e12345678901234' })))).toBeUndefined();
   });
 });
