@@ -76,15 +76,15 @@ async function runSimulate(args: string[]): Promise<void> {
   const listening = sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, values.host ?? '127.0.0.1');
   let stopping = false;
   const stop = () => {
-    if (stopping) return;
+    if (stopping) return exitAfterLogs(log, 1); // a second signal: now
     stopping = true;
     void listening.then(
-      () => sim.close(),
-      () => undefined,
-    ).then(() => exitAfterLogs(log, 0));
+      () => sim.close().then(() => exitAfterLogs(log, 0)),
+      () => undefined, // the listen failed: main() says so and exits
+    );
   };
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  process.on('SIGTERM', stop);
+  process.on('SIGINT', stop);
   const url = await listening;
   log.info({ url, ...plan, seed }, 'simulator listening');
 }
@@ -133,19 +133,28 @@ async function runProxy(args: string[]): Promise<void> {
   const starting = startProxy(config, log);
   let stopping = false;
   const stop = (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      // A second signal (Ctrl-C twice): no more waiting for streams to drain.
+      log.warn({ signal }, 'second signal: exiting now');
+      exitAfterLogs(log, 1);
+      return;
+    }
     stopping = true;
     log.info({ signal }, 'shutting down');
-    starting.then((proxy) => proxy.shutdown()).then(
-      () => exitAfterLogs(log, 0),
-      (e: unknown) => {
-        log.error({ err: (e as Error).message }, 'shutdown failed');
-        exitAfterLogs(log, 1);
-      },
+    starting.then(
+      (proxy) =>
+        proxy.shutdown().then(
+          () => exitAfterLogs(log, 0),
+          (e: unknown) => {
+            log.error({ err: (e as Error).message }, 'shutdown failed');
+            exitAfterLogs(log, 1);
+          },
+        ),
+      () => undefined, // the start failed: main() says so and exits
     );
   };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
   await starting;
 }
 

@@ -178,7 +178,7 @@ class RealtimeSim {
       this.event({ type: 'response.done', response: { id, object: 'realtime.response', status, status_details: statusDetails, output: [], usage } });
     };
     this.active = { id, finish };
-    this.cancel = runSchedule(
+    const cancel = runSchedule(
       tokenTimes(p, this.random),
       t0,
       (k) => {
@@ -192,6 +192,8 @@ class RealtimeSim {
       },
       () => finish(cap !== undefined && p.tokens >= cap ? 'incomplete' : 'completed'),
     );
+    // A schedule with nothing to wait for ends inside runSchedule: keep no stale cancel then.
+    if (this.active?.id === id) this.cancel = cancel;
   }
 
   stop(): void {
@@ -233,7 +235,8 @@ class LiveSim {
     }
     const p = { ...this.plan() };
     let sent = 0;
-    this.cancel = runSchedule(
+    let finished = false;
+    const cancel = runSchedule(
       tokenTimes(p, this.random),
       performance.now(),
       (k) => {
@@ -242,11 +245,14 @@ class LiveSim {
         this.conn.send({ serverContent: { modelTurn: { role: 'model', parts: [part] } } });
       },
       () => {
+        finished = true;
         this.cancel = undefined;
         this.conn.send({ serverContent: { generationComplete: true } });
         this.conn.send({ serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 10, responseTokenCount: sent, totalTokenCount: 10 + sent } });
       },
     );
+    // A schedule with nothing to wait for ends inside runSchedule: keep no stale cancel then.
+    if (!finished) this.cancel = cancel;
   }
 
   stop(): void {

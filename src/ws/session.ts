@@ -295,35 +295,52 @@ const REALTIME_CONTENT = new Set([
 
 const DELTA_PREFIXES = [...REALTIME_CONTENT].map((t) => Buffer.from(`{"type":"${t}",`));
 const RESPONSE_ID = Buffer.from('"response_id":"');
+const TYPE_KEY = Buffer.from('"type":');
 const DELTA = Buffer.from('"delta":"');
 
 /**
  * The response id of an output delta read from its bytes, without JSON.parse (an audio delta
- * is kilobytes of base64): only for a message that starts with the delta's `type`, has a plain
- * `response_id` and a non-empty `delta` string, and ends with `}`. Quotes inside JSON strings
- * are escaped, so the two keys cannot be found inside a value. Anything else (undefined) gets
- * the full parse. Not checked, so counted where JSON.parse would refuse: invalid JSON between
- * those keys; no server sends it.
+ * is kilobytes of base64), for a message in the API's own shape: it starts with the delta's
+ * `type`, flat keys with plain values (no backslash, no nested object) up to a non-empty
+ * `delta` string that is the last key, one `response_id` among them. Before the delta's value
+ * every quote is then a key's or a value's, so the keys found are the object's own. Anything
+ * else (undefined) gets the full parse. Not checked, so counted where JSON.parse would refuse:
+ * a malformed value (a number such as `0x`) among those keys; no server sends it.
  */
 export function quickDelta(b: Buffer): string | undefined {
-  if (b.length < 40 || b[0] !== 0x7b || b[b.length - 1] !== 0x7d) return undefined;
-  let known = false;
+  const n = b.length;
+  if (n < 40 || b[n - 1] !== 0x7d || b[n - 2] !== 0x22) return undefined; // ends `"}`
+  let from = -1;
   for (const p of DELTA_PREFIXES) {
-    if (b.length > p.length && b.compare(p, 0, p.length, 0, p.length) === 0) {
-      known = true;
+    if (n > p.length && b.compare(p, 0, p.length, 0, p.length) === 0) {
+      from = p.length;
       break;
     }
   }
-  if (!known) return undefined;
-  const r = b.indexOf(RESPONSE_ID);
-  if (r < 0) return undefined;
+  if (from < 0) return undefined;
+  const d = b.indexOf(DELTA, from);
+  if (d < 0 || b[d + DELTA.length] === 0x22) return undefined; // no delta, or an empty one: the parse decides
+  // Plain keys and values before the delta: no escape, no nesting, no second `type`.
+  for (let i = from; i < d; i++) {
+    const c = b[i];
+    if (c === 0x5c || c === 0x7b || c === 0x5b) return undefined;
+  }
+  if (b.indexOf(TYPE_KEY, from) < d && b.indexOf(TYPE_KEY, from) !== -1) return undefined;
+  const r = b.indexOf(RESPONSE_ID, from);
+  if (r < 0 || r > d) return undefined;
   const start = r + RESPONSE_ID.length;
   const end = b.indexOf(0x22, start);
-  if (end <= start) return undefined;
-  const slash = b.indexOf(0x5c, start);
-  if (slash !== -1 && slash < end) return undefined;
-  const d = b.indexOf(DELTA);
-  if (d < 0 || b[d + DELTA.length] === 0x22) return undefined; // an empty delta: the parse decides
+  if (end <= start || end > d) return undefined;
+  const again = b.indexOf(RESPONSE_ID, end);
+  if (again !== -1 && again < d) return undefined;
+  // The delta's value must run to the quote before `}`: every quote inside it escaped.
+  for (let q = b.indexOf(0x22, d + DELTA.length); ; q = b.indexOf(0x22, q + 1)) {
+    let slashes = 0;
+    while (b[q - 1 - slashes] === 0x5c) slashes++;
+    if (slashes % 2 === 1) continue; // an escaped quote, inside the value
+    if (q !== n - 2) return undefined; // the value ends early: more keys follow it
+    break;
+  }
   return b.toString('utf8', start, end);
 }
 

@@ -185,6 +185,18 @@ describe('acceptance: separate processes, official client', () => {
     expect(code).toBe(0);
   });
 
+  it('two signals in a row end the process with a code, never by the signal itself', async () => {
+    for (const args of [['--upstream', 'http://127.0.0.1:1', '--port', '0', '--metrics-port', '0'], ['simulate', '--port', '0']]) {
+      const p = spawnCli(args);
+      procs.push(p);
+      await p.waitFor((l) => l.msg === 'listening' || l.msg === 'simulator listening');
+      p.child.kill('SIGTERM');
+      p.child.kill('SIGTERM');
+      const code = await Promise.race([p.exited, new Promise<string>((r) => setTimeout(() => r('still running after 10 s'), 10_000))]);
+      expect([0, 1], String(code)).toContain(code);
+    }
+  });
+
   it('a failed OTLP push is one warn line with the error message (no JSON, no stack)', async () => {
     // A collector that refuses the data (not retried): the SDK reports it as a JSON string of the error.
     const collector = createServer((req, res) => {

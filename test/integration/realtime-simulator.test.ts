@@ -3,6 +3,7 @@ import net from 'node:net';
 import OpenAI from 'openai';
 import { OpenAIRealtimeWS } from 'openai/realtime/ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WebSocket } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
 import { fullText } from '../../src/simulate/text.js';
@@ -174,5 +175,32 @@ describe('the simulator over WebSocket, measured through the proxy', () => {
     expect(text).toMatch(/^HTTP\/1\.1 101 [\s\S]*Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=/);
     const close = answer.subarray(answer.lastIndexOf(Buffer.from([0x88, 0x02])));
     expect([...close]).toEqual([0x88, 0x02, 0x03, 0xea]);
+  });
+
+  it('Gemini Live with nothing to wait for (ttft 0, itl 0): each turn completes, none is reported interrupted', async () => {
+    const fast = createSimulator({ ttft: 0, itl: 0, tokens: 3, jitter: 0, seed: 1 });
+    const url = await fast.listen(0, '127.0.0.1');
+    try {
+      const ws = new WebSocket(`${url.replace(/^http/, 'ws')}/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent`);
+      const got: Record<string, unknown>[] = [];
+      let turnDone: () => void = () => {};
+      ws.on('message', (d) => {
+        const m = JSON.parse(d.toString()) as Record<string, { turnComplete?: boolean }>;
+        got.push(m);
+        if (m.serverContent?.turnComplete) turnDone();
+      });
+      await new Promise((r, j) => ws.once('open', r).once('error', j));
+      ws.send(JSON.stringify({ setup: { model: 'models/x' } }));
+      for (let i = 0; i < 3; i++) {
+        const t = new Promise<void>((r) => (turnDone = r));
+        ws.send(JSON.stringify({ clientContent: { turns: [], turnComplete: true } }));
+        await t;
+      }
+      ws.close();
+      expect(got.filter((m) => (m.serverContent as { interrupted?: boolean } | undefined)?.interrupted)).toEqual([]);
+      expect(got.filter((m) => (m.serverContent as { turnComplete?: boolean } | undefined)?.turnComplete)).toHaveLength(3);
+    } finally {
+      await fast.close();
+    }
   });
 });

@@ -400,19 +400,22 @@ describe('quickDelta: a Realtime delta read from its bytes', () => {
         fc.constantFrom(...CONTENT, ...OTHER),
         text,
         text,
-        fc.shuffledSubarray(['event_id', 'response_id', 'item_id', 'output_index', 'delta'], { minLength: 0 }),
+        fc.oneof(
+          fc.constant(['event_id', 'response_id', 'item_id', 'output_index', 'content_index', 'delta']), // the API's order
+          fc.shuffledSubarray(['event_id', 'response_id', 'item_id', 'output_index', 'delta', 'response_id', 'type', 'delta'], { minLength: 0 }),
+        ),
         fc.boolean(),
         fc.boolean(),
         (type, id, delta, keys, typeFirst, spaced) => {
-          const o: Record<string, unknown> = {};
-          if (typeFirst) o.type = type;
-          for (const k of keys) o[k] = k === 'response_id' ? id : k === 'delta' ? delta : k === 'output_index' ? 0 : 'x';
-          if (!typeFirst) o.type = type;
-          const b = Buffer.from(JSON.stringify(o, null, spaced ? 1 : undefined));
+          // Written by hand: JSON.stringify would keep one of each repeated key.
+          const pairs: string[] = typeFirst ? [`"type":${JSON.stringify(type)}`] : [];
+          for (const k of keys) pairs.push(`${JSON.stringify(k)}:${JSON.stringify(k === 'response_id' ? id : k === 'delta' ? delta : k === 'type' ? 'session.update' : k.endsWith('index') ? 0 : 'x')}`);
+          if (!typeFirst) pairs.push(`"type":${JSON.stringify(type)}`);
+          const b = Buffer.from(`{${pairs.join(spaced ? ', ' : ',')}}`);
           const got = quickDelta(b);
           if (got !== undefined) {
             read++;
-            const m = JSON.parse(b.toString()) as Record<string, unknown>;
+            const m = JSON.parse(b.toString()) as Record<string, unknown>; // the last of repeated keys wins
             expect(CONTENT).toContain(m.type);
             expect(typeof m.delta === 'string' && m.delta.length > 0).toBe(true);
             expect(m.response_id).toBe(got);
@@ -430,5 +433,15 @@ describe('quickDelta: a Realtime delta read from its bytes', () => {
     expect(quickDelta(Buffer.from(JSON.stringify({ type: 'response.output_text.delta', event_id: 'e', response_id: 'r', item_id: 'i', output_index: 0, content_index: 0, delta: ' "quoted"' })))).toBe('r');
     expect(quickDelta(Buffer.from(JSON.stringify({ type: 'response.output_text.delta', response_id: 'r', delta: '' })))).toBeUndefined();
     expect(quickDelta(Buffer.from(JSON.stringify({ type: 'response.output_audio_transcript.delta', response_id: 'r', delta: 'x', event_id: 'e12345678901234' })))).toBeUndefined();
+    // A review's counterexamples to an earlier version: repeated keys, nesting, an escaped quote in a key.
+    for (const c of [
+      '{"type":"response.text.delta","response_id":"a","delta":"x","type":"session.update"}',
+      '{"type":"response.text.delta","response_id":"a","delta":"x","response_id":"b"}',
+      '{"type":"response.text.delta","meta":{"response_id":"a","delta":"x"}}',
+      '{"type":"response.text.delta","k\\"response_id":"a","delta":"xxxxxxx"}',
+      '{"type":"response.text.delta","response_id":"a","m":{"delta":"x"},"delta":""}',
+    ]) {
+      expect(quickDelta(Buffer.from(c)), c).toBeUndefined();
+    }
   });
 });
