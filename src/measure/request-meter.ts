@@ -157,10 +157,7 @@ export class RequestMeter {
       return;
     }
     this.streamed = kind !== undefined;
-    const l = this.requestLabels;
-    this.labels = this.requestOnlyLabels();
-    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.serverAddress, l.serverAddress));
-    this.defer(() => this.ins.streamsActive.add(1, active));
+    this.startRecording();
     if (this.adapter.generic === true) return; // timed only: duration and first byte
 
     // Compressed bodies are forwarded as they are and only timed, not parsed.
@@ -197,8 +194,13 @@ export class RequestMeter {
     this.status = 101;
     this.streamed = true;
     this.framing = 'messages';
-    this.labels = this.requestOnlyLabels();
+    this.startRecording();
+  }
+
+  /** The request's labels are fixed, and it counts as active until finish(). */
+  private startRecording(): void {
     const l = this.requestLabels;
+    this.labels = this.requestOnlyLabels();
     const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.serverAddress, l.serverAddress));
     this.defer(() => this.ins.streamsActive.add(1, active));
   }

@@ -2,7 +2,9 @@ import { createHash, randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
+import { obj } from '../providers/types.js';
 import { MessageReader } from '../ws/messages.js';
+import { detectWsApi } from '../ws/session.js';
 import { runSchedule, tokenTimes, type Plan } from './schedule.js';
 import { token } from './text.js';
 
@@ -16,16 +18,13 @@ const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 /** 20 ms of 24 kHz mono PCM16, as the APIs stream it. */
 const AUDIO_CHUNK = Buffer.alloc(960, 0).toString('base64');
 
-export function isRealtimePath(pathname: string): boolean {
-  return /\/realtime\/?$/.test(pathname) || /[./]BidiGenerateContent(?:Constrained)?$/.test(pathname);
-}
-
 /** Answers a WebSocket upgrade on a simulated API's path; anything else is refused. */
 export function handleRealtimeUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer, plan: () => Plan, random: () => number): void {
   socket.on('error', () => socket.destroy());
   const url = new URL(req.url ?? '/', 'http://sim');
   const key = req.headers['sec-websocket-key'];
-  if (!isRealtimePath(url.pathname) || (req.headers.upgrade ?? '').toLowerCase() !== 'websocket' || typeof key !== 'string') {
+  const api = detectWsApi(url.pathname)?.api;
+  if (api === undefined || (req.headers.upgrade ?? '').toLowerCase() !== 'websocket' || typeof key !== 'string') {
     socket.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
     return;
   }
@@ -36,7 +35,7 @@ export function handleRealtimeUpgrade(req: IncomingMessage, socket: Duplex, head
   const accept = createHash('sha1').update(key + GUID).digest('base64');
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
   const conn = new Conn(socket);
-  const api = /\/realtime\/?$/.test(url.pathname) ? new RealtimeSim(conn, url, plan, random) : new LiveSim(conn, plan, random);
+  const sim = api === 'openai-realtime' ? new RealtimeSim(conn, url, plan, random) : new LiveSim(conn, plan, random);
   const reader = new MessageReader((data) => {
     if (data === undefined) return;
     let msg: Record<string, unknown>;
@@ -45,7 +44,7 @@ export function handleRealtimeUpgrade(req: IncomingMessage, socket: Duplex, head
     } catch {
       return;
     }
-    if (msg !== null && typeof msg === 'object') api.onMessage(msg);
+    if (msg !== null && typeof msg === 'object') sim.onMessage(msg);
   }, {
     maxMessageBytes: 8 * 1024 * 1024,
     deflate: false,
@@ -59,10 +58,10 @@ export function handleRealtimeUpgrade(req: IncomingMessage, socket: Duplex, head
   socket.on('data', (b: Buffer) => reader.push(b, 0));
   // A client that ends its half without a close frame: stop and end ours.
   socket.on('end', () => {
-    api.stop();
+    sim.stop();
     socket.end();
   });
-  socket.on('close', () => api.stop());
+  socket.on('close', () => sim.stop());
   if (head.length > 0) reader.push(head, 0);
 }
 
@@ -100,8 +99,6 @@ class Conn {
   }
 }
 
-const str = (v: unknown): string | undefined => (typeof v === 'string' ? v : undefined);
-const objOf = (v: unknown): Record<string, unknown> | undefined => (v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
 
 /** OpenAI Realtime: one response at a time, as the API allows without `conversation: "none"`. */
 class RealtimeSim {
@@ -132,7 +129,7 @@ class RealtimeSim {
   onMessage(m: Record<string, unknown>): void {
     switch (m.type) {
       case 'session.update': {
-        const modalities = objOf(m.session)?.output_modalities;
+        const modalities = obj(m.session)?.output_modalities;
         if (Array.isArray(modalities)) this.audio = modalities.includes('audio');
         this.event({ type: 'session.updated', session: this.session() });
         return;
@@ -152,11 +149,11 @@ class RealtimeSim {
 
   private respond(create: Record<string, unknown> | undefined): void {
     if (this.active !== undefined) {
-      const eventId = str(create?.event_id);
+      const eventId = typeof create?.event_id === 'string' ? create.event_id : undefined;
       this.event({ type: 'error', error: { type: 'invalid_request_error', code: 'conversation_already_has_active_response', message: 'Conversation already has an active response', event_id: eventId ?? null } });
       return;
     }
-    const options = objOf(create?.response);
+    const options = obj(create?.response);
     const modalities = options?.output_modalities;
     const audio = Array.isArray(modalities) ? modalities.includes('audio') : this.audio;
     const p = { ...this.plan() };
@@ -213,15 +210,15 @@ class LiveSim {
   ) {}
 
   onMessage(m: Record<string, unknown>): void {
-    const setup = objOf(m.setup);
+    const setup = obj(m.setup);
     if (setup !== undefined) {
-      const modalities = objOf(setup.generationConfig ?? setup.generation_config)?.responseModalities;
+      const modalities = obj(setup.generationConfig ?? setup.generation_config)?.responseModalities;
       this.audio = Array.isArray(modalities) && modalities.includes('AUDIO');
       this.conn.send({ setupComplete: {} });
       return;
     }
-    const content = objOf(m.clientContent ?? m.client_content);
-    const input = objOf(m.realtimeInput ?? m.realtime_input);
+    const content = obj(m.clientContent ?? m.client_content);
+    const input = obj(m.realtimeInput ?? m.realtime_input);
     if ((content !== undefined && (content.turnComplete ?? content.turn_complete) === true) || (input !== undefined && (input.activityEnd !== undefined || input.audioStreamEnd === true)) || m.toolResponse !== undefined) {
       this.turn();
     }

@@ -81,9 +81,11 @@ class MessagesAdapter implements ResponseAdapter {
   }
 }
 
+/** One response being measured; `finish` ends it (and counts it for the log line). */
 interface Turn {
   readonly meter: RequestMeter;
   readonly adapter: MessagesAdapter;
+  finish(end: number, errorType?: string): void;
 }
 
 /** How long a closing tunnel waits for messages still in zlib (a `response.done`, say). */
@@ -216,7 +218,7 @@ export class WsSession {
   }
 
   private endOpen(end: number, errorType: string): void {
-    const turns: OpenTurn[] = [];
+    const turns: Turn[] = [];
     try {
       this.tracker.closeAll((t) => turns.push(t));
     } catch {
@@ -231,13 +233,13 @@ export class WsSession {
     }
   }
 
-  private open(start: number | undefined, at: number, model: string | undefined): OpenTurn {
+  private open(start: number | undefined, at: number, model: string | undefined): Turn {
     const d = this.deps;
     const adapter = new MessagesAdapter();
     const labels: RequestLabels = { ...d.labels, requestModel: d.labels.requestModel ?? d.limitModel(model) };
     const meter = new RequestMeter(d.instruments, adapter, labels, start ?? at, { ...d.meter, unknownStart: start === undefined });
     meter.messagesStart();
-    const turn: OpenTurn = { meter, adapter, finish: (end: number, err?: string) => this.finish(turn, end, err) };
+    const turn: Turn = { meter, adapter, finish: (end: number, err?: string) => this.finish(turn, end, err) };
     return turn;
   }
 
@@ -259,11 +261,8 @@ export class WsSession {
   }
 }
 
-interface OpenTurn extends Turn {
-  finish(end: number, errorType?: string): void;
-}
 /** Opens a response: `start` undefined when no message began it; `at` is now. */
-type Open = (start: number | undefined, at: number, model: string | undefined) => OpenTurn;
+type Open = (start: number | undefined, at: number, model: string | undefined) => Turn;
 
 function parse(data: Buffer | undefined): Record<string, unknown> | undefined {
   return data === undefined ? undefined : parseObject(data.toString('utf8'));
@@ -325,7 +324,8 @@ export function quickDelta(b: Buffer): string | undefined {
     const c = b[i];
     if (c === 0x5c || c === 0x7b || c === 0x5b) return undefined;
   }
-  if (b.indexOf(TYPE_KEY, from) < d && b.indexOf(TYPE_KEY, from) !== -1) return undefined;
+  const type = b.indexOf(TYPE_KEY, from);
+  if (type !== -1 && type < d) return undefined;
   const r = b.indexOf(RESPONSE_ID, from);
   if (r < 0 || r > d) return undefined;
   const start = r + RESPONSE_ID.length;
@@ -358,7 +358,7 @@ export function quickDelta(b: Buffer): string | undefined {
 class OpenAiRealtime {
   private readonly waiting: { at: number; id: string | undefined }[] = [];
   private committed: number | undefined;
-  private readonly open = new Map<string, OpenTurn>();
+  private readonly open = new Map<string, Turn>();
   private model: string | undefined;
 
   constructor(private readonly begin: Open) {}
@@ -445,7 +445,7 @@ class OpenAiRealtime {
     }
   }
 
-  closeAll(end: (t: OpenTurn) => void): void {
+  closeAll(end: (t: Turn) => void): void {
     for (const t of this.open.values()) end(t);
     this.open.clear();
   }
@@ -474,7 +474,7 @@ const LIVE_OK_REASONS = new Set(['TURN_COMPLETE_REASON_UNSPECIFIED', 'NEED_MORE_
 class GeminiLive {
   private trigger: number | undefined;
   private model: string | undefined;
-  private turn: OpenTurn | undefined;
+  private turn: Turn | undefined;
   /** When the open turn's generation ended (`generationComplete`, `interrupted`): its end. */
   private ended: number | undefined;
   private interrupted = false;
@@ -560,7 +560,7 @@ class GeminiLive {
     turn.finish(end, interrupted ? ERROR_TYPE.clientCancelled : undefined);
   }
 
-  closeAll(end: (t: OpenTurn) => void): void {
+  closeAll(end: (t: Turn) => void): void {
     if (this.turn !== undefined) {
       if (this.ended !== undefined) this.end();
       else end(this.turn);
