@@ -3,7 +3,7 @@
 // to a direct connection and nginx, with the proxy's measurement on and off; and whether its
 // Realtime figures match what the client saw. Not part of `npm run bench` (whose paths speak
 // HTTP); run after `npm run build`:
-//   node bench/ws.mjs [--reps=3] [--scenarios=20x1,20x100,1.4x100] [--paths=direct,proxy,proxy-nometrics,nginx]
+//   node bench/ws.mjs [--reps=3] [--scenarios=20x1,20x100,1.4x100] [--paths=direct,proxy,proxy-nometrics,nginx] [--profile[=DIR]]
 // The ground-truth emitter (a Realtime upstream) and the client share this process and its
 // clock; each path is a process of its own. Per scenario (Δ ms × sessions), every session sends
 // a response.create, and the emitter writes delta k of every session in one pass at
@@ -38,7 +38,9 @@ const wss = new WebSocketServer({ host: '127.0.0.1', port: emitterPort, perMessa
 let waiting = [];
 let expectSessions = 0;
 let onAllAsked = () => {};
-const payload = (i, k, sched) => `{"type":"response.output_text.delta","event_id":"e${i}_${k}","response_id":"r${i}","item_id":"i${i}","output_index":0,"content_index":0,"delta":" tok${k}","sched":${sched.toFixed(3)}}`;
+// The API's own key order (type first, delta last), with the schedule stamp among the keys
+// before the delta: a stamp after it would send every message down the proxy's slow path.
+const payload = (i, k, sched) => `{"type":"response.output_text.delta","event_id":"e${i}_${k}","response_id":"r${i}","item_id":"i${i}","output_index":0,"content_index":0,"sched":${sched.toFixed(3)},"delta":" tok${k}"}`;
 wss.on('connection', (ws, req) => {
   const i = Number(new URL(req.url, 'http://x').searchParams.get('i'));
   ws.send(JSON.stringify({ type: 'session.created', session: { model: 'bench' } }));
@@ -85,11 +87,11 @@ async function run(url, { delta, sessions, messages }) {
         const at = epoch();
         const s = d.toString();
         if (s.startsWith('{"type":"response.output_text.delta"')) {
-          const m = /"delta":" tok(\d+)","sched":([\d.]+)\}$/.exec(s);
-          const k = m ? Number(m[1]) : -1;
-          if (k !== c.next || s !== payload(i, k, Number(m[2]))) altered++;
+          const m = /"sched":([\d.]+),"delta":" tok(\d+)"\}$/.exec(s);
+          const k = m ? Number(m[2]) : -1;
+          if (k !== c.next || s !== payload(i, k, Number(m[1]))) altered++;
           c.next = k + 1;
-          lat.push(at - Number(m[2]));
+          lat.push(at - Number(m[1]));
           if (c.last >= 0) gaps.push(at - c.last);
           else c.first = at;
           c.last = at;
@@ -131,7 +133,10 @@ async function scrapeRealtime(metricsUrl) {
 }
 
 const tmpRoot = fs.mkdtempSync(path.join(os.tmpdir(), 'llm-proxy-ws-bench-'));
-const defs = pathDefs({ emitterUrl: `http://127.0.0.1:${emitterPort}`, emitterPort, tmpRoot, websocket: true });
+// --profile[=DIR]: the proxy paths run under --cpu-prof (summarise with bench/profile-summary.mjs).
+const profArg = process.argv.find((a) => a === '--profile' || a.startsWith('--profile='));
+const profileDir = profArg === undefined ? null : profArg.includes('=') ? profArg.slice(10) : path.join(tmpRoot, 'profiles');
+const defs = pathDefs({ emitterUrl: `http://127.0.0.1:${emitterPort}`, emitterPort, tmpRoot, profileDir, websocket: true });
 const results = {}; // scenario -> path -> [rep results]
 for (let rep = 0; rep < REPS; rep++) {
   const order = rep % 2 === 0 ? PATHS : [PATHS[0], ...PATHS.slice(1).reverse()];

@@ -9,7 +9,7 @@ import { ChunkedDecoder } from './chunked.js';
 import { connectionTokens, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
 import { safePath } from './routes.js';
-import type { Origin } from './upstream.js';
+import { sharedRead, type Origin } from './upstream.js';
 import type { WsSession } from '../ws/session.js';
 
 /**
@@ -82,7 +82,7 @@ export class Tunnel {
     const up =
       origin.protocol === 'https:'
         ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
-        : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true });
+        : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread: sharedRead((b, at) => this.fromUpstream(b, at)) });
     this.upstream = up;
     up.setNoDelay(true);
     // Written at once: the socket holds it until connected.
@@ -93,7 +93,7 @@ export class Tunnel {
       clearTimeout(this.timer);
       this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
     });
-    up.on('data', (b: Buffer) => this.fromUpstream(b));
+    if (up instanceof tls.TLSSocket) up.on('data', (b: Buffer) => this.fromUpstream(b, performance.now()));
     up.on('end', () => this.upstreamEnd());
     up.on('error', (err: NodeJS.ErrnoException) => this.upstreamFailed(err));
     up.on('close', () => this.upstreamFailed(undefined));
@@ -161,10 +161,9 @@ export class Tunnel {
     if (this.clientEnded && this.upstreamEnded) this.close(undefined);
   }
 
-  private fromUpstream(b: Buffer): void {
+  private fromUpstream(b: Buffer, arrival: number): void {
     if (this.done) return;
     if (this.status === 101) {
-      const arrival = performance.now();
       this.writeDown(b);
       this.session?.fromUpstream(b, arrival);
       return;
@@ -206,7 +205,6 @@ export class Tunnel {
       // From here on a quiet upstream (and, once open, a quiet tunnel) times out.
       this.upstream!.setTimeout(this.opts.idleTimeoutMs, () => this.close(ERROR_TYPE.timeout));
       if (head.status === 101) {
-        const arrival = performance.now();
         this.writeDown(buf);
         this.session = this.opts.measure?.(rawHeader(head.rawHeaders, 'sec-websocket-extensions'));
         if (buf.length > end) this.session?.fromUpstream(buf.subarray(end), arrival);

@@ -79,6 +79,24 @@ const READ_BUFFER = Buffer.allocUnsafe(64 * 1024);
 const CRLF = Buffer.from('\r\n');
 const LAST_CHUNK = Buffer.from('0\r\n\r\n');
 
+/**
+ * `onread` options for a plain-TCP socket: every read lands in READ_BUFFER and reaches
+ * `onRead` as a copy of its own, stamped on arrival. A read costs one callback instead of a
+ * Readable push and a 'data' emit; pause() and resume() still work.
+ */
+export function sharedRead(onRead: (b: Buffer, arrival: number) => void): net.OnReadOpts {
+  return {
+    buffer: READ_BUFFER,
+    callback: (n: number) => {
+      const arrival = performance.now();
+      const copy = Buffer.allocUnsafe(n);
+      READ_BUFFER.copy(copy, 0, 0, n);
+      onRead(copy, arrival);
+      return true;
+    },
+  };
+}
+
 function originKey(o: Origin): string {
   return `${o.protocol}//${o.host}:${o.port}`;
 }
@@ -134,16 +152,7 @@ export class UpstreamClient {
       socket = net.connect({
         host: origin.host,
         port: origin.port,
-        onread: {
-          buffer: READ_BUFFER,
-          callback: (n: number) => {
-            const arrival = performance.now();
-            const copy = Buffer.allocUnsafe(n);
-            READ_BUFFER.copy(copy, 0, 0, n);
-            conn.onRead(copy, arrival);
-            return true;
-          },
-        },
+        onread: sharedRead((b, arrival) => conn.onRead(b, arrival)),
       });
     }
     socket.setNoDelay(true);

@@ -132,12 +132,22 @@ export class WsSession {
 
   /** Client bytes, after they were forwarded. */
   fromClient(buf: Buffer, arrival: number): void {
-    if (!this.done && this.closing === undefined) this.guard(() => this.up.push(buf, arrival));
+    if (this.done || this.closing !== undefined) return;
+    try {
+      this.up.push(buf, arrival);
+    } catch {
+      this.stop();
+    }
   }
 
   /** Upstream bytes (after the 101's head), after they were forwarded. */
   fromUpstream(buf: Buffer, arrival: number): void {
-    if (!this.done && this.closing === undefined) this.guard(() => this.down.push(buf, arrival));
+    if (this.done || this.closing !== undefined) return;
+    try {
+      this.down.push(buf, arrival);
+    } catch {
+      this.stop();
+    }
   }
 
   /**
@@ -166,6 +176,11 @@ export class WsSession {
    */
   private message(fromClient: boolean, data: Buffer | undefined, at: number): void {
     if (this.done) return;
+    if (this.held.length === 0 && this.closing === undefined) {
+      // The usual case (nothing inflating in the other direction): measured at once.
+      const other = (fromClient ? this.down : this.up).oldestPending;
+      if (other === undefined || other > at) return this.measure(fromClient, data, at);
+    }
     this.held.push({ fromClient, data, at });
     this.heldBytes += (data?.length ?? 0) + HELD_OVERHEAD;
     // zlib's thread pool stalled (other work holds it): the session gives up, not the memory.
@@ -183,7 +198,7 @@ export class WsSession {
       if (other !== undefined && other <= h.at) return;
       q.splice(k, 1);
       this.heldBytes -= (h.data?.length ?? 0) + HELD_OVERHEAD;
-      this.guard(() => (h.fromClient ? this.tracker.client(h.data, h.at) : this.tracker.server(h.data, h.at)));
+      this.measure(h.fromClient, h.data, h.at);
     }
     if (this.closing !== undefined && !this.done && !this.finalizing && this.pending() === undefined) this.finalize();
   }
@@ -252,9 +267,10 @@ export class WsSession {
   }
 
   /** Measurement must never break the tunnel: a throw stops it for this connection. */
-  private guard(fn: () => void): void {
+  private measure(fromClient: boolean, data: Buffer | undefined, at: number): void {
     try {
-      fn();
+      if (fromClient) this.tracker.client(data, at);
+      else this.tracker.server(data, at);
     } catch {
       this.stop();
     }

@@ -68,6 +68,8 @@ beforeAll(async () => {
       return;
     }
     if (req.url!.startsWith('/silent')) return socket.destroy(); // accepts the TCP connection, never answers
+    if (req.url!.startsWith('/flood')) return flood(socket);
+    if (req.url!.startsWith('/sink')) return sink(socket);
     wss.handleUpgrade(req, socket, head, (ws) => {
       let closed!: (c: { code: number; reason: string }) => void;
       serverClose.push(new Promise((r) => (closed = r)));
@@ -85,6 +87,47 @@ beforeAll(async () => {
   proxy = await startTestProxy(upstreamUrl);
   wsBase = proxy.proxyUrl.replace(/^http/, 'ws');
 });
+
+/** Bytes a flooding peer sends through the tunnel (far more than every socket buffer on the way holds). */
+const FLOOD_BYTES = 64 * 1024 * 1024;
+const floodChunk = randomBytes(256 * 1024);
+/** The raw upstreams of the backpressure test: how far they got. */
+const floods: { written: number; done: boolean }[] = [];
+const sinks: { read: number; paused: boolean; socket: net.Socket }[] = [];
+
+/** Writes `total` bytes as fast as the socket takes them (it waits for 'drain'); counts them. */
+function pump(socket: net.Socket, total: number, progress: { written: number; done: boolean }): void {
+  const next = (): void => {
+    while (progress.written < total) {
+      progress.written += floodChunk.length;
+      if (!socket.write(floodChunk)) return void socket.once('drain', next);
+    }
+    progress.done = true;
+  };
+  next();
+}
+
+/** A raw upstream that answers 101, then floods the tunnel. */
+function flood(socket: net.Socket): void {
+  socket.on('error', () => {});
+  socket.resume(); // reads (and drops) whatever comes, to see the client's end
+  socket.on('end', () => socket.end()); // the server's sockets are half-open ones
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+  const progress = { written: 0, done: false };
+  floods.push(progress);
+  pump(socket, FLOOD_BYTES, progress);
+}
+
+/** A raw upstream that answers 101 and reads nothing until told to (its reads are counted). */
+function sink(socket: net.Socket): void {
+  socket.on('error', () => {});
+  socket.pause();
+  const state = { read: 0, paused: true, socket };
+  sinks.push(state);
+  socket.on('data', (b: Buffer) => (state.read += b.length));
+  socket.on('end', () => socket.end());
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+}
 
 afterAll(async () => {
   await proxy?.close();
@@ -212,6 +255,59 @@ describe('WebSocket upgrades', () => {
     expect(r.closed).toBe(true);
     expect(performance.now() - t0).toBeLessThan(4000); // not the idle timeout (300 s)
     expect((await serverClose[n])!.code).toBe(1006); // a TCP end without a close frame
+    expect(await inFlight(0)).toBe(0);
+  });
+
+  it('stop a flooding side while the other does not read, and deliver every byte once it does', async () => {
+    // Without backpressure the proxy would take the whole flood into its memory at once.
+    const port = Number(new URL(proxy.proxyUrl).port);
+    const hs = (path: string) =>
+      `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`;
+    const bound = FLOOD_BYTES / 2; // every socket buffer on the way (a few MiB each) and the proxy's own
+    const settle = () => new Promise((r) => setTimeout(r, 600));
+
+    // Upstream → client: the client reads the 101, then stops reading.
+    const n = floods.length;
+    const c = net.connect(port, '127.0.0.1', () => c.write(hs('/flood')));
+    let got = 0;
+    let head = true;
+    await new Promise<void>((resolve) =>
+      c.on('data', (b: Buffer) => {
+        if (head) {
+          head = false;
+          const end = b.indexOf('\r\n\r\n');
+          expect(b.subarray(0, end).toString()).toMatch(/^HTTP\/1\.1 101 /);
+          got += b.length - end - 4;
+          c.pause();
+          resolve();
+        } else got += b.length;
+      }),
+    );
+    await settle();
+    const heldUp = floods[n]!.written;
+    expect(floods[n]!.done).toBe(false);
+    expect(heldUp).toBeLessThan(bound);
+    c.resume();
+    for (let i = 0; i < 500 && got < FLOOD_BYTES; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(got).toBe(FLOOD_BYTES);
+    expect(floods[n]!.done).toBe(true);
+    c.destroy();
+
+    // Client → upstream: the upstream reads nothing until told to.
+    const m = sinks.length;
+    const d = net.connect(port, '127.0.0.1', () => d.write(hs('/sink')));
+    d.on('error', () => {});
+    await new Promise<void>((resolve) => d.once('data', () => resolve()));
+    const sent = { written: 0, done: false };
+    pump(d, FLOOD_BYTES, sent);
+    await settle();
+    expect(sent.done).toBe(false);
+    expect(sent.written).toBeLessThan(bound);
+    sinks[m]!.socket.resume();
+    for (let i = 0; i < 500 && sinks[m]!.read < FLOOD_BYTES; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(sinks[m]!.read).toBe(FLOOD_BYTES);
+    expect(sent.done).toBe(true);
+    d.destroy();
     expect(await inFlight(0)).toBe(0);
   });
 
