@@ -1,9 +1,7 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
 import { ConfigError, loadConfig, type Overrides } from './config.js';
-import { createLogger, exitAfterLogs } from './log.js';
-import { startProxy } from './main.js';
-import { createSimulator } from './simulate/server.js';
+import { checkHealth, healthUrl, pid1Cmdline, proxyArgsOf } from './healthcheck.js';
 import { VERSION } from './version.js';
 
 const USAGE = `llm-latency-proxy ${VERSION}: a transparent streaming proxy that measures LLM TTFT and inter-token latency
@@ -11,6 +9,10 @@ const USAGE = `llm-latency-proxy ${VERSION}: a transparent streaming proxy that 
 Usage:
   llm-latency-proxy [options]            proxy (built-in simulator as upstream when none is given)
   llm-latency-proxy simulate [options]   run the ground-truth simulator only
+  llm-latency-proxy healthcheck [proxy options] [--timeout S]
+                                         exit 0 if the proxy so configured answers /healthz
+                                         on its metrics port, else 1 (for a container's
+                                         HEALTHCHECK; a proxy running as PID 1 lends its flags)
 
 Proxy options (environment variable in brackets):
   --upstream URL        upstream base URL for "/" [LLM_PROXY_UPSTREAM]
@@ -39,7 +41,7 @@ function num(name: string, v: string | undefined, opts: { int?: boolean; min?: n
   if (v === undefined) return undefined;
   const n = Number(v);
   if (v.trim() === '' || !Number.isFinite(n) || (opts.int && !Number.isInteger(n)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
-    fail(`--${name}: invalid value "${v}"`);
+    throw new ConfigError(`--${name}: invalid value "${v}"`);
   }
   return n;
 }
@@ -63,6 +65,7 @@ async function runSimulate(args: string[]): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
+  const [{ createLogger, exitAfterLogs }, { createSimulator }] = await Promise.all([import('./log.js'), import('./simulate/server.js')]);
   const log = createLogger(process.env.LLM_PROXY_LOG_LEVEL || 'info');
   const plan = {
     ttft: num('ttft', values.ttft, { min: 0 }) ?? 0.25,
@@ -89,33 +92,24 @@ async function runSimulate(args: string[]): Promise<void> {
   log.info({ url, ...plan, seed }, 'simulator listening');
 }
 
-async function runProxy(args: string[]): Promise<void> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      upstream: { type: 'string' },
-      config: { type: 'string', short: 'c' },
-      host: { type: 'string' },
-      port: { type: 'string', short: 'p' },
-      'metrics-host': { type: 'string' },
-      'metrics-port': { type: 'string' },
-      'no-metrics': { type: 'boolean' },
-      'drain-timeout': { type: 'string' },
-      'log-level': { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-      version: { type: 'boolean', short: 'v' },
-    },
-    strict: true,
-  });
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  if (values.version) {
-    process.stdout.write(`${VERSION}\n`);
-    return;
-  }
-  const flags: Overrides = {
+const PROXY_OPTIONS = {
+  upstream: { type: 'string' },
+  config: { type: 'string', short: 'c' },
+  host: { type: 'string' },
+  port: { type: 'string', short: 'p' },
+  'metrics-host': { type: 'string' },
+  'metrics-port': { type: 'string' },
+  'no-metrics': { type: 'boolean' },
+  'drain-timeout': { type: 'string' },
+  'log-level': { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+  version: { type: 'boolean', short: 'v' },
+} as const;
+
+type ProxyValues = ReturnType<typeof parseArgs<{ options: typeof PROXY_OPTIONS; strict: true }>>['values'];
+
+function proxyFlags(values: ProxyValues): Overrides {
+  return {
     config: values.config,
     upstream: values.upstream,
     host: values.host,
@@ -126,7 +120,21 @@ async function runProxy(args: string[]): Promise<void> {
     drainTimeout: num('drain-timeout', values['drain-timeout'], { min: 0 }),
     logLevel: values['log-level'],
   };
-  const config = loadConfig(flags, process.env);
+}
+
+async function runProxy(args: string[]): Promise<void> {
+  const { values } = parseArgs({ args, options: PROXY_OPTIONS, strict: true });
+  if (values.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  if (values.version) {
+    process.stdout.write(`${VERSION}\n`);
+    return;
+  }
+  const config = loadConfig(proxyFlags(values), process.env);
+  // Loaded here, not at the top: `healthcheck` runs every few seconds and needs none of it.
+  const [{ createLogger, exitAfterLogs }, { startProxy }] = await Promise.all([import('./log.js'), import('./main.js')]);
   const log = createLogger(config.logLevel);
   // Handlers before the start: the 'listening' line can reach a supervisor (or a test) before
   // startProxy() returns, and a SIGTERM then must shut down, not meet the default action.
@@ -158,9 +166,59 @@ async function runProxy(args: string[]): Promise<void> {
   await starting;
 }
 
+/**
+ * Exit 0 when the proxy configured like this one answers /healthz, else 1 (Docker reserves 2).
+ * The flags of a proxy running as PID 1 (a container's) come first; this command's own win.
+ */
+async function runHealthcheck(args: string[]): Promise<void> {
+  const options = { ...PROXY_OPTIONS, timeout: { type: 'string' } } as const;
+  const unhealthy = (message: string): never => {
+    process.stderr.write(`llm-latency-proxy healthcheck: ${message}\n`);
+    process.exit(1);
+  };
+  let own: ReturnType<typeof parseArgs<{ options: typeof options; strict: true }>>['values'];
+  try {
+    own = parseArgs({ args, options, strict: true }).values;
+  } catch (e) {
+    return unhealthy((e as Error).message);
+  }
+  if (own.help) {
+    process.stdout.write(USAGE);
+    return;
+  }
+  let running: ProxyValues = {};
+  const pid1 = proxyArgsOf(pid1Cmdline() ?? []);
+  if (pid1 !== undefined) {
+    try {
+      running = parseArgs({ args: pid1, options: PROXY_OPTIONS, strict: true }).values;
+      proxyFlags(running);
+    } catch {
+      running = {};
+      /* not a command line the proxy would have started with: its own flags only */
+    }
+  }
+  let url: string;
+  let timeoutMs: number;
+  try {
+    timeoutMs = (num('timeout', own.timeout, { min: 0.001 }) ?? 2) * 1000;
+    url = healthUrl(loadConfig({ ...defined(proxyFlags(running)), ...defined(proxyFlags(own)) }, process.env));
+  } catch (e) {
+    return unhealthy((e as Error).message);
+  }
+  const r = await checkHealth(url, timeoutMs);
+  if (!r.healthy) unhealthy(r.message);
+  process.stdout.write(`healthy: ${r.message}\n`);
+}
+
+/** The keys that are set: a flag one command line lacks must not erase the other's. */
+function defined(o: Overrides): Overrides {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Overrides;
+}
+
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
   if (argv[0] === 'simulate') await runSimulate(argv.slice(1));
+  else if (argv[0] === 'healthcheck') await runHealthcheck(argv.slice(1));
   else await runProxy(argv);
 }
 

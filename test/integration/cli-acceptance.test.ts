@@ -216,4 +216,59 @@ describe('acceptance: separate processes, official client', () => {
     expect(line.msg).toMatch(/export failed/i);
     expect(line.msg).not.toMatch(/"stack"|\n\s+at |^OpenTelemetry: \{/);
   });
+
+  it('healthcheck: exit 0 when the proxy configured alike answers /healthz, 1 (with the reason) when not', async () => {
+    const freePort = () =>
+      new Promise<number>((r) => {
+        const s = createServer().listen(0, '127.0.0.1', () => {
+          const port = (s.address() as AddressInfo).port;
+          s.close(() => r(port));
+        });
+      });
+    const check = async (args: string[], env: NodeJS.ProcessEnv = {}) => {
+      const p = spawnCli(['healthcheck', ...args], env);
+      procs.push(p);
+      let out = '';
+      p.child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+      const code = await p.exited;
+      return { code, out, err: p.stderr };
+    };
+    // The metrics port comes from a config file named in the environment, as in a container.
+    const port = await freePort();
+    const dir = mkdtempSync(join(tmpdir(), 'llm-proxy-hc-'));
+    const cfg = join(dir, 'proxy.yaml');
+    writeFileSync(cfg, `metrics:\n  port: ${port}\n`);
+    const proxy = spawnCli(['--upstream', 'http://127.0.0.1:1', '--port', '0'], { LLM_PROXY_CONFIG: cfg });
+    procs.push(proxy);
+    await proxy.waitFor((l) => l.msg === 'listening');
+    const ok = await check([], { LLM_PROXY_CONFIG: cfg });
+    expect(ok.code, ok.err).toBe(0);
+    expect(ok.out).toContain(`http://127.0.0.1:${port}/healthz: 200`);
+    expect((await check(['--metrics-port', String(port)])).code).toBe(0);
+    expect((await check(['--metrics-host', '0.0.0.0', '--metrics-port', String(port)])).code).toBe(0);
+
+    // A port nobody serves: 1, not Docker's reserved 2, and why.
+    const other = await freePort();
+    const refused = await check(['--metrics-port', String(other)]);
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(new RegExp(`127\\.0\\.0\\.1:${other}/healthz: ECONNREFUSED`));
+    // A server that never answers: the timeout.
+    const silent = createServer(() => {});
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise<void>((r) => { silent.closeAllConnections(); silent.close(() => r()); }));
+    const slow = await check(['--metrics-port', String((silent.address() as AddressInfo).port), '--timeout', '0.3']);
+    expect(slow.code).toBe(1);
+    expect(slow.err).toMatch(/no answer within 300 ms/);
+    // Bad input is unhealthy too, with the message.
+    const bad = await check(['--metrics-port', 'x']);
+    expect(bad.code).toBe(1);
+    expect(bad.err).toMatch(/--metrics-port: invalid value "x"/);
+    expect((await check(['--metrics-port', '0'])).err).toMatch(/metrics port is 0/);
+    expect((await check(['--bogus'])).code).toBe(1);
+
+    // Once the proxy is gone: 1.
+    proxy.child.kill('SIGTERM');
+    expect(await proxy.exited).toBe(0);
+    expect((await check(['--metrics-port', String(port)])).code).toBe(1);
+  });
 });
