@@ -400,7 +400,7 @@ export function dashboardFilters(p) {
   const streamLabels = `${proc}, gen_ai_provider_name=~"$provider", server_address=~"$server_address"`;
   return {
     proc,
-    active: streamLabels,
+    active: `${streamLabels}, gen_ai_operation_name=~"$operation"`,
     all: `${streamLabels}, gen_ai_request_model=~"$model", gen_ai_operation_name=~"$operation"`,
     // recording rules keep only the groupBy labels
     recorded: p.groupBy
@@ -610,13 +610,13 @@ export function renderDashboard(p) {
   row('Proxy health (is the proxy itself the bottleneck?)');
   panel({
     title: 'In-flight streams (count)',
-    description: `Streams currently open through the proxy (${METRICS.active}, an up-down counter), per provider and upstream server_address.`,
+    description: `Streams currently open through the proxy (${METRICS.active}, an up-down counter), per provider, operation (a Realtime or Live response counts while it is being answered) and upstream server_address.`,
     unit: 'short',
     min: 0,
     targets: [
       target(
-        `sum by (gen_ai_provider_name, server_address) (${METRICS.active}{${f.active}})`,
-        '{{gen_ai_provider_name}} {{server_address}}',
+        `sum by (gen_ai_provider_name, gen_ai_operation_name, server_address) (${METRICS.active}{${f.active}})`,
+        '{{gen_ai_provider_name}} {{gen_ai_operation_name}} {{server_address}}',
       ),
     ],
   });

@@ -201,7 +201,7 @@ export class RequestMeter {
   private startRecording(): void {
     const l = this.requestLabels;
     this.labels = this.requestOnlyLabels();
-    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.serverAddress, l.serverAddress));
+    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.operation, l.operation, ATTR.serverAddress, l.serverAddress));
     this.defer(() => this.ins.streamsActive.add(1, active));
   }
 

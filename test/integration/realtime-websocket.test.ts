@@ -180,6 +180,8 @@ describe('OpenAI Realtime through the proxy (WebSocket, permessage-deflate)', ()
     expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'cancelled' })).toBe(1);
     expect(total(s, 'gen_ai_client_operation_duration_seconds_count', { ...labels, error_type: 'client_cancelled' })).toBe(1);
     expect(total(s, 'llm_proxy_streams_active', { gen_ai_provider_name: 'openai' })).toBe(0);
+    // Its series says which operation it counts (the dashboard's operation variable filters it).
+    expect(s.filter((x) => x.name === 'llm_proxy_streams_active' && x.labels.gen_ai_provider_name === 'openai').map((x) => x.labels.gen_ai_operation_name)).toEqual(['realtime']);
     expect(handshakes.at(-1)!.url).toBe('/v1/realtime?model=gpt-realtime');
   });
 
