@@ -79,10 +79,11 @@ export class Tunnel {
     const { origin } = this.opts;
     // Half-open, so an upstream that ends its half can still be sent the client's (without it
     // a TLS socket ends its own half at once, and a client frame then meets EPIPE).
+    const onread = sharedRead((b, at) => this.fromUpstream(b, at));
     const up =
       origin.protocol === 'https:'
-        ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
-        : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread: sharedRead((b, at) => this.fromUpstream(b, at)) });
+        ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true, onread } as tls.ConnectionOptions)
+        : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread });
     this.upstream = up;
     up.setNoDelay(true);
     // Written at once: the socket holds it until connected.
@@ -93,7 +94,6 @@ export class Tunnel {
       clearTimeout(this.timer);
       this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
     });
-    if (up instanceof tls.TLSSocket) up.on('data', (b: Buffer) => this.fromUpstream(b, performance.now()));
     up.on('end', () => this.upstreamEnd());
     up.on('error', (err: NodeJS.ErrnoException) => this.upstreamFailed(err));
     up.on('close', () => this.upstreamFailed(undefined));

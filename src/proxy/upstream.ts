@@ -22,7 +22,7 @@ import {
  * is one `onread` callback into a shared buffer, and a chunked body comes out
  * as the upstream's own framing, ready to be written to the client verbatim
  * (see bench/README.md for the measurements). TLS upstreams use the same code
- * over tls.connect.
+ * over tls.connect, whose decrypted reads take the same `onread` path.
  */
 
 export class UpstreamTimeout extends Error {
@@ -80,9 +80,10 @@ const CRLF = Buffer.from('\r\n');
 const LAST_CHUNK = Buffer.from('0\r\n\r\n');
 
 /**
- * `onread` options for a plain-TCP socket: every read lands in READ_BUFFER and reaches
- * `onRead` as a copy of its own, stamped on arrival. A read costs one callback instead of a
- * Readable push and a 'data' emit; pause() and resume() still work.
+ * `onread` options for a socket (net.connect, and tls.connect for the decrypted bytes): every
+ * read lands in READ_BUFFER and reaches `onRead` as a copy of its own, stamped on arrival. A
+ * read costs one callback instead of a Readable push and a 'data' emit; pause() and resume()
+ * still work.
  */
 export function sharedRead(onRead: (b: Buffer, arrival: number) => void): net.OnReadOpts {
   return {
@@ -144,9 +145,10 @@ export class UpstreamClient {
         port: origin.port,
         servername: net.isIP(origin.host) ? undefined : origin.host,
         session,
-      });
+        // Supported by tls.connect since Node 15 (decrypted bytes); @types/node omits it.
+        onread: sharedRead((b, arrival) => conn.onRead(b, arrival)),
+      } as tls.ConnectionOptions);
       s.on('session', (sess: Buffer) => this.tlsSessions.set(key, sess));
-      s.on('data', (b: Buffer) => conn.onRead(b, performance.now()));
       socket = s;
     } else {
       socket = net.connect({
