@@ -15,21 +15,14 @@ import http from 'node:http';
 import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
-import { performance } from 'node:perf_hooks';
-import { cpuMsOf, killAllSync, pathDefs } from './lib/paths.mjs';
+import { cpuMsOf, pathDefs } from './lib/paths.mjs';
+import { arg, epoch, killPathsOnExit, scenarios, until } from './lib/focused.mjs';
 import { agg, fmt, fmtAgg, quant } from './lib/stats.mjs';
 
-const arg = (name, dflt) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? dflt;
 const REPS = Number(arg('reps', '3'));
-const SCENARIOS = arg('scenarios', '20x100,1.4x100').split(',').map((s) => {
-  const [d, c] = s.split('x').map(Number);
-  return { delta: d, streams: c, events: d >= 10 ? 150 : 700 };
-});
+const SCENARIOS = scenarios('20x100,1.4x100').map(({ delta, n, count }) => ({ delta, streams: n, events: count }));
 const PATHS = arg('paths', 'direct,proxy,proxy-nometrics').split(',');
-const epoch = () => performance.timeOrigin + performance.now();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-process.on('exit', killAllSync);
-for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(130));
+killPathsOnExit();
 
 const tmpRoot = fs.mkdtempSync(path.join(os.tmpdir(), 'llm-proxy-tls-bench-'));
 const key = path.join(tmpRoot, 'key.pem');
@@ -59,12 +52,7 @@ async function emit(streams, delta, events) {
   const t0 = epoch() + 20;
   for (let k = 0; k < events; k++) {
     const due = t0 + k * delta;
-    for (;;) {
-      const now = epoch();
-      if (now >= due) break;
-      if (due - now > 1.5) await sleep(due - now - 1);
-      else await new Promise((r) => setImmediate(r));
-    }
+    await until(due);
     for (const s of streams) s.res.write(event(s.i, k, due));
   }
   for (const s of streams) s.res.end('data: [DONE]\n\n');

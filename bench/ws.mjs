@@ -10,26 +10,18 @@
 // t0 + k·Δ (the batched pattern of the HTTP bench), each stamped with its scheduled time.
 // Added latency = (arrival − scheduled) quantile through the path − the same through direct,
 // in the same repetition; paths alternate, reversed every second repetition.
-import { performance } from 'node:perf_hooks';
 import os from 'node:os';
 import fs from 'node:fs';
 import path from 'node:path';
 import { WebSocket, WebSocketServer } from 'ws';
 import { children, cpuMsOf, freePort, killAllSync, pathDefs } from './lib/paths.mjs';
+import { arg, epoch, killPathsOnExit, scenarios, sleep, until } from './lib/focused.mjs';
 import { agg, fmt, fmtAgg, quant } from './lib/stats.mjs';
 
-const arg = (name, dflt) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? dflt;
 const REPS = Number(arg('reps', '3'));
-const SCENARIOS = arg('scenarios', '20x1,20x100,1.4x100').split(',').map((s) => {
-  const [d, c] = s.split('x').map(Number);
-  return { delta: d, sessions: c, messages: d >= 10 ? 150 : 700 };
-});
+const SCENARIOS = scenarios('20x1,20x100,1.4x100').map(({ delta, n, count }) => ({ delta, sessions: n, messages: count }));
 const PATHS = arg('paths', 'direct,proxy,proxy-nometrics,nginx').split(',');
-const epoch = () => performance.timeOrigin + performance.now();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-process.on('exit', killAllSync);
-for (const sig of ['SIGINT', 'SIGTERM']) process.on(sig, () => process.exit(130));
+killPathsOnExit();
 
 // ---- the emitter: a Realtime upstream on a batched schedule ----
 const emitterPort = await freePort();
@@ -58,12 +50,7 @@ async function emit(sessions, delta, messages) {
   const late = [];
   for (let k = 0; k < messages; k++) {
     const due = t0 + k * delta;
-    for (;;) {
-      const now = epoch();
-      if (now >= due) break;
-      if (due - now > 1.5) await sleep(due - now - 1);
-      else await new Promise((r) => setImmediate(r));
-    }
+    await until(due);
     late.push(epoch() - due);
     for (const s of sessions) s.ws.send(payload(s.i, k, due));
   }
