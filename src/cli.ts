@@ -186,6 +186,10 @@ async function runHealthcheck(args: string[]): Promise<void> {
     process.stdout.write(USAGE);
     return;
   }
+  if (own.version) {
+    process.stdout.write(`${VERSION}\n`);
+    return;
+  }
   let running: ProxyValues = {};
   const pid1 = proxyArgsOf(pid1Cmdline() ?? []);
   if (pid1 !== undefined) {
@@ -208,6 +212,7 @@ async function runHealthcheck(args: string[]): Promise<void> {
   const r = await checkHealth(url, timeoutMs);
   if (!r.healthy) unhealthy(r.message);
   process.stdout.write(`healthy: ${r.message}\n`);
+  process.exit(0); // nothing left to wait for (a socket the peer holds open, say)
 }
 
 /** The keys that are set: a flag one command line lacks must not erase the other's. */

@@ -40,23 +40,33 @@ export function pid1Cmdline(path = '/proc/1/cmdline'): string[] | undefined {
 export function healthUrl(config: Config): string {
   const { host, port } = config.metrics;
   if (port === 0) throw new Error('the metrics port is 0 (any free port): give the health check the port the proxy got, with --metrics-port');
-  // A wildcard address listens on loopback too.
-  const h = host === '0.0.0.0' || host === '' ? '127.0.0.1' : host === '::' ? '::1' : host;
+  // A wildcard address listens on loopback too; `::` on IPv4's as well (dual stack, Node's
+  // default), which is there even where IPv6 is disabled.
+  const h = host === '0.0.0.0' || host === '::' || host === '' ? '127.0.0.1' : host;
   return `http://${isIPv6(h) ? `[${h}]` : h}:${port}/healthz`;
 }
 
 /**
- * One GET of the health URL; resolves with what to print, healthy or not. node:http, not
- * fetch: fetch refuses the ports browsers block (6000, 6665–6669, ...), and loads undici.
+ * One GET of the health URL; resolves with what to print, healthy or not, by `timeoutMs` at the
+ * latest (a deadline, not an idle timer: a peer that trickles bytes cannot hold it). The status
+ * decides; the body is not read. node:http, not fetch: fetch refuses the ports browsers block
+ * (6000, 6665–6669, ...), and loads undici.
  */
 export function checkHealth(url: string, timeoutMs: number): Promise<{ healthy: boolean; message: string }> {
   return new Promise((resolve) => {
-    const req = http.get(url, { timeout: timeoutMs, agent: false }, (res) => {
-      res.resume();
+    const req = http.get(url, { agent: false }, (res) => {
       const status = res.statusCode ?? 0;
+      clearTimeout(deadline);
+      req.destroy();
       resolve({ healthy: status >= 200 && status < 300, message: `${url}: ${status}` });
     });
-    req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${timeoutMs} ms`), { code: 'TIMEOUT' })));
-    req.on('error', (e: NodeJS.ErrnoException) => resolve({ healthy: false, message: `${url}: ${e.code === 'TIMEOUT' ? e.message : (e.code ?? e.message)}` }));
+    const deadline = setTimeout(() => {
+      req.destroy();
+      resolve({ healthy: false, message: `${url}: no answer within ${timeoutMs} ms` });
+    }, timeoutMs);
+    req.on('error', (e: NodeJS.ErrnoException) => {
+      clearTimeout(deadline);
+      resolve({ healthy: false, message: `${url}: ${e.code ?? e.message}` });
+    });
   });
 }

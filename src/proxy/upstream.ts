@@ -81,9 +81,11 @@ const LAST_CHUNK = Buffer.from('0\r\n\r\n');
 
 /**
  * `onread` options for a socket (net.connect, and tls.connect for the decrypted bytes): every
- * read lands in READ_BUFFER and reaches `onRead` as a copy of its own, stamped on arrival. A
- * read costs one callback instead of a Readable push and a 'data' emit; pause() and resume()
- * still work.
+ * read lands in READ_BUFFER and reaches `onRead` as a copy of its own, stamped on arrival (every
+ * socket shares the buffer, and a write may still hold the bytes after the callback). A read
+ * costs one callback instead of a Readable push and a 'data' emit. pause() stops the reads; a
+ * TLS socket still delivers what it already decrypted from the network read in hand (tens of
+ * KiB at most).
  */
 export function sharedRead(onRead: (b: Buffer, arrival: number) => void): net.OnReadOpts {
   return {

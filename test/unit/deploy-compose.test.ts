@@ -393,7 +393,8 @@ describe('deploy/Dockerfile', () => {
     const exposed = final.instrs.filter((i) => i.op === 'EXPOSE').flatMap((i) => i.args.split(/\s+/));
     expect(exposed).toEqual(expect.arrayContaining(['8080', '9464']));
     const hc = final.instrs.find((i) => i.op === 'HEALTHCHECK')!.args;
-    expect(JSON.parse(hc.slice(hc.indexOf('CMD') + 3).trim())).toEqual(['node', 'dist/cli.js', 'healthcheck']);
+    const workdir = final.instrs.filter((i) => i.op === 'WORKDIR').at(-1)!.args;
+    expect(JSON.parse(hc.slice(hc.indexOf('CMD') + 3).trim())).toEqual(['node', `${workdir}/dist/cli.js`, 'healthcheck']);
     const env = final.instrs.filter((i) => i.op === 'ENV').map((i) => i.args).join(' ');
     expect(env).toMatch(/LLM_PROXY_HOST=0\.0\.0\.0/);
     expect(env).toMatch(/LLM_PROXY_METRICS_HOST=0\.0\.0\.0/);
@@ -433,7 +434,10 @@ describe('deploy/Dockerfile', () => {
     // async spawn: the server runs in this process and must keep answering while the check runs
     const run = (p: number) =>
       new Promise<number | null>((done) => {
-        const child = spawn(process.execPath, argv.slice(1), {
+        // The image's WORKDIR is the repository root here.
+        const workdir = final.instrs.filter((i) => i.op === 'WORKDIR').at(-1)!.args;
+        const args = argv.slice(1).map((a) => (a.startsWith(`${workdir}/`) ? join(repo, a.slice(workdir.length + 1)) : a));
+        const child = spawn(process.execPath, args, {
           env: { ...process.env, LLM_PROXY_METRICS_PORT: String(p) },
           stdio: 'ignore',
           timeout: 10_000,

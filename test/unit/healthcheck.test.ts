@@ -34,7 +34,7 @@ describe('healthcheck: which proxy it checks', () => {
     const url = (metrics: { host?: string; port?: number }) => healthUrl(buildConfig({ metrics }));
     expect(url({})).toBe('http://127.0.0.1:9464/healthz');
     expect(url({ host: '0.0.0.0', port: 9000 })).toBe('http://127.0.0.1:9000/healthz');
-    expect(url({ host: '::', port: 9000 })).toBe('http://[::1]:9000/healthz');
+    expect(url({ host: '::', port: 9000 })).toBe('http://127.0.0.1:9000/healthz'); // dual stack; ::1 may be disabled
     expect(url({ host: 'fd00::5', port: 9000 })).toBe('http://[fd00::5]:9000/healthz');
     expect(url({ host: 'localhost', port: 1 })).toBe('http://localhost:1/healthz');
     expect(() => url({ port: 0 })).toThrow(/metrics port is 0/);

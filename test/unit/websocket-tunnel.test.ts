@@ -70,6 +70,7 @@ beforeAll(async () => {
     if (req.url!.startsWith('/silent')) return socket.destroy(); // accepts the TCP connection, never answers
     if (req.url!.startsWith('/flood')) return flood(socket);
     if (req.url!.startsWith('/sink')) return sink(socket);
+    if (req.url!.startsWith('/pattern')) return pattern(socket, Number(new URL(req.url!, 'http://x').searchParams.get('id')));
     wss.handleUpgrade(req, socket, head, (ws) => {
       let closed!: (c: { code: number; reason: string }) => void;
       serverClose.push(new Promise((r) => (closed = r)));
@@ -127,6 +128,29 @@ function sink(socket: net.Socket): void {
   socket.on('data', (b: Buffer) => (state.read += b.length));
   socket.on('end', () => socket.end());
   socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+}
+
+/** Byte `o` of tunnel `id`'s stream: no period that a read or a buffer size could line up with. */
+const patternByte = (id: number, o: number): number => (o * 31 + id * 101 + (o >>> 13) * 7 + (o >>> 17)) & 0xff;
+const PATTERN_BYTES = 8 * 1024 * 1024;
+
+/** A raw upstream that answers 101, then streams its pattern (reads and drops what comes). */
+function pattern(socket: net.Socket, id: number): void {
+  socket.on('error', () => {});
+  socket.resume();
+  socket.on('end', () => socket.end());
+  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+  let o = 0;
+  const next = (): void => {
+    while (o < PATTERN_BYTES) {
+      const b = Buffer.allocUnsafe(Math.min(50_000, PATTERN_BYTES - o)); // no multiple of any buffer size
+      for (let j = 0; j < b.length; j++) b[j] = patternByte(id, o + j);
+      o += b.length;
+      if (!socket.write(b)) return void socket.once('drain', next);
+    }
+    socket.end();
+  };
+  next();
 }
 
 afterAll(async () => {
@@ -308,6 +332,47 @@ describe('WebSocket upgrades', () => {
     expect(sinks[m]!.read).toBe(FLOOD_BYTES);
     expect(sent.done).toBe(true);
     d.destroy();
+    expect(await inFlight(0)).toBe(0);
+  });
+
+  it('keep every byte of two tunnels whose clients read slowly at once (the reads share one buffer)', async () => {
+    // A tunnel whose client lags holds writes in flight while the other tunnel's upstream reads
+    // into the same buffer: only a copy per read keeps each stream its own.
+    const port = Number(new URL(proxy.proxyUrl).port);
+    const one = (id: number) =>
+      new Promise<{ bytes: number; bad: number }>((resolve) => {
+        const c = net.connect(port, '127.0.0.1', () =>
+          c.write(`GET /pattern?id=${id} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`),
+        );
+        let head: Buffer | undefined = Buffer.alloc(0);
+        let o = 0;
+        let bad = 0;
+        let sincePause = 0;
+        const body = (b: Buffer) => {
+          for (let j = 0; j < b.length; j++) if (b[j] !== patternByte(id, o + j)) bad++;
+          o += b.length;
+          sincePause += b.length;
+          if (sincePause > 256 * 1024) {
+            sincePause = 0;
+            c.pause(); // the proxy's writes to this client back up meanwhile
+            setTimeout(() => c.resume(), 15);
+          }
+        };
+        c.on('data', (b: Buffer) => {
+          if (head === undefined) return body(b);
+          head = Buffer.concat([head, b]);
+          const i = head.indexOf('\r\n\r\n');
+          if (i < 0) return;
+          const rest = head.subarray(i + 4);
+          head = undefined;
+          body(rest);
+        });
+        c.on('error', () => {});
+        c.on('close', () => resolve({ bytes: o, bad }));
+      });
+    const [a, b] = await Promise.all([one(1), one(2)]);
+    expect(a).toEqual({ bytes: PATTERN_BYTES, bad: 0 });
+    expect(b).toEqual({ bytes: PATTERN_BYTES, bad: 0 });
     expect(await inFlight(0)).toBe(0);
   });
 
