@@ -122,16 +122,17 @@ function proxyFlags(values: ProxyValues): Overrides {
   };
 }
 
+/** --help or --version: printed, and nothing else to do. */
+function infoOnly(values: { help?: boolean; version?: boolean }): boolean {
+  if (values.help) process.stdout.write(USAGE);
+  else if (values.version) process.stdout.write(`${VERSION}\n`);
+  else return false;
+  return true;
+}
+
 async function runProxy(args: string[]): Promise<void> {
   const { values } = parseArgs({ args, options: PROXY_OPTIONS, strict: true });
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  if (values.version) {
-    process.stdout.write(`${VERSION}\n`);
-    return;
-  }
+  if (infoOnly(values)) return;
   const config = loadConfig(proxyFlags(values), process.env);
   // Loaded here, not at the top: `healthcheck` runs every few seconds and needs none of it.
   const [{ createLogger, exitAfterLogs }, { startProxy }] = await Promise.all([import('./log.js'), import('./main.js')]);
@@ -182,14 +183,7 @@ async function runHealthcheck(args: string[]): Promise<void> {
   } catch (e) {
     return unhealthy((e as Error).message);
   }
-  if (own.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
-  if (own.version) {
-    process.stdout.write(`${VERSION}\n`);
-    return;
-  }
+  if (infoOnly(own)) return;
   let running: ProxyValues = {};
   const pid1 = proxyArgsOf(pid1Cmdline() ?? []);
   if (pid1 !== undefined) {
