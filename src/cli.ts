@@ -184,14 +184,12 @@ async function runHealthcheck(args: string[]): Promise<void> {
     return unhealthy((e as Error).message);
   }
   if (infoOnly(own)) return;
-  let running: ProxyValues = {};
+  let running: Overrides = {};
   const pid1 = proxyArgsOf(pid1Cmdline() ?? []);
   if (pid1 !== undefined) {
     try {
-      running = parseArgs({ args: pid1, options: PROXY_OPTIONS, strict: true }).values;
-      proxyFlags(running);
+      running = defined(proxyFlags(parseArgs({ args: pid1, options: PROXY_OPTIONS, strict: true }).values));
     } catch {
-      running = {};
       /* not a command line the proxy would have started with: its own flags only */
     }
   }
@@ -199,7 +197,7 @@ async function runHealthcheck(args: string[]): Promise<void> {
   let timeoutMs: number;
   try {
     timeoutMs = (num('timeout', own.timeout, { min: 0.001 }) ?? 2) * 1000;
-    url = healthUrl(loadConfig({ ...defined(proxyFlags(running)), ...defined(proxyFlags(own)) }, process.env));
+    url = healthUrl(loadConfig({ ...running, ...defined(proxyFlags(own)) }, process.env));
   } catch (e) {
     return unhealthy((e as Error).message);
   }

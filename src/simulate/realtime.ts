@@ -99,7 +99,6 @@ class Conn {
   }
 }
 
-
 /** OpenAI Realtime: one response at a time, as the API allows without `conversation: "none"`. */
 class RealtimeSim {
   private cancel: (() => void) | undefined;

@@ -20,6 +20,7 @@ import { createLogger } from '../../src/log.js';
 import { startProxy } from '../../src/main.js';
 import { Writable } from 'node:stream';
 import { views } from '../helpers/ranges.js';
+import { afterHead, pump, type Progress } from '../helpers/flood.js';
 
 type Script = (sock: net.Socket, head: string, index: number) => void | Promise<void>;
 
@@ -455,56 +456,38 @@ describe('TLS upstream backpressure', () => {
   // a client that stops reading must still stop the upstream, over HTTP and over a tunnel.
   const TOTAL = 48 * 1024 * 1024;
   const piece = Buffer.alloc(64 * 1024, 'x');
-  /** Writes TOTAL bytes as fast as `w` takes them; `progress.written` counts what it took. */
-  const pump = (w: NodeJS.WritableStream & { once: (e: 'drain', f: () => void) => unknown }, progress: { written: number; done: boolean }, end: boolean) => {
-    const next = (): void => {
-      while (progress.written < TOTAL) {
-        progress.written += piece.length;
-        if (!w.write(piece)) return void w.once('drain', next);
-      }
-      progress.done = true;
-      if (end) w.end();
-    };
-    next();
-  };
-  /** Connects, writes `request`, waits for the end of the answer's head, pauses; `rest()` then reads to the close. */
+  /** Connects, writes `request`, pauses after the answer's head; `rest()` then reads to the close. */
   const pausedClient = (url: string, request: string) =>
     new Promise<{ head: string; rest: () => Promise<number> }>((resolve) => {
       const u = new URL(url);
       const c = net.connect(Number(u.port), u.hostname, () => c.write(request));
-      let head: Buffer | undefined = Buffer.alloc(0);
       let body = 0;
-      let done: (n: number) => void;
-      const closed = new Promise<number>((r) => (done = r));
-      c.on('close', () => done(body));
+      const closed = new Promise<number>((r) => c.on('close', () => r(body)));
       c.on('error', () => {});
-      c.on('data', (b: Buffer) => {
-        if (head === undefined) return void (body += b.length);
-        head = Buffer.concat([head, b]);
-        const i = head.indexOf('\r\n\r\n');
-        if (i < 0) return;
-        body = head.length - i - 4;
-        const text = head.subarray(0, i).toString('latin1');
-        head = undefined;
-        c.pause();
-        resolve({ head: text, rest: () => (c.resume(), closed) });
-      });
+      afterHead(
+        c,
+        (head) => {
+          c.pause();
+          resolve({ head, rest: () => (c.resume(), closed) });
+        },
+        (b) => (body += b.length),
+      );
     });
   const bound = TOTAL / 2; // socket buffers on the way hold a few MiB each
 
   it('holds a TLS upstream back while the client does not read, then delivers every byte (HTTP and tunnel)', async () => {
     const { key, cert } = selfSigned();
-    const progress = { http: { written: 0, done: false }, tunnel: { written: 0, done: false } };
+    const progress: Record<'http' | 'tunnel', Progress> = { http: { written: 0, done: false }, tunnel: { written: 0, done: false } };
     const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (req, res) => {
       req.resume();
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(TOTAL) });
-      pump(res, progress.http, true);
+      pump(res, TOTAL, () => piece, progress.http, true);
     });
     server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
       socket.on('error', () => {});
       socket.resume();
       socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
-      pump(socket, progress.tunnel, true);
+      pump(socket, TOTAL, () => piece, progress.tunnel, true);
     });
     const proxyUrl = await proxyInFrontOf(server, cert);
 

@@ -4,6 +4,7 @@ import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
+import { afterHead, pump, type Progress } from '../helpers/flood.js';
 import { startTestProxy } from '../helpers/proxy.js';
 
 // WebSocket upgrades (OpenAI's Realtime API, Gemini's Live API) pass through as a byte tunnel;
@@ -93,41 +94,28 @@ beforeAll(async () => {
 const FLOOD_BYTES = 64 * 1024 * 1024;
 const floodChunk = randomBytes(256 * 1024);
 /** The raw upstreams of the backpressure test: how far they got. */
-const floods: { written: number; done: boolean }[] = [];
-const sinks: { read: number; paused: boolean; socket: net.Socket }[] = [];
-
-/** Writes `total` bytes as fast as the socket takes them (it waits for 'drain'); counts them. */
-function pump(socket: net.Socket, total: number, progress: { written: number; done: boolean }): void {
-  const next = (): void => {
-    while (progress.written < total) {
-      progress.written += floodChunk.length;
-      if (!socket.write(floodChunk)) return void socket.once('drain', next);
-    }
-    progress.done = true;
-  };
-  next();
-}
+const floods: Progress[] = [];
+const sinks: { read: number; socket: net.Socket }[] = [];
+const SWITCHED = 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n';
 
 /** A raw upstream that answers 101, then floods the tunnel. */
 function flood(socket: net.Socket): void {
   socket.on('error', () => {});
   socket.resume(); // reads (and drops) whatever comes, to see the client's end
   socket.on('end', () => socket.end()); // the server's sockets are half-open ones
-  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
-  const progress = { written: 0, done: false };
-  floods.push(progress);
-  pump(socket, FLOOD_BYTES, progress);
+  socket.write(SWITCHED);
+  floods.push(pump(socket, FLOOD_BYTES, () => floodChunk));
 }
 
 /** A raw upstream that answers 101 and reads nothing until told to (its reads are counted). */
 function sink(socket: net.Socket): void {
   socket.on('error', () => {});
   socket.pause();
-  const state = { read: 0, paused: true, socket };
+  const state = { read: 0, socket };
   sinks.push(state);
   socket.on('data', (b: Buffer) => (state.read += b.length));
   socket.on('end', () => socket.end());
-  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+  socket.write(SWITCHED);
 }
 
 /** Byte `o` of tunnel `id`'s stream: no period that a read or a buffer size could line up with. */
@@ -139,19 +127,18 @@ function pattern(socket: net.Socket, id: number): void {
   socket.on('error', () => {});
   socket.resume();
   socket.on('end', () => socket.end());
-  socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
-  let o = 0;
-  const next = (): void => {
-    while (o < PATTERN_BYTES) {
-      const b = Buffer.allocUnsafe(Math.min(50_000, PATTERN_BYTES - o)); // no multiple of any buffer size
-      for (let j = 0; j < b.length; j++) b[j] = patternByte(id, o + j);
-      o += b.length;
-      if (!socket.write(b)) return void socket.once('drain', next);
-    }
-    socket.end();
+  socket.write(SWITCHED);
+  const pieceAt = (o: number) => {
+    const b = Buffer.allocUnsafe(Math.min(50_000, PATTERN_BYTES - o)); // no multiple of any buffer size
+    for (let j = 0; j < b.length; j++) b[j] = patternByte(id, o + j);
+    return b;
   };
-  next();
+  pump(socket, PATTERN_BYTES, pieceAt, undefined, true);
 }
+
+/** A client's opening handshake for `path` (with `extra` header lines), as raw bytes. */
+const handshake = (path: string, extra = '') =>
+  `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n${extra}\r\n`;
 
 afterAll(async () => {
   await proxy?.close();
@@ -285,32 +272,27 @@ describe('WebSocket upgrades', () => {
   it('stop a flooding side while the other does not read, and deliver every byte once it does', async () => {
     // Without backpressure the proxy would take the whole flood into its memory at once.
     const port = Number(new URL(proxy.proxyUrl).port);
-    const hs = (path: string) =>
-      `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`;
     const bound = FLOOD_BYTES / 2; // every socket buffer on the way (a few MiB each) and the proxy's own
     const settle = () => new Promise((r) => setTimeout(r, 600));
 
     // Upstream → client: the client reads the 101, then stops reading.
     const n = floods.length;
-    const c = net.connect(port, '127.0.0.1', () => c.write(hs('/flood')));
+    const c = net.connect(port, '127.0.0.1', () => c.write(handshake('/flood')));
     let got = 0;
-    let head = true;
     await new Promise<void>((resolve) =>
-      c.on('data', (b: Buffer) => {
-        if (head) {
-          head = false;
-          const end = b.indexOf('\r\n\r\n');
-          expect(b.subarray(0, end).toString()).toMatch(/^HTTP\/1\.1 101 /);
-          got += b.length - end - 4;
+      afterHead(
+        c,
+        (head) => {
+          expect(head).toMatch(/^HTTP\/1\.1 101 /);
           c.pause();
           resolve();
-        } else got += b.length;
-      }),
+        },
+        (b) => (got += b.length),
+      ),
     );
     await settle();
-    const heldUp = floods[n]!.written;
     expect(floods[n]!.done).toBe(false);
-    expect(heldUp).toBeLessThan(bound);
+    expect(floods[n]!.written).toBeLessThan(bound);
     c.resume();
     for (let i = 0; i < 500 && got < FLOOD_BYTES; i++) await new Promise((r) => setTimeout(r, 20));
     expect(got).toBe(FLOOD_BYTES);
@@ -319,11 +301,10 @@ describe('WebSocket upgrades', () => {
 
     // Client → upstream: the upstream reads nothing until told to.
     const m = sinks.length;
-    const d = net.connect(port, '127.0.0.1', () => d.write(hs('/sink')));
+    const d = net.connect(port, '127.0.0.1', () => d.write(handshake('/sink')));
     d.on('error', () => {});
     await new Promise<void>((resolve) => d.once('data', () => resolve()));
-    const sent = { written: 0, done: false };
-    pump(d, FLOOD_BYTES, sent);
+    const sent = pump(d, FLOOD_BYTES, () => floodChunk);
     await settle();
     expect(sent.done).toBe(false);
     expect(sent.written).toBeLessThan(bound);
@@ -341,32 +322,24 @@ describe('WebSocket upgrades', () => {
     const port = Number(new URL(proxy.proxyUrl).port);
     const one = (id: number) =>
       new Promise<{ bytes: number; bad: number }>((resolve) => {
-        const c = net.connect(port, '127.0.0.1', () =>
-          c.write(`GET /pattern?id=${id} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`),
-        );
-        let head: Buffer | undefined = Buffer.alloc(0);
+        const c = net.connect(port, '127.0.0.1', () => c.write(handshake(`/pattern?id=${id}`)));
         let o = 0;
         let bad = 0;
         let sincePause = 0;
-        const body = (b: Buffer) => {
-          for (let j = 0; j < b.length; j++) if (b[j] !== patternByte(id, o + j)) bad++;
-          o += b.length;
-          sincePause += b.length;
-          if (sincePause > 256 * 1024) {
-            sincePause = 0;
-            c.pause(); // the proxy's writes to this client back up meanwhile
-            setTimeout(() => c.resume(), 15);
-          }
-        };
-        c.on('data', (b: Buffer) => {
-          if (head === undefined) return body(b);
-          head = Buffer.concat([head, b]);
-          const i = head.indexOf('\r\n\r\n');
-          if (i < 0) return;
-          const rest = head.subarray(i + 4);
-          head = undefined;
-          body(rest);
-        });
+        afterHead(
+          c,
+          () => {},
+          (b) => {
+            for (let j = 0; j < b.length; j++) if (b[j] !== patternByte(id, o + j)) bad++;
+            o += b.length;
+            sincePause += b.length;
+            if (sincePause > 256 * 1024) {
+              sincePause = 0;
+              c.pause(); // the proxy's writes to this client back up meanwhile
+              setTimeout(() => c.resume(), 15);
+            }
+          },
+        );
         c.on('error', () => {});
         c.on('close', () => resolve({ bytes: o, bad }));
       });
@@ -378,11 +351,9 @@ describe('WebSocket upgrades', () => {
 
   it('pass the upstream half-close on (the client can still send), and a reset as a reset', async () => {
     const port = Number(new URL(proxy.proxyUrl).port);
-    const hs = (path: string) =>
-      `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`;
     const n = afterUpstreamEnd.length;
     const half = await new Promise<string>((resolve) => {
-      const c = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => c.write(hs('/halfup')));
+      const c = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => c.write(handshake('/halfup')));
       let t = '';
       c.on('data', (b: Buffer) => (t += b.toString()));
       c.on('end', () => c.end('reply-after-fin')); // the upstream ended its half: answer, then end ours
@@ -393,7 +364,7 @@ describe('WebSocket upgrades', () => {
     expect(afterUpstreamEnd[n]).toBe('reply-after-fin');
 
     const reset = await new Promise<string | undefined>((resolve) => {
-      const c = net.connect(port, '127.0.0.1', () => c.write(hs('/reset')));
+      const c = net.connect(port, '127.0.0.1', () => c.write(handshake('/reset')));
       let code: string | undefined;
       c.on('error', (e: NodeJS.ErrnoException) => (code = e.code));
       c.on('close', () => resolve(code));
@@ -437,18 +408,16 @@ describe('WebSocket upgrades', () => {
   });
 
   it('refuse what a request would be refused for, and answer for an upstream that fails', async () => {
-    const hs = (path: string, extra = '') =>
-      `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n${extra}\r\n`;
-    const dot = await raw(hs('/v1/../admin'));
+    const dot = await raw(handshake('/v1/../admin'));
     expect(dot.text).toMatch(/^HTTP\/1\.1 400 /);
     expect(dot.text).toContain('"type":"invalid_path"');
-    const withBody = await raw(`${hs('/v1/realtime', 'Content-Length: 3\r\n')}abc`);
+    const withBody = await raw(`${handshake('/v1/realtime', 'Content-Length: 3\r\n')}abc`);
     expect(withBody.text).toMatch(/^HTTP\/1\.1 400 /);
     expect(withBody.text).toContain('"type":"invalid_upgrade"');
-    const bad101 = await raw(hs('/bad101'));
+    const bad101 = await raw(handshake('/bad101'));
     expect(bad101.text).toMatch(/^HTTP\/1\.1 502 /);
     expect(bad101.text).toContain('101 without Upgrade: websocket');
-    const silent = await raw(hs('/silent'));
+    const silent = await raw(handshake('/silent'));
     expect(silent.text).toMatch(/^HTTP\/1\.1 502 /);
     expect(silent.text).toContain('"type":"upstream_reset"');
     expect(silent.closed).toBe(true);
@@ -463,7 +432,7 @@ describe('WebSocket upgrades', () => {
       const port = Number(new URL(other.proxyUrl).port);
       const ask = (path: string) =>
         new Promise<string>((resolve) => {
-          const s = net.connect(port, '127.0.0.1', () => s.write(hs(path)));
+          const s = net.connect(port, '127.0.0.1', () => s.write(handshake(path)));
           let t = '';
           s.on('data', (b: Buffer) => (t += b.toString()));
           s.on('close', () => resolve(t));
