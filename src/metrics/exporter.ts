@@ -15,6 +15,7 @@ import { VERSION } from '../version.js';
 import { FastMetricProducer } from './fast-metrics.js';
 import { withUnitSuffixes } from './prometheus-names.js';
 import { PrometheusText } from './prometheus-text.js';
+import { TemporalityView } from './temporality.js';
 
 export const SCOPE_NAME = 'llm-latency-proxy';
 
@@ -78,7 +79,9 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
           }
         : {}),
     });
-    readers.push(new PeriodicExportingMetricReader({ exporter, metricProducers: [fast], exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
+    // The fast instruments follow the exporter's temporality (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE) as the SDK's do.
+    const view = new TemporalityView(fast, (t) => exporter.selectAggregationTemporality(t));
+    readers.push(new PeriodicExportingMetricReader({ exporter, metricProducers: [view], exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
   }
   const text = new PrometheusText();
   const resource = resourceFromAttributes({

@@ -9,6 +9,17 @@ export interface OtlpPoint {
   count?: number;
   sum?: number;
   value?: number;
+  /** The metric's aggregation temporality, for histograms and sums. */
+  temporality?: 'delta' | 'cumulative';
+  startTimeUnixNano?: string;
+  timeUnixNano?: string;
+}
+
+/** OTLP's AggregationTemporality: 1 delta, 2 cumulative (a number, or its name in proto3 JSON). */
+function temporalityOf(t: unknown): OtlpPoint['temporality'] {
+  if (t === 1 || t === 'AGGREGATION_TEMPORALITY_DELTA') return 'delta';
+  if (t === 2 || t === 'AGGREGATION_TEMPORALITY_CUMULATIVE') return 'cumulative';
+  return undefined;
 }
 
 export interface OtlpExport {
@@ -39,7 +50,7 @@ export async function startOtlpReceiver() {
         for (const sm of rm.scopeMetrics)
           for (const m of sm.metrics) {
             for (const kind of ['histogram', 'exponentialHistogram', 'sum', 'gauge'] as const) {
-              const data = m[kind] as { dataPoints: Record<string, unknown>[] } | undefined;
+              const data = m[kind] as { dataPoints: Record<string, unknown>[]; aggregationTemporality?: unknown } | undefined;
               if (!data) continue;
               for (const dp of data.dataPoints) {
                 points.push({
@@ -50,6 +61,9 @@ export async function startOtlpReceiver() {
                   ...(dp.count !== undefined ? { count: Number(dp.count) } : {}),
                   ...(dp.sum !== undefined ? { sum: Number(dp.sum) } : {}),
                   ...(dp.asDouble !== undefined ? { value: Number(dp.asDouble) } : dp.asInt !== undefined ? { value: Number(dp.asInt) } : {}),
+                  ...(temporalityOf(data.aggregationTemporality) ? { temporality: temporalityOf(data.aggregationTemporality) } : {}),
+                  ...(dp.startTimeUnixNano !== undefined ? { startTimeUnixNano: String(dp.startTimeUnixNano) } : {}),
+                  ...(dp.timeUnixNano !== undefined ? { timeUnixNano: String(dp.timeUnixNano) } : {}),
                 });
               }
             }

@@ -50,12 +50,13 @@ function connectRefused(url: string): Promise<boolean> {
   });
 }
 
-async function startProxy(upstream: string, drainSeconds: number, otlpUrl: string) {
+async function startProxy(upstream: string, drainSeconds: number, otlpUrl: string, env: Record<string, string> = {}) {
   const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0', '--drain-timeout', String(drainSeconds)], {
     OTEL_METRICS_EXPORTER: 'otlp,prometheus',
     OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: otlpUrl,
     OTEL_METRIC_EXPORT_INTERVAL: '300',
     POD_NAME: 'llp-pod-7',
+    ...env,
   });
   procs.push(p);
   const l = await p.waitFor((x) => x.msg === 'listening');
@@ -131,6 +132,45 @@ describe('graceful shutdown and OTLP push', () => {
     expect(p.lines.some((l) => l.msg === 'request' && l.errorType === 'shutdown_deadline')).toBe(true);
     const cut = otlp.latest().filter((x) => x.metric === 'gen_ai.client.operation.duration' && x.attributes['error.type'] === 'shutdown_deadline');
     expect(cut.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(1);
+  });
+});
+
+describe('OTLP temporality', () => {
+  it('OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE=delta: histograms and counters arrive as deltas that add up to the totals, up-down counters stay cumulative', async () => {
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 20, alwaysUsage: true });
+    closers.push(gt.close);
+    const otlp = await startOtlpReceiver();
+    closers.push(otlp.close);
+    const { p, proxyUrl } = await startProxy(gt.url, 5, otlp.url, { OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: 'delta' });
+    // Three streams, each in an export interval of its own (the interval is 300 ms).
+    for (let i = 0; i < 3; i++) {
+      const seen = otlp.exports.length;
+      expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
+      const t0 = performance.now();
+      while (otlp.exports.length < seen + 2 && performance.now() - t0 < 10_000) await sleep(20);
+    }
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toBe(0);
+
+    const points = otlp.exports.flatMap((e) => e.points);
+    const of = (metric: string) => points.filter((x) => x.metric === metric);
+    const gaps = of('gen_ai.client.operation.time_per_output_chunk');
+    const ttft = of('gen_ai.client.operation.time_to_first_chunk');
+    const finished = of('llm_proxy.streams');
+    const active = of('llm_proxy.streams.active');
+    for (const list of [gaps, ttft, finished]) {
+      expect(list.length).toBeGreaterThanOrEqual(3); // one point per interval with a stream in it
+      expect(new Set(list.map((x) => x.temporality))).toEqual(new Set(['delta']));
+    }
+    expect(active.length).toBeGreaterThan(0);
+    expect(new Set(active.map((x) => x.temporality))).toEqual(new Set(['cumulative']));
+    // Deltas add up to the totals; cumulative points summed this way would count streams twice.
+    expect(gaps.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(3 * 19);
+    expect(ttft.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(3);
+    expect(finished.reduce((a, x) => a + (x.value ?? 0), 0)).toBe(3);
+    // Each interval of a series starts where its previous one ended.
+    const ttftTimes = ttft.map((x) => [BigInt(x.startTimeUnixNano!), BigInt(x.timeUnixNano!)] as const);
+    for (let i = 1; i < ttftTimes.length; i++) expect(ttftTimes[i]![0]).toBe(ttftTimes[i - 1]![1]);
   });
 });
 
