@@ -585,7 +585,7 @@ export function renderDashboard(p) {
   const legend = p.groupBy.map((l) => `{{${l}}}`).join(' ');
   panel({
     title: `p95 TPOT now vs ${p.comparison.day} and ${p.comparison.week} earlier (seconds per token)`,
-    description: `Recorded ${n.tpot.p95} (p95 time per output token per ${p.groupBy.join('/')}, ${p.window} window) now, the same window ${p.comparison.day} and ${p.comparison.week} earlier, the regression alert's threshold (${p.alerts.itlRegression.factor} x the slower of the two) and the absolute objective. Filtered by provider/model/server_address only: recording rules aggregate job and instance away.`,
+    description: `Recorded ${n.tpot.p95} (p95 time per output token per ${p.groupBy.join('/')}, ${p.window} window) now, the same window ${p.comparison.day} and ${p.comparison.week} earlier, the regression alert's threshold (${p.alerts.itlRegression.factor} x the slower of the two) and the absolute objective. Filtered by ${p.groupBy.join('/')} only: recording rules aggregate job and instance away.`,
     unit: 's',
     targets: [
       target(`${n.tpot.p95}${rec}`, `now ${legend}`),
@@ -597,7 +597,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: `p95 TTFT now vs ${p.comparison.day} and ${p.comparison.week} earlier (seconds)`,
-    description: `Recorded ${n.ttft.p95} (p95 time to first token, ${p.window} window) now and the same window ${p.comparison.day} and ${p.comparison.week} earlier, with the TTFT regression alert's threshold (${p.alerts.ttftRegression.factor} x the slower of the two). Filtered by provider/model/server_address only.`,
+    description: `Recorded ${n.ttft.p95} (p95 time to first token, ${p.window} window) now and the same window ${p.comparison.day} and ${p.comparison.week} earlier, with the TTFT regression alert's threshold (${p.alerts.ttftRegression.factor} x the slower of the two). Filtered by ${p.groupBy.join('/')} only.`,
     unit: 's',
     targets: [
       target(`${n.ttft.p95}${rec}`, `now ${legend}`),

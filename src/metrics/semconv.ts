@@ -1,7 +1,7 @@
 /**
  * Metric and attribute names in one place. Instrument names and units follow
  * the OpenTelemetry GenAI semantic conventions; the Prometheus names they turn
- * into are pinned in docs/interfaces.md and by test/integration/metrics-names.test.ts.
+ * into are pinned in docs/interfaces.md and by test/integration/cli-acceptance.test.ts.
  */
 export const METRIC = {
   /** Request arrival at the proxy -> first content-bearing event. */

@@ -129,11 +129,14 @@ export function detectApi(path: string, routeProvider: string | undefined, provi
 /** `gen_ai.provider.name` for well-known hosts (semantic-convention values). */
 const HOST_PROVIDERS: ReadonlyArray<readonly [RegExp, string]> = [
   [/(^|\.)openai\.azure\.com$/, 'azure.ai.openai'],
+  // Azure OpenAI resources of the AI Services kind: `{resource}.cognitiveservices.azure.com`.
+  [/(^|\.)cognitiveservices\.azure\.com$/, 'azure.ai.openai'],
   [/(^|\.)services\.ai\.azure\.com$/, 'azure.ai.inference'],
   [/(^|\.)api\.openai\.com$/, 'openai'],
   [/(^|\.)anthropic\.com$/, 'anthropic'],
   [/(^|\.)generativelanguage\.googleapis\.com$/, 'gcp.gemini'],
-  [/(^|\.)aiplatform\.googleapis\.com$/, 'gcp.vertex_ai'],
+  // Vertex AI's regional endpoints are `{region}-aiplatform.googleapis.com`.
+  [/(^|[.-])aiplatform\.googleapis\.com$/, 'gcp.vertex_ai'],
   [/^bedrock-runtime(?:-fips)?\..*amazonaws\.com$/, 'aws.bedrock'],
   [/(^|\.)deepseek\.com$/, 'deepseek'],
   [/(^|\.)groq\.com$/, 'groq'],

@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { endToEndHeaders, isName, rawHeader } from '../../src/proxy/headers.js';
 import { Router } from '../../src/proxy/routes.js';
+import { providerNameForHost } from '../../src/providers/detect.js';
 import { RequestBodyTap } from '../../src/proxy/request-info.js';
 import { CardinalityLimiter, OTHER } from '../../src/metrics/labels.js';
 import { prometheusBaseName } from '../../src/metrics/prometheus-names.js';
@@ -31,6 +32,28 @@ describe('Router', () => {
     const r2 = new Router([route('/v1', 'http://a:1', false)]);
     expect(r2.match('/v1/chat/completions')!.upstreamPath).toBe('/v1/chat/completions');
     expect(r2.match('/v2/x')).toBeUndefined();
+  });
+});
+
+describe('providerNameForHost', () => {
+  it('names the provider of its hosts, regional and resource-named ones included, and nothing else', () => {
+    const cases: [string, string | undefined][] = [
+      ['api.openai.com', 'openai'],
+      ['my-res.openai.azure.com', 'azure.ai.openai'],
+      ['my-res.cognitiveservices.azure.com', 'azure.ai.openai'],
+      ['my-proj.services.ai.azure.com', 'azure.ai.inference'],
+      ['aiplatform.googleapis.com', 'gcp.vertex_ai'],
+      ['us-central1-aiplatform.googleapis.com', 'gcp.vertex_ai'],
+      ['EUROPE-WEST4-aiplatform.googleapis.com', 'gcp.vertex_ai'],
+      ['generativelanguage.googleapis.com', 'gcp.gemini'],
+      ['bedrock-runtime.us-east-1.amazonaws.com', 'aws.bedrock'],
+      ['api.anthropic.com', 'anthropic'],
+      ['aiplatform.googleapis.com.example.org', undefined],
+      ['notaiplatform.googleapis.com', undefined],
+      ['openai.com.evil.test', undefined],
+      ['vllm', undefined],
+    ];
+    for (const [host, name] of cases) expect([host, providerNameForHost(host)]).toEqual([host, name]);
   });
 });
 
