@@ -161,7 +161,10 @@ export class RequestMeter {
     if (this.adapter.generic === true) return; // timed only: duration and first byte
 
     // Compressed bodies are forwarded as they are and only timed, not parsed.
-    const identity = contentEncoding === undefined || contentEncoding === '' || contentEncoding === 'identity';
+    // Codings are case-insensitive (RFC 9110 §8.4.1); `none`, not a coding, is what some hosts send
+    // to keep a CDN from compressing an event stream: the bytes are plain.
+    const coding = contentEncoding?.trim().toLowerCase();
+    const identity = coding === undefined || coding === '' || coding === 'identity' || coding === 'none';
     if (!identity) return;
     const max = this.opts.maxEventBytes;
     if (kind === 'sse') {

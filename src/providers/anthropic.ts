@@ -100,7 +100,7 @@ export class AnthropicAdapter implements ResponseAdapter {
    * `output_tokens`, which includes thinking. `final`: from `message_delta`
    * (cumulative) or a whole body. `message_start`'s output count is a
    * placeholder (1-4) and is ignored: a stream cut before `message_delta`
-   * falls back to counting events.
+   * has no output count (events carry several tokens each, see multiTokenEvents).
    */
   private readUsage(u: Record<string, unknown>, final: boolean): void {
     const input = num(u.input_tokens);

@@ -34,6 +34,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   responseModel: string | undefined;
   errorType: string | undefined;
   serverTimings: ServerTimings | undefined;
+  /** Set by an audio delta (`gpt-4o-audio`): it holds many tokens, so events are no count. */
+  multiTokenEvents = false;
   private readonly prefix = new ContentPrefix();
   /** llama.cpp native chunks only. */
   private sequences: SequenceCounts | undefined;
@@ -91,7 +93,10 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       return EventKind.None;
     }
     for (const choice of choices) {
-      if (choiceHasContent(choice)) return EventKind.Content;
+      if (choiceHasContent(choice)) {
+        if (!this.multiTokenEvents && choices.some(hasAudioData)) this.multiTokenEvents = true;
+        return EventKind.Content;
+      }
     }
     return EventKind.None;
   }
@@ -204,6 +209,10 @@ function choiceHasContent(choice: unknown): boolean {
   }
   if (nonEmpty(obj(delta.function_call)?.arguments)) return true; // the deprecated `functions` API
   return nonEmpty(obj(delta.audio)?.transcript) || nonEmpty(obj(delta.audio)?.data);
+}
+
+function hasAudioData(choice: unknown): boolean {
+  return nonEmpty(obj(obj(obj(choice)?.delta)?.audio)?.data);
 }
 
 /** Mistral's content as a list of parts: `{type:"text", text}` or `{type:"thinking", thinking:[{type:"text", text}]}`. */

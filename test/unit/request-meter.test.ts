@@ -238,6 +238,32 @@ describe('RequestMeter with a controllable clock', () => {
     expect((await t.histogram(METRIC.duration)).count).toBe(1);
   });
 
+  it('parses a body whose coding is identity in any case, or `none`; not one with a real coding', async () => {
+    t = testInstruments();
+    const events = (coding: string | undefined) => {
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+      m.responseStart(200, 'text/event-stream', coding);
+      m.chunk(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 5);
+      return m.finish(9)!.contentEvents;
+    };
+    expect([undefined, '', 'identity', 'Identity', ' IDENTITY ', 'none', 'None'].map(events)).toEqual([1, 1, 1, 1, 1, 1, 1]);
+    expect(['gzip', 'GZIP', 'br', 'deflate', 'zstd', 'gzip, identity'].map(events)).toEqual([0, 0, 0, 0, 0, 0]);
+  });
+
+  it('counts no tokens from events once a Chat stream carried audio, which holds many tokens a delta', async () => {
+    t = testInstruments();
+    const run = (deltas: object[]) => {
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+      m.responseStart(200, 'text/event-stream', undefined);
+      deltas.forEach((d, i) => m.chunk(Buffer.from(`data: ${JSON.stringify({ model: 'gpt-4o-audio-preview', choices: [{ index: 0, delta: d }] })}\n\n`), 10 + i));
+      return m.finish(50)!;
+    };
+    const text = run([{ content: 'a' }, { content: 'b' }, { content: 'c' }]);
+    expect(text).toMatchObject({ contentEvents: 3, outputTokens: 3, tokenCountSource: 'events' });
+    const audio = run([{ audio: { id: 'x', transcript: 'Hel' } }, { audio: { id: 'x', data: 'AAAA' } }, { audio: { id: 'x', data: 'BBBB', transcript: 'lo' } }]);
+    expect(audio).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none' });
+  });
+
   it('reads usage from a non-streamed JSON body', async () => {
     t = testInstruments();
     const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
