@@ -131,6 +131,11 @@ export function listen(
     // a Content-Length or Transfer-Encoding it dropped: a forwarded request would then lose its
     // framing. No count limit; the 16 KiB head size limit still bounds the fields.
     server.maxHeadersCount = 0;
+    // Node cuts a request still arriving after 300 s with a bare 408 (requestTimeout), which
+    // would cut a slow upload that moves, and be recorded as the client's cancellation. The
+    // proxy's own response timer (forward.ts) handles a body that stops; headersTimeout (60 s)
+    // still bounds a head that never completes.
+    server.requestTimeout = 0;
     if (onUpgrade) server.on('upgrade', onUpgrade);
     server.on('connect', refuseConnect);
     server.once('error', reject);

@@ -203,6 +203,8 @@ class InFlight implements ExchangeHandler {
   private raw: Socket | undefined;
   private paused = false;
   private bodyFraming: RequestBody = 'none';
+  /** The client's body waits for the upstream to take what was written (backpressure). */
+  private bodyHeld = false;
   private readonly resume = (): void => {
     this.paused = false;
     this.exchange?.resume();
@@ -249,7 +251,10 @@ class InFlight implements ExchangeHandler {
     // Client body -> upstream, with backpressure; the model name is read as it passes.
     // Listening first puts the body's first read (on resume's tick) ahead of the
     // uncork of the request head, so head and a small body leave in one write.
-    const resumeReq = () => req.resume();
+    const resumeReq = () => {
+      this.bodyHeld = false;
+      req.resume();
+    };
     req.on('data', (c: Buffer) => {
       if (this.bodyFraming === 'none') {
         // Bytes with no framing to forward them in (cannot happen with Node's parser as
@@ -259,6 +264,7 @@ class InFlight implements ExchangeHandler {
       }
       const ex = this.exchange!;
       if (!ex.write(c)) {
+        this.bodyHeld = true;
         req.pause();
         ex.whenDrained(resumeReq);
       }
@@ -276,7 +282,7 @@ class InFlight implements ExchangeHandler {
       // (a 413) has its head in already, and its timer is cleared.
       if (!this.done && this.upstreamStatus === undefined) this.timer?.refresh(); // refresh() re-arms even a cleared timer
     });
-    this.timer = setTimeout(() => this.exchange?.destroy(new UpstreamTimeout('response')), deps.config.timeouts.response * 1000);
+    this.timer = setTimeout(() => this.responseTimedOut(), deps.config.timeouts.response * 1000);
     this.exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
     req.on('error', () => this.cancel());
 
@@ -376,7 +382,8 @@ class InFlight implements ExchangeHandler {
       // write sends the head as latin1. Without a body (HEAD, 204, 304) it waits for end().
       res.write('', 'latin1');
     } catch (e) {
-      this.exchange?.destroy(new Error(`response head not forwardable: ${(e as Error).message}`));
+      // Valid to our parser but not to Node's (a status Node refuses): not HTTP it can answer with.
+      this.exchange?.destroy(new HttpParseError(`response head not forwardable: ${(e as Error).message}`));
       return;
     }
     const socket = res.socket;
@@ -426,6 +433,23 @@ class InFlight implements ExchangeHandler {
     this.paused = true;
     this.exchange?.pause();
     sink.once('drain', this.resume);
+  }
+
+  /**
+   * No response head within timeouts.response of the request's last progress. While the client
+   * still owes body bytes and the upstream is taking them, the silence is the client's: it gets
+   * a 408, recorded as a cancellation (it abandoned the request), not the upstream's timeout.
+   */
+  private responseTimedOut(): void {
+    if (this.done) return;
+    if (this.req.readableEnded || this.bodyHeld || this.res.headersSent) {
+      this.exchange?.destroy(new UpstreamTimeout('response'));
+      return;
+    }
+    this.deps.log.warn({ reqId: this.requestId, timeoutSeconds: this.deps.config.timeouts.response }, 'client stopped sending its request body');
+    this.res.shouldKeepAlive = false; // the rest of that body may still come: do not read it as a request
+    sendError(this.res, 408, 'request_body_timeout', `no request body byte for ${this.deps.config.timeouts.response} s`);
+    this.cancel(ERROR_TYPE.clientCancelled);
   }
 
   onEnd(): void {

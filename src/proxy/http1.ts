@@ -65,7 +65,9 @@ export function parseResponseHead(head: Buffer): ResponseHead {
     if (BAD_VALUE.test(value)) throw new HttpParseError(`invalid character in header ${name}`);
     rawHeaders.push(name, value);
   }
-  return { minor: Number(m[1]), status: Number(m[2]), statusText, rawHeaders };
+  const status = Number(m[2]);
+  if (status < 100) throw new HttpParseError('invalid status code'); // RFC 9110 §15: 100–599 (Node answers up to 999)
+  return { minor: Number(m[1]), status, statusText, rawHeaders };
 }
 
 function trimOws(s: string): string {

@@ -631,6 +631,8 @@ describe('response heads reach the client as the upstream sent them', () => {
     ['a transfer coding other than chunked', 'HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\n\r\n\x1f\x8b', false],
     ['bytes that are not HTTP, then a close', 'NOT HTTP AT ALL', true],
     ['a response head cut by the close', 'HTTP/1.1 200 OK\r\ncontent-le', true],
+    ['a status code below 100', 'HTTP/1.1 099 Low\r\ncontent-length: 2\r\n\r\nok', false],
+    ['status code 000', 'HTTP/1.1 000 Zero\r\ncontent-length: 2\r\n\r\nok', false],
   ])('answers 502 upstream_protocol_error for %s', async (_name, wire, close) => {
     const up = await wireUpstream((sock) => {
       sock.write(wire);
@@ -714,6 +716,48 @@ describe('the request path, continued', () => {
     expect(text).toContain('"type":"timeout"');
     const m = await scrape(proxy.metricsUrl);
     expect(hist(m, 'gen_ai_client_operation_duration_seconds', { error_type: 'timeout' }).count).toBe(1);
+  });
+
+  it('a client that stops sending its body while the upstream takes it: 408 to the client, recorded as its cancellation, not a timeout', async () => {
+    // An upstream that reads everything and waits for the rest of the body.
+    let upstreamBytes = 0;
+    const sockets = new Set<net.Socket>();
+    const server = net.createServer((sock) => {
+      sockets.add(sock);
+      sock.on('error', () => {});
+      sock.on('data', (d: Buffer) => (upstreamBytes += d.length));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }));
+    proxy = await startTestProxy(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { timeouts: { response: 0.5 } });
+    const u = new URL(proxy.proxyUrl);
+    const s = net.connect(Number(u.port), u.hostname);
+    let text = '';
+    s.on('data', (d: Buffer) => (text += d.toString('latin1')));
+    s.on('error', () => {});
+    const closed = new Promise<void>((r) => s.on('close', () => r()));
+    s.write('POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n{"model":"m","stream":true,');
+    for (let i = 0; i < 500 && !text.includes('\r\n\r\n'); i++) await sleep(20);
+    expect(upstreamBytes).toBeGreaterThan(26); // the head and the body's first bytes reached it
+    expect(text.slice(0, 12)).toBe('HTTP/1.1 408');
+    expect(text).toContain('"type":"request_body_timeout"');
+    expect(text.toLowerCase()).toContain('connection: close'); // the rest of that body is not a request
+    await Promise.race([closed, sleep(3000)]);
+    expect(s.destroyed || s.readableEnded).toBe(true);
+    s.destroy();
+    await sleep(50); // the record waits for the end of the loop iteration
+    const m = await scrape(proxy.metricsUrl);
+    expect(hist(m, 'gen_ai_client_operation_duration_seconds', { error_type: 'client_cancelled' }).count).toBe(1);
+    expect(hist(m, 'gen_ai_client_operation_duration_seconds', { error_type: 'timeout' }).count).toBe(0);
+  });
+
+  it('Node\'s own request timeout is off (it would cut a moving upload at 300 s with a bare 408); the head timeout stays', async () => {
+    const { listen } = await import('../../src/server.js');
+    const { Hono } = await import('hono');
+    const { server } = await listen(new Hono(), 0, '127.0.0.1');
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    expect(server.requestTimeout).toBe(0);
+    expect(server.headersTimeout).toBe(60_000);
   });
 
   it('refuses a request transfer coding other than chunked (501), which it could not pass on', async () => {
