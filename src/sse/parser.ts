@@ -1,3 +1,4 @@
+import { PendingBytes } from './pending-bytes.js';
 /**
  * Incremental, byte-level parser for the WHATWG `text/event-stream` format.
  *
@@ -73,9 +74,8 @@ export class SseParser {
    * its end, when it comes, ends nothing else (it is not a blank line).
    */
   private dropLine = false;
-  /** Pieces of the line not yet terminated. */
-  private pending: Buffer[] = [];
-  private pendingBytes = 0;
+  /** The line not yet terminated (copied: the caller reuses its buffers). */
+  private readonly pending: PendingBytes;
   /** The previous chunk ended with CR: a leading LF in the next one is part of that line end. */
   private afterCR = false;
   private atStart = true;
@@ -106,6 +106,7 @@ export class SseParser {
 
   constructor(private readonly onEvent: (ev: SseEvent) => void, opts: SseParserOptions = {}) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
+    this.pending = new PendingBytes(this.maxEventBytes);
     this.onComment = opts.onComment;
     this.onData = opts.onData;
     this.lane = opts.lane;
@@ -223,39 +224,36 @@ export class SseParser {
   /** End of stream: per the spec an unterminated event is discarded. */
   end(): void {
     this.dropLine = false;
-    this.pending = [];
-    this.pendingBytes = 0;
+    this.pending.clear();
     this.resetEvent();
   }
 
   private stash(part: Buffer): void {
     if (part.length === 0 || this.dropLine) return;
-    if (this.pendingBytes + part.length > this.maxEventBytes) {
+    if (this.pending.add(part, 0, part.length)) {
       // A single line beyond the cap: drop what we hold and the rest of the line,
       // mark the event as skipped.
-      this.pending = [];
-      this.pendingBytes = 0;
+      this.pending.clear();
       this.dropLine = true;
       this.markOversize();
-      return;
     }
-    // Copy: the caller's buffer may be reused after push() returns.
-    this.pending.push(Buffer.from(part));
-    this.pendingBytes += part.length;
   }
 
   private line(buf: Buffer, from: number, to: number): void {
     let lineBuf: Buffer;
     let s: number;
     let e: number;
-    if (this.pendingBytes > 0 || this.pending.length > 0) {
-      this.pending.push(buf.subarray(from, to));
-      lineBuf = Buffer.concat(this.pending);
-      this.pending = [];
-      this.pendingBytes = 0;
+    if (this.pending.length > 0) {
+      const over = this.pending.add(buf, from, to);
+      // A view of the pending copy, which clear() lets go of (it is never reused).
+      lineBuf = this.pending.bytes();
+      this.pending.clear();
+      if (over) {
+        this.markOversize();
+        return; // a line over the cap, which cannot be blank
+      }
       s = 0;
       e = lineBuf.length;
-      if (e > this.maxEventBytes) this.markOversize();
     } else {
       lineBuf = buf;
       s = from;

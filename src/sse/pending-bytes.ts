@@ -3,9 +3,13 @@
  * reads, copied because the caller may reuse its buffer after a push, up to
  * a cap. Over the cap the event is dropped: its bytes are let go at once and
  * `over` stays set (the framing skips to the event's end) until `clear()`.
+ *
+ * One buffer that doubles as it fills, not a copy per piece: an upstream that
+ * sends an event as 1-byte HTTP chunks hands over one piece per byte, and a
+ * Buffer per piece cost ~150 bytes each (a 900 KB line: +140 MB, 1 s of CPU).
  */
 export class PendingBytes {
-  private parts: Buffer[] = [];
+  private store: Buffer | undefined;
   length = 0;
   over = false;
 
@@ -14,25 +18,33 @@ export class PendingBytes {
   /** Keeps `buf[from, to)`; true when this went over the cap (once per event). */
   add(buf: Buffer, from: number, to: number): boolean {
     if (this.over || to === from) return false;
-    if (this.length + (to - from) > this.cap) {
-      this.parts = [];
+    const n = to - from;
+    const need = this.length + n;
+    if (need > this.cap) {
+      this.store = undefined;
       this.length = 0;
       this.over = true;
       return true;
     }
-    this.parts.push(Buffer.from(buf.subarray(from, to)));
-    this.length += to - from;
+    let store = this.store;
+    if (store === undefined || store.length < need) {
+      const grown = Buffer.allocUnsafe(Math.min(this.cap, Math.max(need, 2 * (store?.length ?? 0), 256)));
+      if (store !== undefined) store.copy(grown, 0, 0, this.length);
+      this.store = store = grown;
+    }
+    buf.copy(store, this.length, from, to);
+    this.length = need;
     return false;
   }
 
-  /** The event's bytes so far, as one buffer. */
+  /** The event's bytes so far, as one buffer (valid until `clear()` or the next `add`). */
   bytes(): Buffer {
-    return Buffer.concat(this.parts, this.length);
+    return this.store === undefined ? Buffer.alloc(0) : this.store.subarray(0, this.length);
   }
 
   /** Next event. */
   clear(): void {
-    this.parts = [];
+    this.store = undefined;
     this.length = 0;
     this.over = false;
   }
