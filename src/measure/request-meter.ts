@@ -408,7 +408,11 @@ export class RequestMeter {
     const limit = this.opts.limitResponseModel;
     const endLabels =
       responseModel === undefined ? base : sets.with(base, ATTR.responseModel, limit === undefined ? responseModel : limit(responseModel));
-    const tpot = outputTokens !== undefined ? this.clock.tpotMs(outputTokens) : undefined;
+    // Reasoning the provider counted but did not stream came before the first streamed token:
+    // it is not in the span TPOT divides (300 hidden of 306 tokens made TPOT 60 times too low).
+    const hidden = adapter.reasoningStreamed === false && source === 'usage' ? (usage.reasoningTokens ?? 0) : 0;
+    const spanTokens = outputTokens !== undefined && hidden > 0 && hidden < outputTokens ? outputTokens - hidden : outputTokens;
+    const tpot = spanTokens !== undefined ? this.clock.tpotMs(spanTokens) : undefined;
     if (tpot !== undefined) this.ins.tpot.record(tpot / 1000, endLabels);
     const tokens = (type: string, n: number | undefined) => {
       if (n !== undefined) this.ins.tokenUsage.record(n, sets.with(endLabels, ATTR.tokenType, type));

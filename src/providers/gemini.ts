@@ -25,6 +25,7 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject
  */
 export class GeminiAdapter implements ResponseAdapter {
   readonly multiTokenEvents = true;
+  reasoningStreamed = false;
   readonly streamsJsonArray = true;
   readonly usage: Usage = {};
   cumulativeOutputTokens: number | undefined;
@@ -53,15 +54,18 @@ export class GeminiAdapter implements ResponseAdapter {
     }
     const cands = o.candidates;
     if (!Array.isArray(cands)) return EventKind.None;
+    let content = false;
     for (const c of cands) {
       const parts = obj(obj(c)?.content)?.parts;
       if (!Array.isArray(parts)) continue;
       for (const p of parts) {
         const part = obj(p);
-        if (part && partHasContent(part)) return EventKind.Content;
+        if (!part || !partHasContent(part)) continue;
+        content = true;
+        if (part.thought === true) this.reasoningStreamed = true;
       }
     }
-    return EventKind.None;
+    return content ? EventKind.Content : EventKind.None;
   }
 
   onBody(body: string): void {

@@ -36,6 +36,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   serverTimings: ServerTimings | undefined;
   /** Set by an audio delta (`gpt-4o-audio`): it holds many tokens, so events are no count. */
   multiTokenEvents = false;
+  reasoningStreamed = false;
   private readonly prefix = new ContentPrefix();
   /** llama.cpp native chunks only. */
   private sequences: SequenceCounts | undefined;
@@ -95,6 +96,9 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     for (const choice of choices) {
       if (choiceHasContent(choice)) {
         if (!this.multiTokenEvents && choices.some(hasAudioData)) this.multiTokenEvents = true;
+        // A reasoning chunk always reaches this parse: the byte fast path learns its prefix from a
+        // parsed chunk, and a reasoning delta after an answer's has another prefix.
+        if (!this.reasoningStreamed && choices.some(hasReasoning)) this.reasoningStreamed = true;
         return EventKind.Content;
       }
     }
@@ -209,6 +213,13 @@ function choiceHasContent(choice: unknown): boolean {
   }
   if (nonEmpty(obj(delta.function_call)?.arguments)) return true; // the deprecated `functions` API
   return nonEmpty(obj(delta.audio)?.transcript) || nonEmpty(obj(delta.audio)?.data);
+}
+
+function hasReasoning(choice: unknown): boolean {
+  const delta = obj(obj(choice)?.delta);
+  if (!delta) return false;
+  if (nonEmpty(delta.reasoning_content) || nonEmpty(delta.reasoning)) return true;
+  return Array.isArray(delta.content) && delta.content.some((p) => Array.isArray(obj(p)?.thinking)); // Mistral
 }
 
 function hasAudioData(choice: unknown): boolean {

@@ -18,6 +18,8 @@ const CONTENT_EVENTS = new Set([
   'response.apply_patch_call_operation_diff.delta',
 ]);
 
+const REASONING_EVENTS = new Set(['response.reasoning_summary_text.delta', 'response.reasoning_text.delta']);
+
 /** Events whose payload we read; every other event is classified by its name alone. */
 const READ_EVENTS = new Set(['response.created', 'response.completed', 'response.incomplete', 'response.failed', 'error']);
 
@@ -38,6 +40,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  reasoningStreamed = false;
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
@@ -53,7 +56,9 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     }
     if (CONTENT_EVENTS.has(type)) {
       o ??= parseObject(ev.data);
-      return o && nonEmpty(o.delta) ? EventKind.Content : EventKind.None;
+      if (!o || !nonEmpty(o.delta)) return EventKind.None;
+      if (REASONING_EVENTS.has(type)) this.reasoningStreamed = true;
+      return EventKind.Content;
     }
     if (!READ_EVENTS.has(type)) return EventKind.None;
     o ??= parseObject(ev.data);

@@ -94,6 +94,14 @@ export interface ResponseAdapter {
    */
   readonly multiTokenEvents?: boolean;
   /**
+   * Whether a reasoning event (reasoning text, a summary of it, a thought part) was streamed,
+   * for the adapters that can tell (OpenAI Chat and Responses, Gemini): false until one is.
+   * When the provider counts reasoning tokens and none was streamed, they were generated before
+   * the first streamed token, outside the span TPOT divides (see RequestMeter.finish).
+   * Undefined: not tracked.
+   */
+  readonly reasoningStreamed?: boolean;
+  /**
    * True when the API's path also serves non-LLM models (Workers AI): only streamed
    * answers are measured; a JSON answer records nothing, as for an unknown API.
    */

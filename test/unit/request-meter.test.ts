@@ -4,6 +4,9 @@ import { RequestMeter } from '../../src/measure/request-meter.js';
 import { CardinalityLimiter } from '../../src/metrics/labels.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
+import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
+import { GeminiAdapter } from '../../src/providers/gemini.js';
+import type { ResponseAdapter } from '../../src/providers/types.js';
 import { fixture } from '../helpers/fixtures.js';
 import { testInstruments } from '../helpers/metrics.js';
 
@@ -262,6 +265,64 @@ describe('RequestMeter with a controllable clock', () => {
     expect(text).toMatchObject({ contentEvents: 3, outputTokens: 3, tokenCountSource: 'events' });
     const audio = run([{ audio: { id: 'x', transcript: 'Hel' } }, { audio: { id: 'x', data: 'AAAA' } }, { audio: { id: 'x', data: 'BBBB', transcript: 'lo' } }]);
     expect(audio).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none' });
+  });
+
+  describe('TPOT and reasoning the provider counts', () => {
+    /** SSE events, one every 20 ms from t = 100 (the stream's start is 0); the summary. */
+    const run = (adapter: ResponseAdapter, events: string[]) => {
+      const m = new RequestMeter(t.instruments, adapter, { ...labels }, 0, opts);
+      m.responseStart(200, 'text/event-stream', undefined);
+      events.forEach((e, i) => m.chunk(Buffer.from(`${e}\n\n`), 100 + 20 * i));
+      return m.finish(100 + 20 * events.length)!;
+    };
+    const chat = (delta: object, usage?: object) => `data: ${JSON.stringify({ model: 'o', choices: usage ? [] : [{ index: 0, delta }], ...(usage ? { usage } : {}) })}`;
+    const resp = (type: string, body: object) => `event: ${type}\ndata: ${JSON.stringify({ type, ...body })}`;
+    const gem = (parts: object[], usage: object) => `data: ${JSON.stringify({ candidates: [{ content: { role: 'model', parts } }], usageMetadata: usage, modelVersion: 'g' })}`;
+
+    it('Chat: reasoning counted but not streamed is left out of TPOT; streamed reasoning is not', () => {
+      t = testInstruments();
+      const hidden = run(new OpenAIChatAdapter(), [
+        ...['a', 'b', 'c', 'd', 'e', 'f'].map((c) => chat({ content: c })),
+        chat({}, { completion_tokens: 306, completion_tokens_details: { reasoning_tokens: 300 } }),
+      ]);
+      expect(hidden).toMatchObject({ outputTokens: 306, contentEvents: 6 });
+      expect(hidden.tpotMs).toBeCloseTo(100 / 5, 9); // 5 intervals of 20 ms between 6 visible tokens
+      const shown = run(new OpenAIChatAdapter(), [
+        ...['r', 's', 't'].map((c) => chat({ reasoning_content: c })),
+        ...['a', 'b', 'c'].map((c) => chat({ content: c })),
+        chat({}, { completion_tokens: 6, completion_tokens_details: { reasoning_tokens: 3 } }),
+      ]);
+      expect(shown.tpotMs).toBeCloseTo(100 / 5, 9);
+      const none = run(new OpenAIChatAdapter(), [...['a', 'b', 'c'].map((c) => chat({ content: c })), chat({}, { completion_tokens: 3, completion_tokens_details: { reasoning_tokens: 0 } })]);
+      expect(none.tpotMs).toBeCloseTo(40 / 2, 9);
+    });
+
+    it('Responses: hidden reasoning left out, a streamed reasoning summary keeps the count whole', () => {
+      t = testInstruments();
+      const done = (out: number, reasoning: number) => resp('response.completed', { response: { model: 'o', usage: { output_tokens: out, output_tokens_details: { reasoning_tokens: reasoning } } } });
+      const text = (d: string) => resp('response.output_text.delta', { delta: d });
+      const hidden = run(new OpenAIResponsesAdapter(), [text('a'), text('b'), text('c'), done(203, 200)]);
+      expect(hidden.tpotMs).toBeCloseTo(40 / 2, 9);
+      const summary = run(new OpenAIResponsesAdapter(), [resp('response.reasoning_summary_text.delta', { delta: 'thinking' }), text('a'), text('b'), done(203, 200)]);
+      expect(summary.tpotMs).toBeCloseTo(40 / 202, 9);
+    });
+
+    it('Gemini: thoughts counted but not streamed are left out; streamed thought parts are not', () => {
+      t = testInstruments();
+      const hidden = run(new GeminiAdapter(), [
+        gem([{ text: 'a' }], { candidatesTokenCount: 1, thoughtsTokenCount: 80 }),
+        gem([{ text: 'b' }], { candidatesTokenCount: 2, thoughtsTokenCount: 80 }),
+        gem([{ text: 'c' }], { candidatesTokenCount: 3, thoughtsTokenCount: 80 }),
+      ]);
+      expect(hidden).toMatchObject({ outputTokens: 83 });
+      expect(hidden.tpotMs).toBeCloseTo(40 / 2, 9);
+      const shown = run(new GeminiAdapter(), [
+        gem([{ text: 'plan', thought: true }], {}),
+        gem([{ text: 'b' }], { candidatesTokenCount: 1, thoughtsTokenCount: 80 }),
+        gem([{ text: 'c' }], { candidatesTokenCount: 2, thoughtsTokenCount: 80 }),
+      ]);
+      expect(shown.tpotMs).toBeCloseTo(40 / 81, 9);
+    });
   });
 
   it('reads usage from a non-streamed JSON body', async () => {
