@@ -410,8 +410,12 @@ export class RequestMeter {
       responseModel === undefined ? base : sets.with(base, ATTR.responseModel, limit === undefined ? responseModel : limit(responseModel));
     // Reasoning the provider counted but did not stream came before the first streamed token:
     // it is not in the span TPOT divides (300 hidden of 306 tokens made TPOT 60 times too low).
+    // Only when the rest still holds every content event (each carries a token at least): a
+    // server that counts reasoning outside the output, or streams it inside `content`, keeps
+    // the whole count.
     const hidden = adapter.reasoningStreamed === false && source === 'usage' ? (usage.reasoningTokens ?? 0) : 0;
-    const spanTokens = outputTokens !== undefined && hidden > 0 && hidden < outputTokens ? outputTokens - hidden : outputTokens;
+    const spanTokens =
+      outputTokens !== undefined && hidden > 0 && this.clock.contentEvents <= outputTokens - hidden ? outputTokens - hidden : outputTokens;
     const tpot = spanTokens !== undefined ? this.clock.tpotMs(spanTokens) : undefined;
     if (tpot !== undefined) this.ins.tpot.record(tpot / 1000, endLabels);
     const tokens = (type: string, n: number | undefined) => {

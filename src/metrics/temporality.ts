@@ -26,7 +26,8 @@ interface Last {
  * the histograms and counters become delta, the up-down counters stay cumulative.
  *
  * A delta point is the difference from what this view reported last, over [last collection,
- * now]; a series with nothing new since is left out, as the SDK leaves out an unrecorded one.
+ * now]; a series with nothing new since is left out, as the SDK leaves out an unrecorded one,
+ * and so is a metric (or scope) left without points, in either temporality.
  * A delta histogram carries min and max only in its series' first interval: the cumulative
  * series keeps no per-interval extremes (keeping them would cost the hot path a reset).
  * One view per reader: it remembers what it reported.
@@ -42,9 +43,15 @@ export class TemporalityView implements MetricProducer {
 
   async collect(): Promise<CollectionResult> {
     const result = await this.source.collect();
-    for (const sm of result.resourceMetrics.scopeMetrics) {
-      sm.metrics = sm.metrics.map((m) => (this.select(instrumentType(m)) === AggregationTemporality.DELTA ? this.delta(m) : m));
+    const rm = result.resourceMetrics;
+    for (const sm of rm.scopeMetrics) {
+      sm.metrics = sm.metrics
+        .map((m) => (this.select(instrumentType(m)) === AggregationTemporality.DELTA ? this.delta(m) : m))
+        // A metric without points is left out, as the SDK leaves out its own: some collectors
+        // and backends refuse an export holding one (opentelemetry-js#4130).
+        .filter((m) => m.dataPoints.length > 0);
     }
+    rm.scopeMetrics = rm.scopeMetrics.filter((sm) => sm.metrics.length > 0);
     return result;
   }
 

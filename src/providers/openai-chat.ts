@@ -142,13 +142,18 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   }
 
   private readUsage(u: Record<string, unknown>): void {
+    const cd = u.completion_tokens_details as Record<string, unknown> | null | undefined;
+    const reasoning = cd && typeof cd.reasoning_tokens === 'number' ? cd.reasoning_tokens : undefined;
+    if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
     if (typeof u.completion_tokens === 'number') {
-      this.usage.outputTokens = u.completion_tokens;
-      this.cumulativeOutputTokens = u.completion_tokens;
+      // OpenAI's completion_tokens include the reasoning tokens; xAI's do not (its total is
+      // prompt + completion + reasoning): output is both then, as billed.
+      const separate = reasoning !== undefined && reasoning > 0 && typeof u.prompt_tokens === 'number' && u.total_tokens === u.prompt_tokens + u.completion_tokens + reasoning;
+      const out = separate ? u.completion_tokens + reasoning : u.completion_tokens;
+      this.usage.outputTokens = out;
+      this.cumulativeOutputTokens = out;
     }
     if (typeof u.prompt_tokens === 'number') this.usage.inputTokens = u.prompt_tokens;
-    const cd = u.completion_tokens_details as Record<string, unknown> | null | undefined;
-    if (cd && typeof cd.reasoning_tokens === 'number') this.usage.reasoningTokens = cd.reasoning_tokens;
     const pd = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
     if (pd && typeof pd.cached_tokens === 'number') this.usage.cachedInputTokens = pd.cached_tokens;
     else if (typeof u.prompt_cache_hit_tokens === 'number') this.usage.cachedInputTokens = u.prompt_cache_hit_tokens; // DeepSeek

@@ -543,7 +543,7 @@ class InFlight implements ExchangeHandler {
           // Only for requests that were measured as an LLM API call.
           provider: summary ? this.labels?.provider : undefined,
           model: summary ? this.labels?.requestModel : undefined,
-          status: summary?.status ?? this.upstreamStatus ?? this.res.statusCode,
+          status: summary?.status || this.upstreamStatus || this.res.statusCode, // the meter says 0 when no response head came: the proxy answered itself
           outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error'),
           errorType: summary?.errorType ?? errorType,
           ttftMs: round(summary?.ttftMs),

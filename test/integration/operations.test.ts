@@ -224,6 +224,22 @@ describe('logs', () => {
   });
 });
 
+describe('logs, continued', () => {
+  it('the request line of an answer the proxy gave itself (502) carries that status', async () => {
+    const up = net.createServer((s) => s.destroy()); // reachable, answers nothing
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => up.close(() => r())));
+    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+    procs.push(p);
+    const l = await p.waitFor((x) => x.msg === 'listening');
+    const r = await fetch(`${l.proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
+    expect(r.status).toBe(502);
+    await r.text();
+    const line = await p.waitFor((x) => x.msg === 'request');
+    expect(line).toMatchObject({ status: 502, outcome: 'error', errorType: 'upstream_reset' });
+  });
+});
+
 describe('start-up cost', () => {
   // The OTLP exporter's protobuf/HTTP stack is loaded only when OTLP is configured.
   function loadsOtlp(opts: string): boolean {

@@ -297,6 +297,23 @@ describe('RequestMeter with a controllable clock', () => {
       expect(none.tpotMs).toBeCloseTo(40 / 2, 9);
     });
 
+    it('Chat: xAI counts reasoning outside completion_tokens (output is both); reasoning inside `content` keeps the whole count', () => {
+      t = testInstruments();
+      const six = ['a', 'b', 'c', 'd', 'e', 'f'].map((c) => chat({ content: c }));
+      // Grok 4: 300 hidden reasoning tokens beside 6 completion tokens, total = prompt + both.
+      const grok = run(new OpenAIChatAdapter(), [...six, chat({}, { prompt_tokens: 10, completion_tokens: 6, total_tokens: 316, completion_tokens_details: { reasoning_tokens: 300 } })]);
+      expect(grok).toMatchObject({ outputTokens: 306, contentEvents: 6 });
+      expect(grok.tpotMs).toBeCloseTo(100 / 5, 9);
+      // Reasoning beside the count but no total to tell: the count cannot hold it, so none is taken out.
+      const noTotal = run(new OpenAIChatAdapter(), [...six, chat({}, { prompt_tokens: 10, completion_tokens: 6, completion_tokens_details: { reasoning_tokens: 3 } })]);
+      expect(noTotal).toMatchObject({ outputTokens: 6 });
+      expect(noTotal.tpotMs).toBeCloseTo(100 / 5, 9);
+      // `<think>` text inside content, counted as reasoning: every event is in the span.
+      const inline = run(new OpenAIChatAdapter(), [...six, chat({}, { prompt_tokens: 10, completion_tokens: 6, total_tokens: 16, completion_tokens_details: { reasoning_tokens: 3 } })]);
+      expect(inline).toMatchObject({ outputTokens: 6 });
+      expect(inline.tpotMs).toBeCloseTo(100 / 5, 9);
+    });
+
     it('Responses: hidden reasoning left out, a streamed reasoning summary keeps the count whole', () => {
       t = testInstruments();
       const done = (out: number, reasoning: number) => resp('response.completed', { response: { model: 'o', usage: { output_tokens: out, output_tokens_details: { reasoning_tokens: reasoning } } } });
