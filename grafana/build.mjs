@@ -68,7 +68,7 @@ export function validateParams(p) {
     if (!DURATION.test(String(a.for))) fail(`alerts.${name}.for: bad duration ${a.for}`);
     if (typeof a.severity !== 'string') fail(`alerts.${name}.severity missing`);
     for (const [k, v] of Object.entries(a)) {
-      if (['for', 'severity', 'perModel', 'lookback'].includes(k)) continue;
+      if (['for', 'severity', 'perModel', 'lookback', 'sustained', 'excludeOperations'].includes(k)) continue;
       if (typeof v !== 'number' || !(v > 0)) fail(`alerts.${name}.${k} must be a positive number`);
     }
   }
@@ -79,6 +79,9 @@ export function validateParams(p) {
     if (typeof s !== 'number' || !(s > 0)) fail(`alerts.itlObjective.perModel.${model} must be a positive number`);
   }
   if (!DURATION.test(String(p.alerts.noData.lookback))) fail('alerts.noData.lookback: bad duration');
+  if (!DURATION.test(String(p.alerts.noData.sustained))) fail('alerts.noData.sustained: bad duration');
+  const ex = p.alerts.cancellationRatio.excludeOperations ?? [];
+  if (!Array.isArray(ex) || ex.some((o) => typeof o !== 'string' || !/^[\w.]+$/.test(o))) fail('alerts.cancellationRatio.excludeOperations must be a list of operation names');
 }
 
 /**
@@ -86,12 +89,13 @@ export function validateParams(p) {
  * (for a test Prometheus that cannot wait a week). Rule *names* keep the
  * production window so the dashboard's recording-rule queries stay valid.
  */
-export function scaleDurations(params, { window, day, week, forDuration, lookback }) {
+export function scaleDurations(params, { window, day, week, forDuration, lookback, sustained = window }) {
   const p = structuredClone(params);
   p.rangeWindow = window;
   p.comparison = { day, week };
   for (const a of Object.values(p.alerts)) a.for = forDuration;
   p.alerts.noData.lookback = lookback;
+  p.alerts.noData.sustained = sustained;
   validateParams(p);
   return p;
 }
@@ -120,6 +124,7 @@ export function names(p) {
     stallRatio: `llm_proxy:chunk_gap_stall:ratio_rate${w}`,
     tokensRate: `llm_proxy:tokens:rate${w}`,
     loopP99: 'llm_proxy:eventloop_delay_p99_seconds:max',
+    loopP99Avg: `llm_proxy:eventloop_delay_p99_seconds:avg${w}`,
   };
 }
 
@@ -185,10 +190,12 @@ export function recordingRules(p) {
   rules.push({ record: n.tpotRate, expr: rate(`${METRICS.tpot}_count`) });
   rules.push({ record: n.ttftRate, expr: rate(`${METRICS.ttft}_count`) });
   // `or 0 * all` makes the ratio 0 (not absent) while no stream has failed.
-  const ratio = (outcome) =>
-    `(\n  ${rate(METRICS.streams, `outcome="${outcome}"`)}\n  or\n  0 * ${rate(METRICS.streams)}\n)\n/\n${rate(METRICS.streams)}`;
+  const ratio = (outcome, extra = '') =>
+    `(\n  ${rate(METRICS.streams, `outcome="${outcome}"${extra}`)}\n  or\n  0 * ${rate(METRICS.streams, extra.replace(/^, /, ''))}\n)\n/\n${rate(METRICS.streams, extra.replace(/^, /, ''))}`;
   rules.push({ record: n.errorRatio, expr: ratio('error') });
-  rules.push({ record: n.cancelRatio, expr: ratio('cancelled') });
+  // A voice turn the user talks over ends cancelled: normal for those operations, so they are left out.
+  const excluded = p.alerts.cancellationRatio.excludeOperations ?? [];
+  rules.push({ record: n.cancelRatio, expr: ratio('cancelled', excluded.length > 0 ? `, gen_ai_operation_name!~"${excluded.join('|')}"` : '') });
   rules.push({
     record: n.stallRatio,
     expr: `1 - (\n  ${rate(`${METRICS.gap}_bucket`, leMatcher(p.alerts.stalls.gapSeconds))}\n  /\n  ${rate(`${METRICS.gap}_count`)}\n)`,
@@ -201,14 +208,24 @@ export function recordingRules(p) {
     record: n.loopP99,
     expr: `max by (${by(p.instanceLabels)}) (${METRICS.loopP99}${sel(p)})`,
   });
+  // The gauge covers one scrape interval: an alert on single samples is reset by any one quiet
+  // scrape, so saturation that comes and goes never fired. Its average over the window is what
+  // the alert reads.
+  rules.push({
+    record: n.loopP99Avg,
+    expr: `max by (${by(p.instanceLabels)}) (avg_over_time(${METRICS.loopP99}${sel(p)}[${w}]))`,
+  });
   // Baselines: the slower (max) of the same window a day and a week earlier.
   // label_replace keeps the two past series apart until max() merges them;
   // max() ignores a NaN (no traffic then) unless both are NaN.
+  // Each past window counts only if it had the traffic the alert asks of now: a few slow
+  // requests at night must not set the baseline a real regression is compared with.
   const { day, week } = p.comparison;
-  const baseline = (src) =>
-    `max by (${g}) (\n  label_replace(${src} offset ${day}, "baseline", "${day}", "", "")\n  or\n  label_replace(${src} offset ${week}, "baseline", "${week}", "", "")\n)`;
-  rules.push({ record: n.tpotBaseline, expr: baseline(n.tpot.p95) });
-  rules.push({ record: n.ttftBaseline, expr: baseline(n.ttft.p95) });
+  const past = (src, rateRule, min, off) =>
+    `label_replace(${src} offset ${off} and on (${g}) ${rateRule} offset ${off} >= ${min}, "baseline", "${off}", "", "")`;
+  const baseline = (src, rateRule, min) => `max by (${g}) (\n  ${past(src, rateRule, min, day)}\n  or\n  ${past(src, rateRule, min, week)}\n)`;
+  rules.push({ record: n.tpotBaseline, expr: baseline(n.tpot.p95, n.tpotRate, p.alerts.itlRegression.minRequestRate) });
+  rules.push({ record: n.ttftBaseline, expr: baseline(n.ttft.p95, n.ttftRate, p.alerts.ttftRegression.minRequestRate) });
   // Static per-model objectives, then one objective per recorded series:
   // the model's own objective if listed, otherwise the default.
   const o = p.alerts.itlObjective;
@@ -331,11 +348,11 @@ export function alertRules(p) {
     const instArgs = inst.map((l) => `$labels.${l}`).join(' ');
     rules.push({
       ...common(name, c),
-      expr: `${n.loopP99} > ${c.eventLoopP99Seconds}`,
+      expr: `${n.loopP99Avg} > ${c.eventLoopP99Seconds}`,
       annotations: {
-        summary: `Proxy ${instWho} is saturated: event-loop delay p99 {{ $value | humanizeDuration }}`,
+        summary: `Proxy ${instWho} is saturated: event-loop delay p99 {{ $value | humanizeDuration }} on average over ${p.window}`,
         description:
-          `The p99 event-loop delay of proxy ${instWho} is {{ $value | humanizeDuration }} (threshold ${c.eventLoopP99Seconds}s). ` +
+          `The p99 event-loop delay of proxy ${instWho} averaged {{ $value | humanizeDuration }} over the last ${p.window} (threshold ${c.eventLoopP99Seconds}s). ` +
           `Every timestamp it takes can be late by that much, so its TTFT/ITL figures are inflated by the proxy itself, not the provider. ` +
           `In-flight streams: {{ with query (printf \`sum(${METRICS.active}${instMatch})\` ${instArgs}) }}{{ . | first | value | printf "%.0f" }}{{ else }}n/a{{ end }}.`,
         runbook_url: runbook(p, name),
@@ -347,11 +364,14 @@ export function alertRules(p) {
     const name = 'LLMProxyModelNoData';
     rules.push({
       ...common(name, c),
-      expr: `max_over_time(${n.streamsRate}[${c.lookback}]) >= ${c.minRequestRate}\nunless ${on}\n${n.streamsRate} > 0`,
+      // Traffic held for `sustained` at some point in the last `lookback` (a short batch does not
+      // count), and now none for the model, on this server or another (traffic that moved to
+      // another endpoint is not lost).
+      expr: `max_over_time(min_over_time(${n.streamsRate}[${c.sustained}])[${c.lookback}:${p.rangeWindow ?? p.window}]) >= ${c.minRequestRate}\nunless on (${by(p.groupBy.filter((l) => l !== 'server_address'))})\n${n.streamsRate} > 0`,
       annotations: {
         summary: `No finished streams for ${who(p)}, which had traffic in the last ${c.lookback}`,
         description:
-          `${who(p)} served up to {{ $value | printf "%.2f" }} req/s in the last ${c.lookback} but no stream finished in the last ${p.window} ` +
+          `${who(p)} served at least {{ $value | printf "%.2f" }} req/s for ${c.sustained} in the last ${c.lookback} but no stream of the model finished in the last ${p.window} ` +
           `(or its series disappeared: proxy down, not scraped, or traffic moved elsewhere).`,
         runbook_url: runbook(p, name),
       },
@@ -415,8 +435,10 @@ export function renderDashboard(p) {
   const n = names(p);
   const f = dashboardFilters(p);
   const ri = '$__rate_interval';
-  const pm = 'gen_ai_provider_name, gen_ai_request_model';
-  const pmLegend = '{{gen_ai_provider_name}}/{{gen_ai_request_model}}';
+  // The series the alerts keep apart (params groupBy: operation and server too), so that "All"
+  // does not blend a model's voice turns with its HTTP streams, or one region with another.
+  const pm = by(p.groupBy);
+  const pmLegend = p.groupBy.map((l) => `{{${l}}}`).join('/');
   let id = 0;
   let y = 0;
   const panels = [];
@@ -541,7 +563,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Inter-chunk gap distribution (heatmap, seconds)',
-    description: `Every gap between consecutive content chunks as seen by the proxy (${METRICS.gap}, one sample per gap), bucketed by the histogram's boundaries. Stalls show as cells far above the main band.`,
+    description: `Every gap between consecutive content chunks as seen by the proxy (${METRICS.gap}, one sample per gap), bucketed by the histogram's boundaries; a cell's colour is gaps per second in that bucket. Stalls show as cells far above the main band.`,
     unit: 's',
     type: 'heatmap',
     fieldConfig: { defaults: { unit: 's', custom: { hideFrom: { legend: false, tooltip: false, viz: false } } } },
@@ -555,10 +577,12 @@ export function renderDashboard(p) {
       rowsFrame: { layout: 'auto' },
       tooltip: { show: true, yHistogram: true },
       yAxis: { axisPlacement: 'left', reverse: false, unit: 's' },
-      cellValues: { unit: 'short' },
+      cellValues: { unit: 'reqps' },
     },
     targets: [
-      target(`sum by (le) (increase(${METRICS.gap}_bucket{${f.all}}[${ri}]))`, '{{le}}', { format: 'heatmap' }),
+      // rate, not increase: the query runs every $__interval over $__rate_interval, windows that
+      // overlap, so increase() counted each gap in several cells.
+      target(`sum by (le) (rate(${METRICS.gap}_bucket{${f.all}}[${ri}]))`, '{{le}}', { format: 'heatmap' }),
     ],
   });
   panel({
