@@ -367,12 +367,13 @@ describe('grafana/ on a real Prometheus', () => {
       return a.find((x) => x.state === 'firing');
     });
     expect(firing.annotations.runbook_url).toMatch(/runbook\.md#llmproxyitlregression$/);
-    // p95 in the (2,2.5] ms bucket, baseline in (1.25,1.5] ms, so the ratio is printed and above 1.5
+    // p95 in the (2,2.5] ms bucket, the baseline from before the slowdown: in (1.25,1.5] ms, or
+    // (1.5,1.75] when a loaded machine stretched some of the simulator's 1.4 ms gaps
     const m = /is ([\d.]+)ms per token .*, ([\d.]+)x its baseline of ([\d.]+)ms/.exec(firing.annotations.description!);
     expect(m, firing.annotations.description).not.toBeNull();
     expect(Number(m![1])).toBeGreaterThan(2);
     expect(Number(m![2])).toBeGreaterThan(params.alerts.itlRegression.factor);
-    expect(Number(m![3])).toBeLessThanOrEqual(1.5);
+    expect(Number(m![3])).toBeLessThanOrEqual(1.75);
 
     // -- 6. restore: the alert clears, while the baseline still predates the slowdown
     const restore = await fetch(`${simUrl}/_sim/config`, {
