@@ -57,6 +57,8 @@ export class Tunnel {
   private declined: { framing: BodyFraming; left: number; chunked: ChunkedDecoder | undefined } | undefined;
   private clientEnded = false;
   private upstreamEnded = false;
+  /** The upstream ended its half before the client did. */
+  private upstreamFirst = false;
   private done = false;
   private readonly start = performance.now();
   private bytesUp = 0;
@@ -144,6 +146,7 @@ export class Tunnel {
 
   private upstreamEnd(): void {
     this.upstreamEnded = true;
+    if (!this.clientEnded) this.upstreamFirst = true;
     if (this.done) return;
     if (this.status === 101) {
       this.client.end();
@@ -304,7 +307,7 @@ export class Tunnel {
     clearTimeout(this.timer);
     this.held = [];
     this.heldAt = [];
-    this.session?.close(performance.now(), errorType);
+    this.session?.close(performance.now(), errorType, this.upstreamFirst);
     if (errorType === undefined) {
       // Both halves ended (or a declined answer is complete): what was written still goes out.
       if (this.status === 101) endSocket(this.upstream!);

@@ -108,15 +108,20 @@ export class WsSession {
   /** Messages waiting for an older one of the other direction that is still being inflated. */
   private readonly held: Held[] = [];
   private heldBytes = 0;
-  private closing: { end: number; errorType: string | undefined; timer: NodeJS.Timeout } | undefined;
+  private closing: { end: number; errorType: string | undefined; upstreamFirst: boolean; timer: NodeJS.Timeout } | undefined;
+  /** Which side sent the first close frame: a response it cuts is that side's doing. */
+  private firstClose: 'client' | 'upstream' | undefined;
   private finalizing = false;
   private finalized = false;
   responses = 0;
 
   constructor(match: WsApiMatch, private readonly deps: WsSessionDeps) {
     const opts = { maxMessageBytes: deps.meter.maxEventBytes, deflate: deps.deflate, onBroken: () => this.stop() };
-    this.up = new MessageReader((d, t) => this.message(true, d, t), opts);
-    this.down = new MessageReader((d, t) => this.message(false, d, t), opts);
+    const closeFrom = (side: 'client' | 'upstream') => (opcode: number) => {
+      if (opcode === 8) this.firstClose ??= side;
+    };
+    this.up = new MessageReader((d, t) => this.message(true, d, t), { ...opts, onControl: closeFrom('client') });
+    this.down = new MessageReader((d, t) => this.message(false, d, t), { ...opts, onControl: closeFrom('upstream') });
     const open: Open = (start, at, model) => this.open(start, at, model);
     this.tracker = match.api === 'openai-realtime' ? new OpenAiRealtime(open) : new GeminiLive(open);
   }
@@ -151,15 +156,17 @@ export class WsSession {
   }
 
   /**
-   * The tunnel closed at `end`: responses still open end there, as cut (`errorType`) or
-   * cancelled, once the messages that arrived before the close are read (at most
-   * CLOSE_WAIT_MS later: they may still be in zlib).
+   * The tunnel closed at `end`: responses still open end there, as cut (`errorType`), or, on a
+   * clean close, as the doing of the side that closed first (its close frame, else its end of
+   * the connection): the client's is a cancellation, the upstream's a reset. That happens once
+   * the messages that arrived before the close are read (at most CLOSE_WAIT_MS later: they may
+   * still be in zlib).
    */
-  close(end: number, errorType: string | undefined): void {
+  close(end: number, errorType: string | undefined, upstreamFirst = false): void {
     if (this.closing !== undefined || this.done) return;
     const timer = setTimeout(() => this.finalize(), CLOSE_WAIT_MS);
     timer.unref();
-    this.closing = { end, errorType, timer };
+    this.closing = { end, errorType, upstreamFirst, timer };
     if (this.pending() === undefined) this.finalize();
   }
 
@@ -214,7 +221,8 @@ export class WsSession {
     this.drain();
     if (this.done) return; // a throw while draining stopped the session
     this.finalized = true;
-    this.endOpen(c.end, c.errorType ?? ERROR_TYPE.clientCancelled);
+    const byUpstream = this.firstClose === 'upstream' || (this.firstClose === undefined && c.upstreamFirst);
+    this.endOpen(c.end, c.errorType ?? (byUpstream ? ERROR_TYPE.upstreamReset : ERROR_TYPE.clientCancelled));
   }
 
   /**
@@ -494,6 +502,8 @@ class GeminiLive {
   /** When the open turn's generation ended (`generationComplete`, `interrupted`): its end. */
   private ended: number | undefined;
   private interrupted = false;
+  /** An `interrupted` came while no turn was open: the input that interrupted is `trigger`. */
+  private triggerInterrupted = false;
 
   constructor(private readonly begin: Open) {}
 
@@ -505,7 +515,10 @@ class GeminiLive {
     const ri = obj(field(m, 'realtimeInput', 'realtime_input'));
     const explicit = field(obj(field(m, 'clientContent', 'client_content')), 'turnComplete', 'turn_complete') === true || field(m, 'toolResponse', 'tool_response') !== undefined;
     const audioEnd = ri !== undefined && (field(ri, 'activityEnd', 'activity_end') !== undefined || field(ri, 'audioStreamEnd', 'audio_stream_end') === true);
-    if (explicit || (audioEnd && (this.turn === undefined || this.ended !== undefined))) this.trigger = at;
+    if (explicit || (audioEnd && (this.turn === undefined || this.ended !== undefined))) {
+      this.trigger = at;
+      this.triggerInterrupted = false;
+    }
   }
 
   server(data: Buffer | undefined, at: number): void {
@@ -539,8 +552,15 @@ class GeminiLive {
     }
     const turn = this.turn;
     if (turn === undefined) {
-      // A turn that ended without output: what began it is spent.
-      if (sc?.turnComplete === true || sc?.interrupted === true) this.trigger = undefined;
+      // A turn interrupted before any output: the input that interrupted it (a second message
+      // 5 ms after the first) is the latest trigger and begins the next turn, so it is kept,
+      // also through the turnComplete that may close the interrupted turn. Otherwise a turn
+      // that ended without output spent what began it.
+      if (sc?.interrupted === true) this.triggerInterrupted = true;
+      else if (sc?.turnComplete === true) {
+        if (this.triggerInterrupted) this.triggerInterrupted = false;
+        else this.trigger = undefined;
+      }
       return;
     }
     const u = obj(m.usageMetadata);

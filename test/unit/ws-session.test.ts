@@ -229,6 +229,53 @@ describe('review cases', () => {
     expect(t.summaries[0]).toMatchObject({ outputTokens: 40, outcome: 'cancelled', durationMs: 200 });
   });
 
+  it('Live: a follow-up that interrupts a turn before its output begins the next turn (TTFT and duration from it)', async () => {
+    for (const closeInterrupted of [false, true]) {
+      const t = session(LIVE);
+      t.client(0, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'one' }] }], turnComplete: true } });
+      t.client(5, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'two' }] }], turnComplete: true } });
+      t.server(20, { serverContent: { interrupted: true } });
+      if (closeInterrupted) t.server(25, { serverContent: { turnComplete: true } });
+      t.server(105, audio);
+      t.server(125, audio);
+      t.server(130, { serverContent: { turnComplete: true } });
+      const ttft = await t.histogram(METRIC.ttft);
+      expect([closeInterrupted, ttft.count]).toEqual([closeInterrupted, 1]);
+      expect(ttft.sum).toBeCloseTo(ms(100), 9);
+      expect((await t.histogram(METRIC.duration)).sum).toBeCloseTo(ms(125), 9);
+    }
+    // A turn that completes without output and without an interruption spent its trigger.
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(20, { serverContent: { turnComplete: true } });
+    t.server(1000, audio);
+    t.server(1010, { serverContent: { turnComplete: true } });
+    expect((await t.histogram(METRIC.ttft)).count).toBe(0);
+  });
+
+  it('a response cut by a clean close is the doing of the side that closed first: close frame, else its end of the connection', async () => {
+    const closeFrame = (mask: boolean, code: number) => {
+      const payload = Buffer.alloc(2);
+      payload.writeUInt16BE(code);
+      return Buffer.concat(Sender.frame(payload, { fin: true, mask, opcode: 8, readOnly: false }));
+    };
+    const cases: [string, (t: ReturnType<typeof session>) => void, string][] = [
+      ['upstream close frame (1011)', (t) => { t.s.fromUpstream(closeFrame(false, 1011), 30); t.s.close(31, undefined, true); }, 'upstream_reset'],
+      ['client close frame, upstream FIN first (RFC 6455 order)', (t) => { t.s.fromClient(closeFrame(true, 1000), 30); t.s.close(31, undefined, true); }, 'client_cancelled'],
+      ['upstream FIN without a close frame', (t) => t.s.close(31, undefined, true), 'upstream_reset'],
+      ['client FIN without a close frame', (t) => t.s.close(31, undefined, false), 'client_cancelled'],
+    ];
+    for (const [name, end, errorType] of cases) {
+      const t = session(RT);
+      t.client(0, { type: 'response.create' });
+      t.server(5, { type: 'response.created', response: { id: 'r1' } });
+      t.server(10, delta('r1'));
+      end(t);
+      await settle();
+      expect([name, t.summaries[0]?.errorType]).toEqual([name, errorType]);
+    }
+  });
+
   it('Live: a turn refused by the model (turnCompleteReason) is an error', async () => {
     const t = session(LIVE);
     t.client(0, { clientContent: { turnComplete: true } });
