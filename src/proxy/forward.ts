@@ -20,7 +20,7 @@ import { RequestBodyTap } from './request-info.js';
 import { Router, safePath, type RouteMatch } from './routes.js';
 import { errorBody, Tunnel, writeRawError } from './tunnel.js';
 import { deflateAccepted } from '../ws/messages.js';
-import { detectWsApi, REALTIME_OPERATION, WsSession } from '../ws/session.js';
+import { detectWsApi, recordUnopened, REALTIME_OPERATION, WsSession, type WsApiMatch } from '../ws/session.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
 
 export interface ForwarderDeps {
@@ -138,6 +138,7 @@ export class Forwarder {
         idleTimeoutMs: timeouts.idle * 1000,
         onDone: (t) => this.inFlight.delete(t),
         measure: (ext) => this.measureTunnel(match, ext),
+        failed: (status, errorType, start) => this.recordFailedUpgrade(match, status, errorType, start),
       },
       req,
       socket,
@@ -157,17 +158,34 @@ export class Forwarder {
     if (deflate === null) return undefined; // an extension whose frames cannot be read
     return new WsSession(api, {
       instruments: ins!,
-      labels: {
-        provider: match.resolved.providerName ?? api.defaultProviderName,
-        operation: REALTIME_OPERATION,
-        requestModel: this.limitModel(api.requestModel),
-        serverAddress: match.resolved.upstream.hostname,
-      },
+      labels: this.wsLabels(match, api),
       // No deferral: every message is measured after its bytes were forwarded already.
       meter: { ...this.deps.config.limits, limitResponseModel: this.limitResponseModel, limitErrorType: this.limitErrorType },
       deflate,
       limitModel: (m) => this.limitModel(m),
     });
+  }
+
+  /** A Realtime or Live connection that did not open is a failed request, as an HTTP one would be. */
+  private recordFailedUpgrade(match: RouteMatch, status: number, errorType: string | undefined, start: number): void {
+    const ins = this.deps.instruments;
+    const api = ins ? detectWsApi(match.upstreamPath) : undefined;
+    if (api === undefined) return;
+    try {
+      const limits = { ...this.deps.config.limits, limitResponseModel: this.limitResponseModel, limitErrorType: this.limitErrorType };
+      recordUnopened(ins!, this.wsLabels(match, api), start, status, errorType, limits);
+    } catch (e) {
+      this.deps.log.error({ err: (e as Error).message }, 'measurement failed');
+    }
+  }
+
+  private wsLabels(match: RouteMatch, api: WsApiMatch): RequestLabels {
+    return {
+      provider: match.resolved.providerName ?? api.defaultProviderName,
+      operation: REALTIME_OPERATION,
+      requestModel: this.limitModel(api.requestModel),
+      serverAddress: match.resolved.upstream.hostname,
+    };
   }
 
   limitModel(model: string | undefined): string | undefined {

@@ -35,6 +35,11 @@ export interface TunnelOptions {
   readonly onDone: (t: Tunnel) => void;
   /** Called on the 101 with its `Sec-WebSocket-Extensions`: the measurement of the messages, if any. */
   readonly measure?: (extensions: string | undefined) => WsSession | undefined;
+  /**
+   * The upgrade did not open: the upstream declined it (its status), or the proxy answered for
+   * an upstream it could not reach or read (a 5xx, with the error type). Since `start`.
+   */
+  readonly failed?: (status: number, errorType: string | undefined, start: number) => void;
 }
 
 /** Client bytes held before the 101 (a client should send none: RFC 6455 §4.1). */
@@ -216,6 +221,7 @@ export class Tunnel {
       }
       this.held = [];
       this.heldAt = [];
+      this.opts.failed?.(head.status, undefined, this.start);
       this.declined = { framing, left: framing.kind === 'length' ? framing.length : 0, chunked: framing.kind === 'chunked' ? new ChunkedDecoder() : undefined };
       this.writeDown(declinedHead(head));
       if (framing.kind === 'none' || (framing.kind === 'length' && framing.length === 0)) this.close(undefined);
@@ -293,6 +299,7 @@ export class Tunnel {
     }
     this.opts.log.warn({ reqId: this.opts.requestId, err: message }, 'upstream upgrade failed');
     writeRawError(this.client, status, errorType, message);
+    if (status >= 500) this.opts.failed?.(status, errorType, this.start); // not the client's own 400
     this.close(errorType, true);
   }
 

@@ -81,6 +81,17 @@ class MessagesAdapter implements ResponseAdapter {
   }
 }
 
+/**
+ * A connection whose upgrade did not open (declined with `status`, or answered by the proxy for
+ * an upstream it could not reach): one failed request, with its duration and error type (the
+ * status of a declined one, as for HTTP), so an outage or a 429 on connect shows.
+ */
+export function recordUnopened(ins: Instruments, labels: RequestLabels, start: number, status: number, errorType: string | undefined, meter: MeterOptions): void {
+  const m = new RequestMeter(ins, new MessagesAdapter(), labels, start, meter);
+  m.responseStart(status, undefined, undefined);
+  m.finish(performance.now(), errorType);
+}
+
 /** One response being measured; `finish` ends it (and counts it for the log line). */
 interface Turn {
   readonly meter: RequestMeter;

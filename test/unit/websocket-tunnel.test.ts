@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
 import { afterHead, pump, type Progress } from '../helpers/flood.js';
+import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 
 // WebSocket upgrades (OpenAI's Realtime API, Gemini's Live API) pass through as a byte tunnel;
@@ -235,6 +236,35 @@ describe('WebSocket upgrades', () => {
     expect(await inFlight(0)).toBe(0);
   });
 
+  it('record a declined Realtime upgrade (a 429 on connect) as a failed request with its status', async () => {
+    const up = net.createServer((s) => {
+      s.on('error', () => {});
+      s.once('data', () => s.end('HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}'));
+    });
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    const p = await startTestProxy(`http://127.0.0.1:${(up.address() as AddressInfo).port}`);
+    try {
+      const port = Number(new URL(p.proxyUrl).port);
+      const answer = await new Promise<string>((resolve) => {
+        const s = net.connect(port, '127.0.0.1', () =>
+          s.write(`GET /v1/realtime?model=gpt-realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`),
+        );
+        let t = '';
+        s.on('data', (b: Buffer) => (t += b.toString()));
+        s.on('close', () => resolve(t));
+      });
+      expect(answer).toMatch(/^HTTP\/1\.1 429 /);
+      await new Promise((r) => setTimeout(r, 50));
+      const m = await scrape(p.metricsUrl);
+      const labels = { gen_ai_operation_name: 'realtime', gen_ai_request_model: 'gpt-realtime', error_type: '429' };
+      expect(hist(m, 'gen_ai_client_operation_duration_seconds', labels).count).toBe(1);
+      expect(hist(m, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(0);
+    } finally {
+      await p.close();
+      await new Promise((r) => up.close(r));
+    }
+  });
+
   it('forward a declined upgrade with Connection: close, and nothing the client sent before or after it', async () => {
     const key = randomBytes(16).toString('base64');
     const head = `GET /decline HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`;
@@ -444,6 +474,11 @@ describe('WebSocket upgrades', () => {
       expect(noRoute).toMatch(/^HTTP\/1\.1 404 /);
       expect(noRoute).toContain('"type":"no_route"');
       expect(other.forwarder.inFlight.size).toBe(0);
+      // A Realtime connection that could not open is a failed request on the dashboard.
+      await new Promise((r) => setTimeout(r, 50));
+      const m = await scrape(other.metricsUrl);
+      expect(hist(m, 'gen_ai_client_operation_duration_seconds', { gen_ai_operation_name: 'realtime', error_type: 'upstream_unreachable' }).count).toBe(1);
+      expect(hist(m, 'gen_ai_client_operation_duration_seconds').count).toBe(1); // the 404 is the client's: not recorded
     } finally {
       await other.close();
     }
