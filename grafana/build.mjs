@@ -68,7 +68,7 @@ export function validateParams(p) {
     if (!DURATION.test(String(a.for))) fail(`alerts.${name}.for: bad duration ${a.for}`);
     if (typeof a.severity !== 'string') fail(`alerts.${name}.severity missing`);
     for (const [k, v] of Object.entries(a)) {
-      if (['for', 'severity', 'perModel', 'lookback', 'sustained', 'excludeOperations'].includes(k)) continue;
+      if (['for', 'severity', 'perModel', 'lookback', 'sustained', 'excludeOperations'].includes(k)) continue; // sustainedShare: a positive number
       if (typeof v !== 'number' || !(v > 0)) fail(`alerts.${name}.${k} must be a positive number`);
     }
   }
@@ -80,6 +80,8 @@ export function validateParams(p) {
   }
   if (!DURATION.test(String(p.alerts.noData.lookback))) fail('alerts.noData.lookback: bad duration');
   if (!DURATION.test(String(p.alerts.noData.sustained))) fail('alerts.noData.sustained: bad duration');
+  const share = p.alerts.noData.sustainedShare;
+  if (!(share > 0 && share <= 1)) fail('alerts.noData.sustainedShare must be in (0, 1]');
   const ex = p.alerts.cancellationRatio.excludeOperations ?? [];
   if (!Array.isArray(ex) || ex.some((o) => typeof o !== 'string' || !/^[\w.]+$/.test(o))) fail('alerts.cancellationRatio.excludeOperations must be a list of operation names');
 }
@@ -96,6 +98,7 @@ export function scaleDurations(params, { window, day, week, forDuration, lookbac
   for (const a of Object.values(p.alerts)) a.for = forDuration;
   p.alerts.noData.lookback = lookback;
   p.alerts.noData.sustained = sustained;
+  p.noDataStep = '1s';
   validateParams(p);
   return p;
 }
@@ -362,16 +365,20 @@ export function alertRules(p) {
   {
     const c = a.noData;
     const name = 'LLMProxyModelNoData';
+    const step = p.noDataStep ?? '1m';
+    // The number of steps in `sustained`, counted by Prometheus itself (no derived literal).
+    const needed = `${c.sustainedShare} * scalar(count_over_time(vector(1)[${c.sustained}:${step}]))`;
     rules.push({
       ...common(name, c),
-      // Traffic held for `sustained` at some point in the last `lookback` (a short batch does not
-      // count), and now none for the model, on this server or another (traffic that moved to
-      // another endpoint is not lost).
-      expr: `max_over_time(min_over_time(${n.streamsRate}[${c.sustained}])[${c.lookback}:${p.rangeWindow ?? p.window}]) >= ${c.minRequestRate}\nunless on (${by(p.groupBy.filter((l) => l !== 'server_address'))})\n${n.streamsRate} > 0`,
+      // Traffic held for `sustainedShare` of `sustained`, counted in steps, at some point in the last
+      // `lookback`: a short batch does not count, a brand-new series cannot reach the count in
+      // less time, and short pauses do not reset it. Now none for the model, on this server or
+      // another (traffic that moved to another endpoint is not lost).
+      expr: `max_over_time(sum_over_time((${n.streamsRate} >= bool ${c.minRequestRate})[${c.sustained}:${step}])[${c.lookback}:${p.rangeWindow ?? p.window}]) >= ${needed}\nunless on (${by(p.groupBy.filter((l) => l !== 'server_address'))})\n${n.streamsRate} > 0`,
       annotations: {
         summary: `No finished streams for ${who(p)}, which had traffic in the last ${c.lookback}`,
         description:
-          `${who(p)} served at least {{ $value | printf "%.2f" }} req/s for ${c.sustained} in the last ${c.lookback} but no stream of the model finished in the last ${p.window} ` +
+          `${who(p)} served >= ${c.minRequestRate} req/s in {{ $value }} of the ${step} steps of a ${c.sustained} window within the last ${c.lookback} but no stream of the model finished in the last ${p.window} ` +
           `(or its series disappeared: proxy down, not scraped, or traffic moved elsewhere).`,
         runbook_url: runbook(p, name),
       },

@@ -64,6 +64,8 @@ export class Tunnel {
   private upstreamEnded = false;
   /** The upstream ended its half before the client did. */
   private upstreamFirst = false;
+  /** The upgrade's failure was recorded (see `failed`). */
+  private recorded = false;
   private done = false;
   private readonly start = performance.now();
   private bytesUp = 0;
@@ -221,7 +223,7 @@ export class Tunnel {
       }
       this.held = [];
       this.heldAt = [];
-      this.opts.failed?.(head.status, undefined, this.start);
+      this.recordFailure(head.status, undefined);
       this.declined = { framing, left: framing.kind === 'length' ? framing.length : 0, chunked: framing.kind === 'chunked' ? new ChunkedDecoder() : undefined };
       this.writeDown(declinedHead(head));
       if (framing.kind === 'none' || (framing.kind === 'length' && framing.length === 0)) this.close(undefined);
@@ -299,7 +301,7 @@ export class Tunnel {
     }
     this.opts.log.warn({ reqId: this.opts.requestId, err: message }, 'upstream upgrade failed');
     writeRawError(this.client, status, errorType, message);
-    if (status >= 500) this.opts.failed?.(status, errorType, this.start); // not the client's own 400
+    if (status >= 500) this.recordFailure(status, errorType); // not the client's own 400
     this.close(errorType, true);
   }
 
@@ -308,8 +310,17 @@ export class Tunnel {
     this.close(errorType);
   }
 
+  private recordFailure(status: number, errorType: string | undefined): void {
+    if (this.recorded) return;
+    this.recorded = true;
+    this.opts.failed?.(status, errorType, this.start);
+  }
+
   private close(errorType: string | undefined, clientAnswered = false): void {
     if (this.done) return;
+    // Ended before any final answer (the client gave up on a hung upstream, the shutdown
+    // deadline, a failure after a 103): the upgrade failed too. The client's own 400 is not.
+    if (this.status === undefined && errorType !== undefined && errorType !== 'invalid_upgrade') this.recordFailure(0, errorType);
     this.done = true;
     clearTimeout(this.timer);
     this.held = [];

@@ -89,7 +89,8 @@ class MessagesAdapter implements ResponseAdapter {
 export function recordUnopened(ins: Instruments, labels: RequestLabels, start: number, status: number, errorType: string | undefined, meter: MeterOptions): void {
   const m = new RequestMeter(ins, new MessagesAdapter(), labels, start, meter);
   m.responseStart(status, undefined, undefined);
-  m.finish(performance.now(), errorType);
+  // A status of 400 and above is its own error type; a 200 or a 302 answer is no open socket either.
+  m.finish(performance.now(), errorType ?? (status >= 400 ? undefined : 'upgrade_declined'));
 }
 
 /** One response being measured; `finish` ends it (and counts it for the log line). */
@@ -122,14 +123,22 @@ export class WsSession {
   private closing: { end: number; errorType: string | undefined; upstreamFirst: boolean; timer: NodeJS.Timeout } | undefined;
   /** Which side sent the first close frame: a response it cuts is that side's doing. */
   private firstClose: 'client' | 'upstream' | undefined;
+  /** Both sides sent a close frame: the closing handshake is complete. */
+  private closeFrames = 0;
   private finalizing = false;
   private finalized = false;
   responses = 0;
 
   constructor(match: WsApiMatch, private readonly deps: WsSessionDeps) {
     const opts = { maxMessageBytes: deps.meter.maxEventBytes, deflate: deps.deflate, onBroken: () => this.stop() };
-    const closeFrom = (side: 'client' | 'upstream') => (opcode: number) => {
-      if (opcode === 8) this.firstClose ??= side;
+    const closeFrom = (side: 'client' | 'upstream') => {
+      let seen = false;
+      return (opcode: number) => {
+        if (opcode !== 8) return;
+        this.firstClose ??= side;
+        if (!seen) this.closeFrames++;
+        seen = true;
+      };
     };
     this.up = new MessageReader((d, t) => this.message(true, d, t), { ...opts, onControl: closeFrom('client') });
     this.down = new MessageReader((d, t) => this.message(false, d, t), { ...opts, onControl: closeFrom('upstream') });
@@ -233,7 +242,11 @@ export class WsSession {
     if (this.done) return; // a throw while draining stopped the session
     this.finalized = true;
     const byUpstream = this.firstClose === 'upstream' || (this.firstClose === undefined && c.upstreamFirst);
-    this.endOpen(c.end, c.errorType ?? (byUpstream ? ERROR_TYPE.upstreamReset : ERROR_TYPE.clientCancelled));
+    const bySide = byUpstream ? ERROR_TYPE.upstreamReset : ERROR_TYPE.clientCancelled;
+    // After a complete closing handshake a socket error (a reset after the echo) changes nothing:
+    // the side that closed first did it. A timeout or the shutdown deadline still wins.
+    const socketLevel = c.errorType === undefined || c.errorType === ERROR_TYPE.upstreamReset || c.errorType === ERROR_TYPE.clientCancelled;
+    this.endOpen(c.end, this.closeFrames === 2 && socketLevel ? bySide : (c.errorType ?? bySide));
   }
 
   /**
@@ -515,6 +528,8 @@ class GeminiLive {
   private interrupted = false;
   /** An `interrupted` came while no turn was open: the input that interrupted is `trigger`. */
   private triggerInterrupted = false;
+  /** `trigger` replaced one still unanswered: an `interrupted` with no turn open is its doing. */
+  private superseding = false;
 
   constructor(private readonly begin: Open) {}
 
@@ -527,6 +542,7 @@ class GeminiLive {
     const explicit = field(obj(field(m, 'clientContent', 'client_content')), 'turnComplete', 'turn_complete') === true || field(m, 'toolResponse', 'tool_response') !== undefined;
     const audioEnd = ri !== undefined && (field(ri, 'activityEnd', 'activity_end') !== undefined || field(ri, 'audioStreamEnd', 'audio_stream_end') === true);
     if (explicit || (audioEnd && (this.turn === undefined || this.ended !== undefined))) {
+      this.superseding = this.turn === undefined && this.trigger !== undefined;
       this.trigger = at;
       this.triggerInterrupted = false;
     }
@@ -567,8 +583,13 @@ class GeminiLive {
       // 5 ms after the first) is the latest trigger and begins the next turn, so it is kept,
       // also through the turnComplete that may close the interrupted turn. Otherwise a turn
       // that ended without output spent what began it.
-      if (sc?.interrupted === true) this.triggerInterrupted = true;
-      else if (sc?.turnComplete === true) {
+      if (sc?.interrupted === true) {
+        // Kept only when a later input replaced an unanswered one; speech (automatic activity
+        // detection) sets no trigger, and then the interrupted turn's own trigger is spent.
+        if (this.superseding) this.triggerInterrupted = true;
+        else this.trigger = undefined;
+        this.superseding = false;
+      } else if (sc?.turnComplete === true) {
         if (this.triggerInterrupted) this.triggerInterrupted = false;
         else this.trigger = undefined;
       }

@@ -236,28 +236,43 @@ describe('WebSocket upgrades', () => {
     expect(await inFlight(0)).toBe(0);
   });
 
-  it('record a declined Realtime upgrade (a 429 on connect) as a failed request with its status', async () => {
+  it('record a Realtime upgrade that did not open as a failed request: declined (429, 302), or given up on before any answer', async () => {
+    const answers: Record<string, string | undefined> = {
+      '429': 'HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+      '302': 'HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n',
+      hang: undefined, // never answers: the client gives up
+    };
     const up = net.createServer((s) => {
       s.on('error', () => {});
-      s.once('data', () => s.end('HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}'));
+      s.once('data', (d: Buffer) => {
+        const which = /model=(\w+)/.exec(d.toString('latin1'))?.[1] ?? '';
+        const a = answers[which];
+        if (a !== undefined) s.end(a);
+      });
     });
     await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
     const p = await startTestProxy(`http://127.0.0.1:${(up.address() as AddressInfo).port}`);
     try {
       const port = Number(new URL(p.proxyUrl).port);
-      const answer = await new Promise<string>((resolve) => {
-        const s = net.connect(port, '127.0.0.1', () =>
-          s.write(`GET /v1/realtime?model=gpt-realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`),
-        );
-        let t = '';
-        s.on('data', (b: Buffer) => (t += b.toString()));
-        s.on('close', () => resolve(t));
-      });
-      expect(answer).toMatch(/^HTTP\/1\.1 429 /);
+      const connect = (model: string, giveUpMs?: number) =>
+        new Promise<string>((resolve) => {
+          const s = net.connect(port, '127.0.0.1', () =>
+            s.write(`GET /v1/realtime?model=${model} HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`),
+          );
+          let t = '';
+          s.on('data', (b: Buffer) => (t += b.toString()));
+          s.on('close', () => resolve(t));
+          if (giveUpMs !== undefined) setTimeout(() => s.resetAndDestroy(), giveUpMs); // a FIN alone is a half-close the tunnel waits out
+        });
+      expect(await connect('429')).toMatch(/^HTTP\/1\.1 429 /);
+      expect(await connect('302')).toMatch(/^HTTP\/1\.1 302 /);
+      expect(await connect('hang', 100)).toBe('');
       await new Promise((r) => setTimeout(r, 50));
       const m = await scrape(p.metricsUrl);
-      const labels = { gen_ai_operation_name: 'realtime', gen_ai_request_model: 'gpt-realtime', error_type: '429' };
-      expect(hist(m, 'gen_ai_client_operation_duration_seconds', labels).count).toBe(1);
+      const failed = (model: string, error_type: string) =>
+        hist(m, 'gen_ai_client_operation_duration_seconds', { gen_ai_operation_name: 'realtime', gen_ai_request_model: model, error_type }).count;
+      expect([failed('429', '429'), failed('302', 'upgrade_declined'), failed('hang', 'client_cancelled')]).toEqual([1, 1, 1]);
+      expect(hist(m, 'gen_ai_client_operation_duration_seconds').count).toBe(3);
       expect(hist(m, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(0);
     } finally {
       await p.close();

@@ -244,6 +244,17 @@ describe('review cases', () => {
       expect(ttft.sum).toBeCloseTo(ms(100), 9);
       expect((await t.histogram(METRIC.duration)).sum).toBeCloseTo(ms(125), 9);
     }
+    // Speech (automatic activity detection, no trigger) interrupts a text turn before its output:
+    // the text turn's trigger is spent, the answer to the speech has no start.
+    {
+      const t = session(LIVE);
+      t.client(0, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'one' }] }], turnComplete: true } });
+      t.client(10, { realtimeInput: { audio: { data: 'AAAA', mimeType: 'audio/pcm;rate=16000' } } });
+      t.server(20, { serverContent: { interrupted: true } });
+      t.server(8300, audio);
+      t.server(8310, { serverContent: { turnComplete: true } });
+      expect((await t.histogram(METRIC.ttft)).count).toBe(0);
+    }
     // A turn that completes without output and without an interruption spent its trigger.
     const t = session(LIVE);
     t.client(0, { clientContent: { turnComplete: true } });
@@ -264,6 +275,9 @@ describe('review cases', () => {
       ['client close frame, upstream FIN first (RFC 6455 order)', (t) => { t.s.fromClient(closeFrame(true, 1000), 30); t.s.close(31, undefined, true); }, 'client_cancelled'],
       ['upstream FIN without a close frame', (t) => t.s.close(31, undefined, true), 'upstream_reset'],
       ['client FIN without a close frame', (t) => t.s.close(31, undefined, false), 'client_cancelled'],
+      ['client close, upstream echo, then a reset', (t) => { t.s.fromClient(closeFrame(true, 1000), 30); t.s.fromUpstream(closeFrame(false, 1000), 31); t.s.close(32, 'upstream_reset', true); }, 'client_cancelled'],
+      ['upstream close, no echo, then a reset', (t) => { t.s.fromUpstream(closeFrame(false, 1001), 30); t.s.close(32, 'upstream_reset', true); }, 'upstream_reset'],
+      ['client close, then the shutdown deadline', (t) => { t.s.fromClient(closeFrame(true, 1000), 30); t.s.fromUpstream(closeFrame(false, 1000), 31); t.s.close(32, 'shutdown_deadline'); }, 'shutdown_deadline'],
     ];
     for (const [name, end, errorType] of cases) {
       const t = session(RT);
