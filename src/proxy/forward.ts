@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { afterIo } from '../measure/after-io.js';
-import { RequestMeter, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
+import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
@@ -160,7 +160,7 @@ export class Forwarder {
       instruments: ins!,
       labels: this.wsLabels(match, api),
       // No deferral: every message is measured after its bytes were forwarded already.
-      meter: { ...this.deps.config.limits, limitResponseModel: this.limitResponseModel, limitErrorType: this.limitErrorType },
+      meter: this.wsMeterOptions(),
       deflate,
       limitModel: (m) => this.limitModel(m),
     });
@@ -172,11 +172,14 @@ export class Forwarder {
     const api = ins ? detectWsApi(match.upstreamPath) : undefined;
     if (api === undefined) return;
     try {
-      const limits = { ...this.deps.config.limits, limitResponseModel: this.limitResponseModel, limitErrorType: this.limitErrorType };
-      recordUnopened(ins!, this.wsLabels(match, api), start, status, errorType, limits);
+      recordUnopened(ins!, this.wsLabels(match, api), start, status, errorType, this.wsMeterOptions());
     } catch (e) {
       this.deps.log.error({ err: (e as Error).message }, 'measurement failed');
     }
+  }
+
+  private wsMeterOptions(): MeterOptions {
+    return { ...this.deps.config.limits, limitResponseModel: this.limitResponseModel, limitErrorType: this.limitErrorType };
   }
 
   private wsLabels(match: RouteMatch, api: WsApiMatch): RequestLabels {

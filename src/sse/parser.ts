@@ -1,4 +1,5 @@
 import { PendingBytes } from './pending-bytes.js';
+
 /**
  * Incremental, byte-level parser for the WHATWG `text/event-stream` format.
  *

@@ -18,8 +18,7 @@ export class PendingBytes {
   /** Keeps `buf[from, to)`; true when this went over the cap (once per event). */
   add(buf: Buffer, from: number, to: number): boolean {
     if (this.over || to === from) return false;
-    const n = to - from;
-    const need = this.length + n;
+    const need = this.length + (to - from);
     if (need > this.cap) {
       this.store = undefined;
       this.length = 0;

@@ -121,24 +121,16 @@ export class WsSession {
   private readonly held: Held[] = [];
   private heldBytes = 0;
   private closing: { end: number; errorType: string | undefined; upstreamFirst: boolean; timer: NodeJS.Timeout } | undefined;
-  /** Which side sent the first close frame: a response it cuts is that side's doing. */
-  private firstClose: 'client' | 'upstream' | undefined;
-  /** Both sides sent a close frame: the closing handshake is complete. */
-  private closeFrames = 0;
+  /** The sides that sent a close frame, in order: the first one's doing cuts the open responses. */
+  private readonly closeFrames = new Set<'client' | 'upstream'>();
   private finalizing = false;
   private finalized = false;
   responses = 0;
 
   constructor(match: WsApiMatch, private readonly deps: WsSessionDeps) {
     const opts = { maxMessageBytes: deps.meter.maxEventBytes, deflate: deps.deflate, onBroken: () => this.stop() };
-    const closeFrom = (side: 'client' | 'upstream') => {
-      let seen = false;
-      return (opcode: number) => {
-        if (opcode !== 8) return;
-        this.firstClose ??= side;
-        if (!seen) this.closeFrames++;
-        seen = true;
-      };
+    const closeFrom = (side: 'client' | 'upstream') => (opcode: number) => {
+      if (opcode === 8) this.closeFrames.add(side);
     };
     this.up = new MessageReader((d, t) => this.message(true, d, t), { ...opts, onControl: closeFrom('client') });
     this.down = new MessageReader((d, t) => this.message(false, d, t), { ...opts, onControl: closeFrom('upstream') });
@@ -241,12 +233,13 @@ export class WsSession {
     this.drain();
     if (this.done) return; // a throw while draining stopped the session
     this.finalized = true;
-    const byUpstream = this.firstClose === 'upstream' || (this.firstClose === undefined && c.upstreamFirst);
+    const [firstClose] = this.closeFrames;
+    const byUpstream = firstClose === 'upstream' || (firstClose === undefined && c.upstreamFirst);
     const bySide = byUpstream ? ERROR_TYPE.upstreamReset : ERROR_TYPE.clientCancelled;
     // After a complete closing handshake a socket error (a reset after the echo) changes nothing:
     // the side that closed first did it. A timeout or the shutdown deadline still wins.
     const socketLevel = c.errorType === undefined || c.errorType === ERROR_TYPE.upstreamReset || c.errorType === ERROR_TYPE.clientCancelled;
-    this.endOpen(c.end, this.closeFrames === 2 && socketLevel ? bySide : (c.errorType ?? bySide));
+    this.endOpen(c.end, this.closeFrames.size === 2 && socketLevel ? bySide : (c.errorType ?? bySide));
   }
 
   /**
