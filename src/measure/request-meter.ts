@@ -12,7 +12,9 @@ export interface RequestLabels {
   provider: string;
   operation: string;
   requestModel: string | undefined;
+  /** The upstream host (an IPv6 address without brackets). */
   serverAddress: string;
+  serverPort?: number;
 }
 
 export interface MeterOptions {
@@ -204,7 +206,7 @@ export class RequestMeter {
   private startRecording(): void {
     const l = this.requestLabels;
     this.labels = this.requestOnlyLabels();
-    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.operation, l.operation, ATTR.serverAddress, l.serverAddress));
+    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.operation, l.operation, ATTR.serverAddress, l.serverAddress, ATTR.serverPort, l.serverPort));
     this.defer(() => this.ins.streamsActive.add(1, active));
   }
 
@@ -417,12 +419,15 @@ export class RequestMeter {
     const spanTokens =
       outputTokens !== undefined && hidden > 0 && this.clock.contentEvents <= outputTokens - hidden ? outputTokens - hidden : outputTokens;
     const tpot = spanTokens !== undefined ? this.clock.tpotMs(spanTokens) : undefined;
-    if (tpot !== undefined) this.ins.tpot.record(tpot / 1000, endLabels);
+    // `gen_ai.server.time_per_output_token` is defined for successful responses; the gaps of a
+    // cancelled or failed stream are still in the per-gap histogram.
+    if (tpot !== undefined && outcome === 'ok') this.ins.tpot.record(tpot / 1000, endLabels);
     const tokens = (type: string, n: number | undefined) => {
       if (n !== undefined) this.ins.tokenUsage.record(n, sets.with(endLabels, ATTR.tokenType, type));
     };
-    tokens(TOKEN_TYPE.input, usage.inputTokens);
-    tokens(TOKEN_TYPE.output, outputTokens);
+    // Billable counts where the provider reports both (semantic conventions: MUST).
+    tokens(TOKEN_TYPE.input, usage.billedInputTokens ?? usage.inputTokens);
+    tokens(TOKEN_TYPE.output, source === 'usage' ? (usage.billedOutputTokens ?? outputTokens) : outputTokens);
     tokens(TOKEN_TYPE.cachedInput, usage.cachedInputTokens);
     tokens(TOKEN_TYPE.cacheCreationInput, usage.cacheCreationInputTokens);
     tokens(TOKEN_TYPE.reasoning, usage.reasoningTokens);
@@ -464,6 +469,8 @@ export class RequestMeter {
       l.operation,
       ATTR.serverAddress,
       l.serverAddress,
+      ATTR.serverPort,
+      l.serverPort,
       ATTR.requestModel,
       l.requestModel,
     );

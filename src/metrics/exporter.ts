@@ -1,6 +1,6 @@
 import type { OTLPMetricExporter as OtlpExporterClass } from '@opentelemetry/exporter-metrics-otlp-http';
 import { PrometheusExporter } from '@opentelemetry/exporter-prometheus';
-import { resourceFromAttributes } from '@opentelemetry/resources';
+import { detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
 import {
   AggregationType,
   InstrumentType,
@@ -84,12 +84,14 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
     readers.push(new PeriodicExportingMetricReader({ exporter, metricProducers: [view], exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
   }
   const text = new PrometheusText();
+  // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME (the SDK's env detector, which discards a
+  // malformed OTEL_RESOURCE_ATTRIBUTES whole, as the specification says) override these.
   const resource = resourceFromAttributes({
-    'service.name': process.env.OTEL_SERVICE_NAME ?? 'llm-latency-proxy',
+    'service.name': 'llm-latency-proxy',
     'service.version': VERSION,
     'service.instance.id':
       opts.serviceInstanceId ?? process.env.POD_NAME ?? `${process.env.HOSTNAME ?? hostname()}:${process.pid}`,
-  });
+  }).merge(detectResources({ detectors: [envDetector] }));
   const provider = new MeterProvider({ resource, readers });
   const prom = prometheus;
   return {

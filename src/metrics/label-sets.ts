@@ -16,16 +16,16 @@ export class LabelSets {
 
   constructor(private readonly maxSets = 10_000) {}
 
-  /** The set of these (name, value) pairs; pairs with an undefined value are left out. */
-  of(...pairs: (string | undefined)[]): Attributes {
+  /** The set of these (name, value) pairs (names at even indexes); pairs with an undefined value are left out. */
+  of(...pairs: (string | number | undefined)[]): Attributes {
     let node: Node | undefined = this.root;
     for (let i = 0; i < pairs.length && node !== undefined; i += 2) {
       const v = pairs[i + 1];
-      if (v !== undefined) node = node.next.get(pairs[i]!)?.get(v);
+      if (v !== undefined) node = node.next.get(pairs[i] as string)?.get(v);
     }
     if (node?.set !== undefined) return node.set;
     const a: Attributes = {};
-    for (let i = 0; i < pairs.length; i += 2) if (pairs[i + 1] !== undefined) a[pairs[i]!] = pairs[i + 1];
+    for (let i = 0; i < pairs.length; i += 2) if (pairs[i + 1] !== undefined) a[pairs[i] as string] = pairs[i + 1];
     const set = Object.freeze(a);
     if (this.count < this.maxSets) {
       this.count++;
@@ -33,8 +33,8 @@ export class LabelSets {
       for (let i = 0; i < pairs.length; i += 2) {
         const v = pairs[i + 1];
         if (v === undefined) continue;
-        let byValue = at.next.get(pairs[i]!);
-        if (byValue === undefined) at.next.set(pairs[i]!, (byValue = new Map()));
+        let byValue = at.next.get(pairs[i] as string);
+        if (byValue === undefined) at.next.set(pairs[i] as string, (byValue = new Map()));
         let child: Node | undefined = byValue.get(v);
         if (child === undefined) byValue.set(v, (child = new Node()));
         at = child;
@@ -63,5 +63,5 @@ export class LabelSets {
 
 class Node {
   set: Attributes | undefined;
-  readonly next = new Map<string, Map<string, Node>>();
+  readonly next = new Map<string, Map<string | number, Node>>();
 }

@@ -1,7 +1,8 @@
 /**
  * Caps the number of distinct values a client-controlled label (the model
  * name) may take, so a client cannot blow up the time-series count. Values
- * past the cap are recorded as `_OTHER`.
+ * past the cap are recorded as `_OTHER`; values that are not well-formed
+ * UTF-16 as they will be exposed (lone surrogates as U+FFFD).
  */
 export const OTHER = '_OTHER';
 const MAX_VALUE_LENGTH = 128;
@@ -13,6 +14,9 @@ export class CardinalityLimiter {
 
   limit(value: string): string {
     if (this.seen.has(value)) return value;
+    // A lone UTF-16 surrogate (JSON allows "\ud800") is written as U+FFFD, so two such
+    // values would be two series with one exposed name, and Prometheus keeps only one.
+    if (!value.isWellFormed()) return this.limit(value.toWellFormed());
     if (value.length > MAX_VALUE_LENGTH || this.seen.size >= this.maxValues) return OTHER;
     this.seen.add(value);
     return value;

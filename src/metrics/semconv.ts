@@ -41,6 +41,8 @@ export const ATTR = {
   responseModel: 'gen_ai.response.model',
   tokenType: 'gen_ai.token.type',
   serverAddress: 'server.address',
+  /** The upstream's port (the scheme's default when its URL names none): semconv requires it with `server.address`. */
+  serverPort: 'server.port',
   errorType: 'error.type',
   outcome: 'outcome',
   tokenCountSource: 'token_count_source',

@@ -15,7 +15,8 @@ import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type Re
  * `tool_call_delta.parameters` or `tool_call_delta.text` (the tool plan). Not content: message/content/tool-call
  * start and end markers, citations, `debug`, v1's search events.
  * Usage: `message-end.delta.usage` (v1: `stream-end.response.meta`): `tokens`
- * (what the model read and produced) before `billed_units`; `cached_tokens`.
+ * (what the model read and produced) for TPOT, `billed_units` for token usage
+ * (each the other's fallback); `cached_tokens`.
  * The stream names no model. In-band error: a final `finish_reason` of `ERROR`
  * or `TIMEOUT`.
  */
@@ -82,18 +83,25 @@ export class CohereAdapter implements ResponseAdapter {
     return EventKind.Error;
   }
 
-  /** Usage arithmetic: `tokens.{input,output}_tokens`, else `billed_units`; `cached_tokens` of the input. */
+  /**
+   * Usage arithmetic: `tokens.{input,output}_tokens` (what the model read and produced: TPOT),
+   * else `billed_units`; `billed_units` also as the billable counts (token usage); `cached_tokens` of the input.
+   */
   private readUsage(u: Record<string, unknown> | undefined): void {
     if (!u) return;
     const tokens = obj(u.tokens);
     const billed = obj(u.billed_units);
-    const out = num(tokens?.output_tokens) ?? num(billed?.output_tokens);
+    const billedOut = num(billed?.output_tokens);
+    const billedIn = num(billed?.input_tokens);
+    const out = num(tokens?.output_tokens) ?? billedOut;
     if (out !== undefined) {
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
     }
-    const input = num(tokens?.input_tokens) ?? num(billed?.input_tokens);
+    const input = num(tokens?.input_tokens) ?? billedIn;
     if (input !== undefined) this.usage.inputTokens = input;
+    if (billedOut !== undefined) this.usage.billedOutputTokens = billedOut;
+    if (billedIn !== undefined) this.usage.billedInputTokens = billedIn;
     const cached = num(u.cached_tokens);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
   }

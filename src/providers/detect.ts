@@ -72,6 +72,9 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/(?:^|\/)chat\/completions$/, openaiChat],
   [/(?:^|\/)completions$/, openaiCompletions],
   [/(?:^|\/)responses$/, openaiResponses],
+  // Bedrock serves embedding models on `/invoke` too (Titan, Cohere, Nova, Marengo): not measured,
+  // like every other embeddings API, so that they do not count as chat.
+  [/\/model\/[^/]*embed[^/]*\/invoke$/i, genericStream],
   [/\/model\/[^/]+\/(?:converse-stream|converse)$/, bedrockConverse],
   [/\/model\/[^/]+\/(?:invoke-with-response-stream|invoke)$/, bedrockInvoke],
   [/\/(?:models|endpoints|tunedModels)\/[^/:]+:(?:streamGenerateContent|generateContent)$/, geminiStream],
@@ -144,6 +147,7 @@ const HOST_PROVIDERS: ReadonlyArray<readonly [RegExp, string]> = [
   [/(^|\.)cohere\.(?:com|ai)$/, 'cohere'],
   [/(^|\.)x\.ai$/, 'x_ai'],
   [/(^|\.)perplexity\.ai$/, 'perplexity'],
+  [/(^|\.)moonshot\.(?:ai|cn)$/, 'moonshot_ai'],
   [/(^|\.)openrouter\.ai$/, 'openrouter'],
 ];
 

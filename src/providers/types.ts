@@ -28,6 +28,13 @@ export interface Usage {
   cachedInputTokens?: number;
   /** Of `inputTokens`: tokens written to the prompt cache (Anthropic, Bedrock). */
   cacheCreationInputTokens?: number;
+  /**
+   * Billable counts, where the provider reports them beside what the model read and produced
+   * (Cohere's `billed_units`): the token-usage histogram records these, as the semantic
+   * conventions require; TPOT keeps `outputTokens`, the tokens that were streamed.
+   */
+  billedInputTokens?: number;
+  billedOutputTokens?: number;
 }
 
 /**

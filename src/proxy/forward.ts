@@ -187,7 +187,8 @@ export class Forwarder {
       provider: match.resolved.providerName ?? api.defaultProviderName,
       operation: REALTIME_OPERATION,
       requestModel: this.limitModel(api.requestModel),
-      serverAddress: match.resolved.upstream.hostname,
+      serverAddress: match.resolved.origin.host,
+      serverPort: match.resolved.origin.port,
     };
   }
 
@@ -357,7 +358,8 @@ class InFlight implements ExchangeHandler {
       provider: match.resolved.providerName ?? api.defaultProviderName,
       operation: api.operation,
       requestModel: this.fwd.limitModel(pathModel),
-      serverAddress: match.resolved.upstream.hostname,
+      serverAddress: match.resolved.origin.host,
+      serverPort: match.resolved.origin.port,
     };
     // Also when the request already failed or was cancelled: record() runs later and reads it.
     this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, {

@@ -343,9 +343,8 @@ describe('ai + @ai-sdk/openai', () => {
     expect(events).toBeGreaterThanOrEqual(deltas);
     expect(events).toBeLessThan(N);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(events);
-    const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', f);
-    expect(tpot.count).toBe(1);
-    within(tpot.sum, PLAN.itl, { what: 'TPOT', over: events - 1 });
+    // TPOT is for successful responses (semantic conventions): the gaps above carry this one's speed.
+    expect(hist(s, 'gen_ai_server_time_per_output_token_seconds', f).count).toBe(0);
   });
 
   it('generateText (not streamed): a Responses JSON answer; usage and duration recorded, no TTFT or gaps', async () => {

@@ -104,9 +104,10 @@ describe('acceptance: separate processes, official client', () => {
     const s = parseProm(text);
     const ttft = s.find((x) => x.name === 'gen_ai_client_operation_time_to_first_chunk_seconds_count')!;
     expect(Object.keys(ttft.labels).sort()).toEqual(
-      ['gen_ai_operation_name', 'gen_ai_provider_name', 'gen_ai_request_model', 'otel_scope_name', 'otel_scope_version', 'server_address'].sort(),
+      ['gen_ai_operation_name', 'gen_ai_provider_name', 'gen_ai_request_model', 'otel_scope_name', 'otel_scope_version', 'server_address', 'server_port'].sort(),
     );
-    expect(ttft.labels).toMatchObject({ gen_ai_provider_name: 'openai', gen_ai_operation_name: 'chat', gen_ai_request_model: 'names', server_address: '127.0.0.1' });
+    const upstreamPort = new URL(simLine.url as string).port;
+    expect(ttft.labels).toMatchObject({ gen_ai_provider_name: 'openai', gen_ai_operation_name: 'chat', gen_ai_request_model: 'names', server_address: '127.0.0.1', server_port: upstreamPort });
     // 1.4 ms and 2.3 ms fall in different ITL buckets; 20-30 ms is resolved.
     const les = s.filter((x) => x.name === 'gen_ai_client_operation_time_per_output_chunk_seconds_bucket').map((x) => (x.labels.le === '+Inf' ? Infinity : Number(x.labels.le)));
     const bucketOf = (v: number) => les.filter((le) => le >= v).sort((a, b) => a - b)[0];

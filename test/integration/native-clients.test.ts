@@ -228,8 +228,10 @@ async function sameBytes(): Promise<void> {
 interface Timing {
   /** Content events in the stream. */
   events: number;
-  /** Output tokens the metrics should report. */
+  /** Output tokens TPOT divides by (what the model produced). */
   out: number;
+  /** Output tokens the usage histogram reports (the billable count where the provider gives one); `out` if unset. */
+  usageOut?: number;
   /** Seconds from the first to the last content event. */
   span?: number;
 }
@@ -246,14 +248,14 @@ function checkTiming(s: Sample[], f: Record<string, string>, t: Timing): void {
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', f);
   expect(tpot.count).toBe(1);
   within(tpot.sum, span / (t.out - 1), { what: 'TPOT', over: t.out - 1 });
-  expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(t.out);
+  expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(t.usageOut ?? t.out);
   expect(hist(s, 'gen_ai_client_operation_duration_seconds', f).count).toBe(1);
 }
 
 const cohereV2Client = () => new CohereClientV2({ token: 'test-key', baseUrl: proxy.proxyUrl, maxRetries: 0, fetch: hashingFetch(received) });
 
 describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
-  it('the SDK gets every delta; TTFT at the first thinking delta, a gap per delta, usage from tokens (not billed units)', async () => {
+  it('the SDK gets every delta; TTFT at the first thinking delta, a gap per delta; TPOT from tokens, token usage from billed units', async () => {
     const before = await scrape(proxy.metricsUrl);
     const model = 'command-a-reasoning-08-2025';
     const thinking: string[] = [];
@@ -276,8 +278,10 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
 
     const f = { gen_ai_request_model: model };
     const s = await settled(before, f);
-    checkTiming(s, f, { events: THINKING.length + TEXT.length, out: COHERE_USAGE.tokens.output_tokens });
-    expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(COHERE_USAGE.tokens.input_tokens);
+    // Semantic conventions: "When systems report both used tokens and billable tokens,
+    // instrumentation MUST report billable tokens." TPOT divides the streamed span by what was produced.
+    checkTiming(s, f, { events: THINKING.length + TEXT.length, out: COHERE_USAGE.tokens.output_tokens, usageOut: COHERE_USAGE.billed_units.output_tokens });
+    expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(COHERE_USAGE.billed_units.input_tokens);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'cached_input' })).toBe(COHERE_USAGE.cached_tokens);
     const streams = s.filter((x) => x.name === 'llm_proxy_streams_total' && x.value > 0);
     expect(streams.map((x) => x.labels)).toEqual([
@@ -310,7 +314,7 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
     const f = { gen_ai_request_model: model };
     const s = await settled(before, f);
     checkTiming(s, f, { events: 7, out: 7 });
-    expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(900);
+    expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(30); // billed (900 read)
     expect(total(s, 'llm_proxy_streams_total', { ...f, gen_ai_provider_name: 'cohere', outcome: 'ok', token_count_source: 'usage' })).toBe(1);
   });
 
@@ -339,6 +343,8 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
     within(ttft.sum, TTFT, { what: 'TTFT', over: 1 });
     expect(hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f).count).toBe(1);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(2);
+    // TPOT is for successful responses (semantic conventions), so a failed one records none.
+    expect(hist(s, 'gen_ai_server_time_per_output_token_seconds', f).count).toBe(0);
   });
 });
 
@@ -365,7 +371,7 @@ describe('cohere-ai: CohereClient.chatStream (POST /v1/chat, JSON lines)', () =>
     const f = { gen_ai_request_model: model };
     const s = await settled(before, f);
     checkTiming(s, f, { events: V1_TEXT.length, out: 5 });
-    expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(70);
+    expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(9); // billed (70 read)
     expect(total(s, 'llm_proxy_streams_total', { ...f, gen_ai_provider_name: 'cohere', gen_ai_operation_name: 'chat', outcome: 'ok', token_count_source: 'usage' })).toBe(1);
   });
 });

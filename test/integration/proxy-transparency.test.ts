@@ -11,7 +11,7 @@ import { API_BY_NAME } from '../../src/providers/detect.js';
 import { fixture } from '../helpers/fixtures.js';
 import { rawRequest } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
-import { hist, scrape, total } from '../helpers/prom.js';
+import { hist, parseProm, scrape, total } from '../helpers/prom.js';
 
 type Handler = (req: IncomingMessage, res: ServerResponse, body: Buffer) => void;
 
@@ -350,6 +350,29 @@ describe('failures', () => {
     expect(up.seen.map((x) => x.body.toString())).toEqual([whole, split, late, chunkedBody]);
   });
 
+
+  it('label values with lone UTF-16 surrogates become one series per exposed value (Prometheus keeps one of two equal series)', async () => {
+    // JSON allows "\ud800"; the exposition writes it as U+FFFD, so the three request models and the
+    // two response models below are one exposed value each.
+    const up = await upstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const served = _req.url?.includes('b') ? 'served\\udc01' : 'served\\ud801';
+      res.end(`data: {"id":"c","object":"chat.completion.chunk","model":"${served}","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n`);
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    for (const [path, model] of [['/v1/chat/completions?a', 'dup\\ud800x'], ['/v1/chat/completions?b', 'dup\\udc00x'], ['/v1/chat/completions?a', 'dup\\ufffdx']] as const) {
+      const r = await rawRequest(proxy.proxyUrl, path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.from(`{"stream":true,"model":"${model}"}`) });
+      expect(r.body.toString()).toContain('[DONE]');
+    }
+    const text = await (await fetch(`${proxy.metricsUrl}/metrics`)).text();
+    const keys = text.split('\n').filter((l) => l !== '' && !l.startsWith('#')).map((l) => l.slice(0, l.lastIndexOf(' ')));
+    expect(keys.length).toBeGreaterThan(10);
+    expect(keys.filter((k, i) => keys.indexOf(k) !== i)).toEqual([]);
+    const samples = parseProm(text);
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'dup\ufffdx' })).toBe(3);
+    expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'dup\ufffdx', gen_ai_response_model: 'served\ufffd' }).count).toBe(3);
+  });
   it('a measurement set-up that throws leaves the stream byte-identical and unmeasured, and the proxy up', async () => {
     // The set-up runs in a bare nextTick: an escaped throw would end the process.
     const payload = Buffer.from('data: {"id":"c","object":"chat.completion.chunk","model":"served","choices":[{"index":0,"delta":{"content":"hi"}}]}\n\ndata: [DONE]\n\n');

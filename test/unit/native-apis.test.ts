@@ -383,7 +383,7 @@ describe('Cohere Chat', () => {
     expect(detectApi('/compatibility/v1/chat/completions', undefined)?.api).toBe('openai-chat');
   });
 
-  it('v2 SSE: thinking, text, tool plan and tool arguments are content; usage from tokens (not billed units)', async () => {
+  it('v2 SSE: thinking, text, tool plan and tool arguments are content; TPOT from tokens, token usage from billed units', async () => {
     t = testInstruments();
     const m = meterFor('/v2/chat');
     m.responseStart(200, 'text/event-stream', undefined);
@@ -393,6 +393,9 @@ describe('Cohere Chat', () => {
     expect(s).toMatchObject({ ttftMs: 20, contentEvents: 5, outputTokens: 6, inputTokens: 70, tokenCountSource: 'usage', outcome: 'ok', responseModel: undefined });
     expect(s.tpotMs).toBeCloseTo(100 / 5, 9);
     expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'cached_input' })).toMatchObject({ sum: 64 });
+    // Token usage reports the billable counts (semantic conventions: MUST), TPOT the produced ones.
+    expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' })).toMatchObject({ sum: 5 });
+    expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' })).toMatchObject({ sum: 4 });
   });
 
   it('v2 as JSON lines (application/stream+json) measures the same', () => {

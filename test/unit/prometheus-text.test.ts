@@ -7,6 +7,7 @@ import { createTelemetry, SCOPE_NAME } from '../../src/metrics/exporter.js';
 import { Instruments } from '../../src/metrics/instruments.js';
 import { PrometheusText } from '../../src/metrics/prometheus-text.js';
 import { VERSION } from '../../src/version.js';
+import { parseProm } from '../helpers/prom.js';
 
 // The exporter's serializer as the proxy configured it before PrometheusText replaced it.
 const reference = new PrometheusSerializer(undefined, false, undefined, false, false);
@@ -143,5 +144,37 @@ describe('PrometheusText', () => {
     // One turn at least per 2,000 lines written (the first turn may come before the scrape starts writing).
     expect(turns).toBeGreaterThanOrEqual(Math.floor(lines / 2000) - 1);
     await telemetry.shutdown();
+  });
+
+  it('target_info carries OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME; a malformed OTEL_RESOURCE_ATTRIBUTES is discarded whole', async () => {
+    const saved = { attrs: process.env.OTEL_RESOURCE_ATTRIBUTES, name: process.env.OTEL_SERVICE_NAME };
+    const targetInfo = async () => {
+      const telemetry = createTelemetry({ prometheus: true, serviceInstanceId: 'test' });
+      let text = '';
+      for await (const piece of telemetry.scrape!()) text += piece;
+      await telemetry.shutdown();
+      return parseProm(text).find((x) => x.name === 'target_info')?.labels;
+    };
+    try {
+      process.env.OTEL_RESOURCE_ATTRIBUTES = 'service.namespace=llm,deployment.environment.name=prod%2Ceu,service.name=from-attrs';
+      delete process.env.OTEL_SERVICE_NAME;
+      expect(await targetInfo()).toEqual({
+        service_name: 'from-attrs',
+        service_version: VERSION,
+        service_instance_id: 'test',
+        service_namespace: 'llm',
+        deployment_environment_name: 'prod,eu',
+      });
+      process.env.OTEL_SERVICE_NAME = 'from-name'; // wins over service.name in the attributes, as the specification says
+      expect(await targetInfo()).toMatchObject({ service_name: 'from-name', service_namespace: 'llm' });
+      process.env.OTEL_RESOURCE_ATTRIBUTES = 'service.namespace=llm,broken';
+      delete process.env.OTEL_SERVICE_NAME;
+      expect(await targetInfo()).toEqual({ service_name: 'llm-latency-proxy', service_version: VERSION, service_instance_id: 'test' });
+    } finally {
+      for (const [k, v] of [['OTEL_RESOURCE_ATTRIBUTES', saved.attrs], ['OTEL_SERVICE_NAME', saved.name]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+    }
   });
 });

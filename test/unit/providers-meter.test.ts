@@ -87,7 +87,7 @@ describe('RequestMeter with the other framings and adapters', () => {
     expect((await t.hist(METRIC.duration)).attributes[0]!['error.type']).toBe('overloaded_error');
   });
 
-  it('a cancelled multi-token stream (Anthropic, Gemini, Bedrock) records no TPOT and no output count; a one-token-per-event stream counts its events', async () => {
+  it('a cancelled multi-token stream (Anthropic, Gemini, Bedrock) records no output count; a one-token-per-event stream counts its events; neither records TPOT', async () => {
     t = setup();
     const anthropicEvents = sseChunks(fixture('anthropic-messages.sse')).slice(0, 6); // message_start … 3 text deltas
     const a = meter(new AnthropicAdapter(), 0);
@@ -101,7 +101,17 @@ describe('RequestMeter with the other framings and adapters', () => {
     const o = meter(new OpenAIChatAdapter(), 0);
     o.responseStart(200, 'text/event-stream', undefined);
     sseChunks(fixture('openai-chat.sse')).slice(0, 6).forEach((c, i) => o.chunk(c, 100 + 20 * i));
-    expect(o.finish(400, 'client_cancelled')).toMatchObject({ outcome: 'cancelled', contentEvents: 5, tokenCountSource: 'events', outputTokens: 5 });
+    const so = o.finish(400, 'client_cancelled')!;
+    expect(so).toMatchObject({ outcome: 'cancelled', contentEvents: 5, tokenCountSource: 'events', outputTokens: 5 });
+    // Its TPOT is known (the request log shows it) but not recorded: the semantic conventions
+    // define TPOT for successful responses; its gaps are in the per-gap histogram.
+    expect(so.tpotMs).toBeCloseTo(20, 6);
+    expect((await t.hist(METRIC.tpot)).count).toBe(0);
+    expect((await t.hist(METRIC.chunkGap)).count).toBe(2 + 4);
+    const done = meter(new OpenAIChatAdapter(), 0);
+    done.responseStart(200, 'text/event-stream', undefined);
+    sseChunks(fixture('openai-chat.sse')).forEach((c, i) => done.chunk(c, 100 + 20 * i));
+    expect(done.finish(1000)).toMatchObject({ outcome: 'ok' });
     expect((await t.hist(METRIC.tpot)).count).toBe(1);
   });
 

@@ -48,6 +48,8 @@ describe('providerNameForHost', () => {
       ['generativelanguage.googleapis.com', 'gcp.gemini'],
       ['bedrock-runtime.us-east-1.amazonaws.com', 'aws.bedrock'],
       ['api.anthropic.com', 'anthropic'],
+      ['api.moonshot.ai', 'moonshot_ai'],
+      ['api.moonshot.cn', 'moonshot_ai'],
       ['aiplatform.googleapis.com.example.org', undefined],
       ['notaiplatform.googleapis.com', undefined],
       ['openai.com.evil.test', undefined],

@@ -484,4 +484,14 @@ describe('detection of the variants’ paths', () => {
     expect(detectApi('/v1beta/interactions/v1_abc', undefined)?.api).toBe('generic');
     expect(detectApi('/v1beta/interactions/v1_abc/cancel', undefined)?.api).toBe('generic');
   });
+
+  it('Bedrock embedding models on /invoke are not measured as chat (as no embeddings API is measured)', () => {
+    for (const id of ['amazon.titan-embed-text-v2:0', 'amazon.titan-embed-image-v1', 'cohere.embed-english-v3', 'cohere.embed-v4%3A0', 'amazon.nova-2-multimodal-embeddings-v1:0', 'twelvelabs.marengo-embed-2-7-v1:0']) {
+      expect(detectApi(`/model/${id}/invoke`, undefined)?.api, id).toBe('generic');
+    }
+    expect(detectApi('/v1/embeddings', undefined)?.api).toBe('generic');
+    expect(detectApi('/model/anthropic.claude-3-5-haiku-20241022-v1:0/invoke', undefined)?.api).toBe('bedrock-invoke');
+    expect(detectApi('/model/amazon.titan-text-express-v1/invoke-with-response-stream', undefined)?.api).toBe('bedrock-invoke');
+    expect(detectApi('/model/us.amazon.nova-pro-v1:0/converse', undefined)?.api).toBe('bedrock-converse');
+  });
 });
