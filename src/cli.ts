@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { ConfigError, loadConfig, type Overrides } from './config.js';
+import { ConfigError, hostOf, loadConfig, logLevelOf, upstreamOf, type Overrides } from './config.js';
 import { checkHealth, healthUrl, pid1Cmdline, proxyArgsOf } from './healthcheck.js';
 import { VERSION } from './version.js';
 
@@ -16,9 +16,9 @@ Usage:
 
 Proxy options (environment variable in brackets):
   --upstream URL        upstream base URL for "/" [LLM_PROXY_UPSTREAM]
-  --config FILE         YAML config with routes, timeouts, buckets [LLM_PROXY_CONFIG]
+  -c, --config FILE     YAML config with routes, timeouts, buckets [LLM_PROXY_CONFIG]
   --host HOST           proxy listen address, default 127.0.0.1 [LLM_PROXY_HOST]
-  --port N              proxy port, default 8080 (0 = any free port) [LLM_PROXY_PORT]
+  -p, --port N          proxy port, default 8080 (0 = any free port) [LLM_PROXY_PORT]
   --metrics-host HOST   metrics listen address, default 127.0.0.1 [LLM_PROXY_METRICS_HOST]
   --metrics-port N      metrics port (/metrics, /healthz, /readyz), default 9464 [LLM_PROXY_METRICS_PORT]
   --no-metrics          forward only: no parsing, no measurement [LLM_PROXY_METRICS=false]
@@ -40,7 +40,8 @@ function fail(message: string): never {
 function num(name: string, v: string | undefined, opts: { int?: boolean; min?: number; max?: number } = {}): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (v.trim() === '' || !Number.isFinite(n) || (opts.int && !Number.isInteger(n)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
+  // Integers in decimal digits only, as the variables take them (Number() also reads "0x10", "1e3", " 80").
+  if (v.trim() === '' || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
     throw new ConfigError(`--${name}: invalid value "${v}"`);
   }
   return n;
@@ -66,7 +67,7 @@ async function runSimulate(args: string[]): Promise<void> {
     return;
   }
   const [{ createLogger, exitAfterLogs }, { createSimulator }] = await Promise.all([import('./log.js'), import('./simulate/server.js')]);
-  const log = createLogger(process.env.LLM_PROXY_LOG_LEVEL || 'info');
+  const log = createLogger(logLevelOf('LLM_PROXY_LOG_LEVEL', process.env.LLM_PROXY_LOG_LEVEL || undefined) ?? 'info');
   const plan = {
     ttft: num('ttft', values.ttft, { min: 0 }) ?? 0.25,
     itl: num('itl', values.itl, { min: 0 }) ?? 0.0014,
@@ -76,7 +77,7 @@ async function runSimulate(args: string[]): Promise<void> {
   const seed = num('seed', values.seed, { int: true });
   const sim = createSimulator({ ...plan, ...(seed !== undefined ? { seed } : {}) });
   // Handlers first: a signal right after the 'listening' line must not meet the default action.
-  const listening = sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, values.host ?? '127.0.0.1');
+  const listening = sim.listen(num('port', values.port, { int: true, min: 0, max: 65535 }) ?? 8081, hostOf('--host', values.host) ?? '127.0.0.1');
   let stopping = false;
   const stop = () => {
     if (stopping) return exitAfterLogs(log, 1); // a second signal: now
@@ -111,14 +112,14 @@ type ProxyValues = ReturnType<typeof parseArgs<{ options: typeof PROXY_OPTIONS; 
 function proxyFlags(values: ProxyValues): Overrides {
   return {
     config: values.config,
-    upstream: values.upstream,
-    host: values.host,
+    upstream: upstreamOf('--upstream', values.upstream),
+    host: hostOf('--host', values.host),
     port: num('port', values.port, { int: true, min: 0, max: 65535 }),
-    metricsHost: values['metrics-host'],
+    metricsHost: hostOf('--metrics-host', values['metrics-host']),
     metricsPort: num('metrics-port', values['metrics-port'], { int: true, min: 0, max: 65535 }),
     metricsEnabled: values['no-metrics'] ? false : undefined,
     drainTimeout: num('drain-timeout', values['drain-timeout'], { min: 0 }),
-    logLevel: values['log-level'],
+    logLevel: logLevelOf('--log-level', values['log-level']),
   };
 }
 
@@ -226,7 +227,7 @@ main().catch((e: unknown) => {
     fail(`${err.message}\nRun with --help for usage.`);
   }
   // An address that cannot be bound (in use, not ours, not resolvable) is a configuration error.
-  if (['EADDRINUSE', 'EACCES', 'EADDRNOTAVAIL', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME'].includes(err.code ?? '')) {
+  if (['EADDRINUSE', 'EACCES', 'EADDRNOTAVAIL', 'EINVAL', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME'].includes(err.code ?? '')) {
     fail(`cannot listen: ${err.message}`);
   }
   process.stderr.write(`llm-latency-proxy: fatal: ${err.stack ?? String(e)}\n`);

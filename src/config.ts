@@ -9,7 +9,27 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
-const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+
+/** A log level given by a flag or variable (named `source` in the error), checked. */
+export function logLevelOf(source: string, v: string | undefined): string | undefined {
+  if (v === undefined || LOG_LEVELS.includes(v as (typeof LOG_LEVELS)[number])) return v;
+  throw new ConfigError(`${source}: expected one of ${LOG_LEVELS.join(', ')}, got "${v}"`);
+}
+
+/** An upstream URL given by a flag or variable (named `source` in the error), checked. */
+export function upstreamOf(source: string, v: string | undefined): string | undefined {
+  if (v === undefined) return v;
+  const u = httpUrl.safeParse(v);
+  if (!u.success) throw new ConfigError(`${source}: ${u.error.issues[0]?.message ?? 'invalid'} (got "${v}")`);
+  return v;
+}
+
+/** A listen address given by a flag (an empty one would mean every interface), checked. */
+export function hostOf(source: string, v: string | undefined): string | undefined {
+  if (v !== undefined && v.trim() === '') throw new ConfigError(`${source}: must not be empty (0.0.0.0 or :: listens on every interface)`);
+  return v;
+}
 /** Node timers hold at most 2^31 − 1 ms (~24.8 days); a longer one fires after 1 ms. */
 const MAX_TIMER_SECONDS = 2_147_483;
 const TIMER_LIMIT = `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`;
@@ -25,7 +45,16 @@ const httpUrl = z
       return false;
     }
   }, 'must be an absolute http:// or https:// URL')
-  .refine((s) => !s.includes('?') && !s.includes('#'), 'must not contain a query or fragment');
+  .refine((s) => !s.includes('?') && !s.includes('#'), 'must not contain a query or fragment')
+  // Credentials in the URL would not be sent (the client's own Authorization is forwarded).
+  .refine((s) => {
+    try {
+      const u = new URL(s);
+      return u.username === '' && u.password === '';
+    } catch {
+      return true;
+    }
+  }, 'must not contain user:password (not sent; the client\'s own Authorization header is forwarded)');
 const boundaries = z
   .array(z.number().positive())
   .min(1)
@@ -192,6 +221,8 @@ export interface Overrides {
   /** From OTEL_METRICS_EXPORTER: which exporters run. */
   exporters?: { prometheus: boolean; otlp: boolean };
   otlpIntervalMs?: number;
+  /** OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set: it wins over the file's `otlp.endpoint`. */
+  otlpEndpointFromEnv?: boolean;
   drainTimeout?: number;
 }
 
@@ -311,7 +342,8 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     prometheus: overrides.exporters?.prometheus ?? true,
     otlp: Object.freeze({
       enabled: overrides.exporters?.otlp ?? f.otlp?.enabled ?? false,
-      endpoint: f.otlp?.endpoint,
+      // The exporter reads the variables itself when given no URL (one given in code would win).
+      endpoint: overrides.otlpEndpointFromEnv === true ? undefined : f.otlp?.endpoint,
       intervalMs: overrides.otlpIntervalMs ?? (f.otlp?.intervalSeconds !== undefined ? f.otlp.intervalSeconds * 1000 : 60_000),
       exponentialHistograms: f.otlp?.exponentialHistograms ?? false,
     }),
@@ -344,12 +376,12 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
     if (v !== undefined) o[k] = v;
   };
   set('config', env.LLM_PROXY_CONFIG || undefined);
-  set('upstream', env.LLM_PROXY_UPSTREAM || undefined);
+  set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM || undefined));
   set('host', env.LLM_PROXY_HOST || undefined);
   set('port', envInt(env, 'LLM_PROXY_PORT'));
   set('metricsHost', env.LLM_PROXY_METRICS_HOST || undefined);
   set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
-  set('logLevel', env.LLM_PROXY_LOG_LEVEL || undefined);
+  set('logLevel', logLevelOf('LLM_PROXY_LOG_LEVEL', env.LLM_PROXY_LOG_LEVEL || undefined));
   set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
   // The standard OpenTelemetry variables: OTEL_METRICS_EXPORTER=otlp,prometheus|none, OTEL_METRIC_EXPORT_INTERVAL (ms).
   const exp = env.OTEL_METRICS_EXPORTER;
@@ -359,6 +391,7 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
     if (bad !== undefined) throw new ConfigError(`OTEL_METRICS_EXPORTER: unknown exporter "${bad}" (use otlp, prometheus or none)`);
     o.exporters = { prometheus: names.includes('prometheus'), otlp: names.includes('otlp') };
   }
+  if ((env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT ?? '').trim() !== '' || (env.OTEL_EXPORTER_OTLP_ENDPOINT ?? '').trim() !== '') o.otlpEndpointFromEnv = true;
   const interval = env.OTEL_METRIC_EXPORT_INTERVAL;
   if (interval !== undefined && interval !== '') {
     const n = Number(interval);

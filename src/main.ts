@@ -67,8 +67,20 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const forwarder = new Forwarder({ config: cfg, log, instruments });
   let draining = false;
 
-  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive, (req, socket, head) => forwarder.upgrade(req, socket, head));
-  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, cfg.timeouts.keepAlive);
+  // Which of the two could not listen, for the message (both may be given the same port).
+  const which = (what: string) => (e: Error): never => {
+    e.message = `${what}: ${e.message}`;
+    throw e;
+  };
+  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive, (req, socket, head) => forwarder.upgrade(req, socket, head)).catch(
+    which('proxy port'),
+  );
+  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, cfg.timeouts.keepAlive).catch(
+    async (e: Error) => {
+      await new Promise((r) => proxy.server.close(r)); // not left listening while main() reports the error
+      return which('metrics port')(e);
+    },
+  );
   log.info(
     {
       proxyUrl: proxy.url,

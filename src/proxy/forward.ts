@@ -312,6 +312,16 @@ class InFlight implements ExchangeHandler {
     res.once('close', () => {
       if (!res.writableFinished) this.cancel();
     });
+    // A response queued behind another one on a pipelined connection has no socket yet, and
+    // Node gives it no 'close' when that connection goes: the socket's own stands for it.
+    if (res.socket === null) {
+      const socket = req.socket;
+      const gone = (): void => {
+        if (!res.writableFinished) this.cancel();
+      };
+      socket.once('close', gone);
+      res.once('close', () => socket.removeListener('close', gone));
+    }
     // The request head (and a body already read) leaves on a tick queued above;
     // what only measurement needs is set up after this loop iteration's I/O
     // callbacks, so that in a burst of new requests every head leaves first.

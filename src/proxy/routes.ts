@@ -77,13 +77,16 @@ export class Router {
 export function originForm(target: string): string | undefined {
   // A fragment is not part of a request target (RFC 9112 §3.2): never sent on.
   if (target.startsWith('/')) return target.includes('#') ? target.slice(0, target.indexOf('#')) : target;
-  if (/^https?:\/\//i.test(target)) {
+  const authority = /^https?:\/\/[^/?#]*/i.exec(target);
+  if (authority !== null) {
     try {
-      const u = new URL(target);
-      return u.pathname + u.search;
+      new URL(target); // a valid URL, but its path and query are taken as sent: URL would re-encode them
     } catch {
       return undefined;
     }
+    let rest = target.slice(authority[0].length);
+    if (rest.includes('#')) rest = rest.slice(0, rest.indexOf('#'));
+    return rest.startsWith('/') ? rest : `/${rest}`;
   }
   return undefined;
 }

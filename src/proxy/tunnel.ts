@@ -95,8 +95,8 @@ export class Tunnel {
         : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread });
     this.upstream = up;
     up.setNoDelay(true);
-    // Written at once: the socket holds it until connected.
-    up.write(requestHead(this.req.method ?? 'GET', this.opts.path, this.headers));
+    // Written at once: the socket holds it until connected. latin1: header bytes as received.
+    up.write(requestHead(this.req.method ?? 'GET', this.opts.path, this.headers), 'latin1');
     this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream connect timeout'), this.opts.connectTimeoutMs);
     up.once(origin.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       this.connected = true;

@@ -1,6 +1,6 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
@@ -173,6 +173,32 @@ describe('acceptance: separate processes, official client', () => {
     expect(await p5.exited).toBe(2);
     expect(p5.stderr).toMatch(/^llm-latency-proxy: cannot listen: .*EADDRNOTAVAIL/);
     expect(p5.stderr).not.toMatch(/\n\s+at /);
+    // Each listed with what it names: an empty address (every interface), a hexadecimal port, the
+    // same port twice (which listener), a bad level in a variable the simulator reads.
+    const cases: [string[], Record<string, string>, RegExp][] = [
+      [['--host', '', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --host: must not be empty/],
+      [['--metrics-host=', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --metrics-host: must not be empty/],
+      [['--port', '0x10'], {}, /^llm-latency-proxy: --port: invalid value "0x10"/],
+      [['simulate', '--port', '0'], { LLM_PROXY_LOG_LEVEL: 'bogus' }, /^llm-latency-proxy: LLM_PROXY_LOG_LEVEL: expected one of/],
+    ];
+    for (const [args, env, message] of cases) {
+      const p = spawnCli(args, env);
+      procs.push(p);
+      expect(await p.exited, args.join(' ')).toBe(2);
+      expect(p.stderr, args.join(' ')).toMatch(message);
+      expect(p.stderr).not.toMatch(/\n\s+at /);
+    }
+    const busy = net.createServer();
+    await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
+    const port = String((busy.address() as AddressInfo).port);
+    try {
+      const p6 = spawnCli(['--port', '0', '--metrics-port', port]);
+      procs.push(p6);
+      expect(await p6.exited).toBe(2);
+      expect(p6.stderr).toMatch(/^llm-latency-proxy: cannot listen: metrics port: listen EADDRINUSE/);
+    } finally {
+      busy.close();
+    }
   });
 
   it('SIGTERM ends the process even when its log reader has gone away (EPIPE on stdout)', async () => {

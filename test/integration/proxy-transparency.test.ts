@@ -441,6 +441,44 @@ describe('failures', () => {
 });
 
 describe('cancellation and backpressure', () => {
+  it('a request pipelined behind a streaming one is cancelled too when the client resets or half-closes the connection', async () => {
+    // Node queues the second response and gives it no 'close' when the connection goes.
+    const upstreamClosed: number[] = [];
+    const up = await upstream((req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const t = setInterval(() => res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 5);
+      req.socket.on('close', () => {
+        upstreamClosed.push(performance.now());
+        clearInterval(t);
+      });
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url, { timeouts: { idle: 30 } });
+    const port = Number(new URL(proxy.proxyUrl).port);
+    const b = '{"model":"m-piped","stream":true}';
+    const request = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`;
+    for (const how of ['reset', 'half-close'] as const) {
+      upstreamClosed.length = 0;
+      const sock = net.connect(port, '127.0.0.1');
+      sock.on('error', () => {});
+      await new Promise<void>((r) => sock.once('connect', () => r()));
+      sock.write(request + request);
+      await new Promise<void>((r) => sock.once('data', () => r()));
+      await sleep(30);
+      if (how === 'reset') sock.resetAndDestroy();
+      else sock.end(); // the proxy ends its side of a half-closed connection after the response in hand
+      for (const deadline = performance.now() + 3000; upstreamClosed.length < 2 && performance.now() < deadline; ) await sleep(5);
+      expect(upstreamClosed.length, how).toBe(2);
+      sock.destroy();
+    }
+    await sleep(20);
+    const samples = await scrape(proxy.metricsUrl);
+    const f = { gen_ai_request_model: 'm-piped' };
+    expect(total(samples, 'llm_proxy_streams_total', { ...f, outcome: 'cancelled' })).toBe(4);
+    expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { ...f, error_type: 'client_cancelled' }).count).toBe(4);
+    expect(total(samples, 'llm_proxy_streams_active')).toBe(0);
+  });
+
   it('closes the upstream socket promptly when the client disconnects mid-stream', async () => {
     let upstreamClosedAt = 0;
     const up = await upstream((req, res) => {

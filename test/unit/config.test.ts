@@ -2,7 +2,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { buildConfig, ConfigError, envOverrides, loadConfig } from '../../src/config.js';
+import { buildConfig, ConfigError, envOverrides, hostOf, loadConfig, logLevelOf, upstreamOf } from '../../src/config.js';
 
 function errorOf(fn: () => unknown): string {
   try {
@@ -51,6 +51,30 @@ describe('config', () => {
     expect(c.routes[0]!.upstream).toBe('http://env:2');
     const c2 = loadConfig({}, env);
     expect(c2.port).toBe(3333);
+  });
+
+  it('the OTLP endpoint variables win over the file\'s otlp.endpoint (the exporter reads them when given no URL)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const file = join(dir, 'c.yaml');
+    writeFileSync(file, 'otlp: {enabled: true, endpoint: "http://file:4318/v1/metrics"}\n');
+    expect(loadConfig({ config: file }, {}).otlp.endpoint).toBe('http://file:4318/v1/metrics');
+    for (const name of ['OTEL_EXPORTER_OTLP_METRICS_ENDPOINT', 'OTEL_EXPORTER_OTLP_ENDPOINT']) {
+      expect(loadConfig({ config: file }, { [name]: 'http://env:4318' }).otlp.endpoint, name).toBeUndefined();
+    }
+    expect(loadConfig({ config: file }, { OTEL_EXPORTER_OTLP_ENDPOINT: ' ' }).otlp.endpoint).toBe('http://file:4318/v1/metrics');
+  });
+
+  it('a bad value from a variable or flag is named by that variable or flag', () => {
+    expect(errorOf(() => envOverrides({ LLM_PROXY_LOG_LEVEL: 'INFO' }))).toMatch(/^LLM_PROXY_LOG_LEVEL: expected one of trace, .* got "INFO"$/);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_UPSTREAM: 'localhost:8000' }))).toMatch(/^LLM_PROXY_UPSTREAM: must be an absolute http/);
+    expect(errorOf(() => logLevelOf('--log-level', 'bogus'))).toMatch(/^--log-level: /);
+    expect(errorOf(() => upstreamOf('--upstream', 'localhost:8000'))).toMatch(/^--upstream: /);
+    // An empty listen address would listen on every interface.
+    expect(errorOf(() => hostOf('--host', ''))).toMatch(/^--host: must not be empty/);
+    expect(hostOf('--host', '0.0.0.0')).toBe('0.0.0.0');
+    // Credentials in an upstream URL would be dropped silently.
+    expect(errorOf(() => upstreamOf('--upstream', 'http://user:secret@vllm:8000'))).toMatch(/^--upstream: must not contain user:password/);
+    expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'https://u:p@api.example.com' }] }, {}))).toMatch(/routes\[0\]\.upstream: must not contain user:password/);
   });
 
   it('--upstream (or LLM_PROXY_UPSTREAM) with a routes file sets the upstream of "/" and keeps the other routes', () => {

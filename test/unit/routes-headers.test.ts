@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { endToEndHeaders, isName, rawHeader } from '../../src/proxy/headers.js';
-import { Router } from '../../src/proxy/routes.js';
+import { originForm, Router } from '../../src/proxy/routes.js';
 import { providerNameForHost } from '../../src/providers/detect.js';
 import { RequestBodyTap } from '../../src/proxy/request-info.js';
 import { CardinalityLimiter, OTHER } from '../../src/metrics/labels.js';
@@ -155,7 +155,38 @@ describe('RequestBodyTap', () => {
   });
 });
 
+describe('originForm', () => {
+  it('takes an absolute-form target\'s path and query as sent (no re-encoding), without its fragment', () => {
+    expect(originForm('http://any.example/v1/a{b}|^`')).toBe('/v1/a{b}|^`');
+    expect(originForm('http://any.example:8080/v1/chat?q={"a":1}#frag')).toBe('/v1/chat?q={"a":1}');
+    expect(originForm('HTTPS://any.example')).toBe('/');
+    expect(originForm('http://any.example?x=1')).toBe('/?x=1');
+    expect(originForm('/v1/a{b}')).toBe('/v1/a{b}');
+    expect(originForm('http://')).toBeUndefined();
+    expect(originForm('ftp://x/y')).toBeUndefined();
+    expect(originForm('*')).toBeUndefined();
+  });
+});
+
+describe('server.address and server.port (what the metrics label a route with)', () => {
+  it('the host without IPv6 brackets, and the port, the scheme\'s default when the URL names none', () => {
+    const at = (upstream: string) => new Router([{ prefix: '/', upstream, stripPrefix: false }]).match('/v1/chat/completions')!.resolved.origin;
+    expect(at('https://api.openai.com/v1')).toMatchObject({ host: 'api.openai.com', port: 443 });
+    expect(at('http://10.0.0.5')).toMatchObject({ host: '10.0.0.5', port: 80 });
+    expect(at('http://[::1]:8080')).toMatchObject({ host: '::1', port: 8080 });
+    expect(at('https://[2001:db8::1]')).toMatchObject({ host: '2001:db8::1', port: 443 });
+  });
+});
+
 describe('CardinalityLimiter', () => {
+  it('maps values that are not well-formed UTF-16 to what the exposition writes (U+FFFD), so they share one series', () => {
+    const l = new CardinalityLimiter(5);
+    expect(l.limit('m\ud800x')).toBe('m\ufffdx');
+    expect(l.limit('m\udc00x')).toBe('m\ufffdx');
+    expect(l.limit('m\ufffdx')).toBe('m\ufffdx');
+    expect(l.limit('ok \ud83d\ude00')).toBe('ok \ud83d\ude00'); // a pair is kept
+  });
+
   it('keeps the first N values and maps the rest to _OTHER', () => {
     const l = new CardinalityLimiter(2);
     expect(l.limit('a')).toBe('a');

@@ -198,7 +198,7 @@ const inFlight = async (n: number) => {
 
 describe('WebSocket upgrades', () => {
   it('tunnel both ways, every message intact and in order, with the request headers a proxy adds', async () => {
-    const { ws, first } = await open(`${wsBase}/v1/realtime?model=gpt-realtime`, { headers: { authorization: 'Bearer sk-test', 'openai-beta': 'realtime=v1' } });
+    const { ws, first } = await open(`${wsBase}/v1/realtime?model=gpt-realtime`, { headers: { authorization: 'Bearer sk-test', 'openai-beta': 'realtime=v1', 'x-name': 'caf\xe9' } });
     expect(first).toBe('hello from upstream');
     // permessage-deflate was negotiated end to end: the proxy passed the extension header both ways.
     expect(ws.extensions).toContain('permessage-deflate');
@@ -208,6 +208,7 @@ describe('WebSocket upgrades', () => {
     expect(req.headers.connection?.toLowerCase()).toBe('upgrade');
     expect(req.headers.authorization).toBe('Bearer sk-test');
     expect(req.headers['openai-beta']).toBe('realtime=v1');
+    expect(req.headers['x-name']).toBe('caf\xe9'); // the byte 0xE9 as sent, not re-encoded as UTF-8
     expect(req.headers.host).toBe(new URL(upstreamUrl).host);
     expect(req.headers['x-forwarded-for']).toBe('127.0.0.1');
     expect(req.headers['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
