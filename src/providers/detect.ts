@@ -104,10 +104,14 @@ const STREAM_TRUE = /(?:^|&)stream=true(?:&|$)/;
  * The API of a request: the route's explicit `provider` first, then the
  * path (for a path other APIs share, with the provider names the route gives:
  * its `providerName` and the one its host implies), then the generic fallback
- * (streams are timed, nothing else is measured). Undefined is no longer returned; the signature keeps it so that
+ * (streams are timed, nothing else is measured). Generation calls are POSTs: any
+ * other method gets the fallback (a CORS preflight, `GET /v1/chat/completions`
+ * listing stored completions), except a GET that resumes a Responses or Interactions
+ * stream. Undefined is no longer returned; the signature keeps it so that
  * callers may treat "no API" as before.
  */
-export function detectApi(path: string, routeProvider: string | undefined, providerNames: readonly string[] = []): ApiDescriptor | undefined {
+export function detectApi(path: string, routeProvider: string | undefined, providerNames: readonly string[] = [], method = 'POST'): ApiDescriptor | undefined {
+  if (method !== 'POST') return method === 'GET' ? (resumedStream(path) ?? genericStream) : genericStream;
   if (routeProvider !== undefined) {
     const forced = API_BY_NAME[routeProvider];
     if (forced) return forced;
@@ -120,13 +124,20 @@ export function detectApi(path: string, routeProvider: string | undefined, provi
   // native chat (`/api/v1/chat` is a common route name in apps).
   if (providerNames.includes('cohere') && COHERE_V1.test(p)) return cohereChat;
   if (providerNames.includes('lmstudio') && LMSTUDIO_CHAT.test(p)) return lmstudioChat;
-  // Resuming a background response's stream; without `stream=true` the same path retrieves
-  // a stored response, whose usage the request that made it has already counted.
-  if (q !== -1 && STREAM_TRUE.test(path.slice(q + 1))) {
-    if (RESPONSE_BY_ID.test(p)) return openaiResponses;
-    if (INTERACTION_BY_ID.test(p)) return geminiInteractions; // the same for a Gemini interaction
-  }
-  return genericStream;
+  return resumedStream(path) ?? genericStream;
+}
+
+/**
+ * Resuming a background response's stream (a GET); without `stream=true` the same path
+ * retrieves a stored response, whose usage the request that made it has already counted.
+ */
+function resumedStream(path: string): ApiDescriptor | undefined {
+  const q = path.indexOf('?');
+  if (q === -1 || !STREAM_TRUE.test(path.slice(q + 1))) return undefined;
+  const p = path.slice(0, q);
+  if (RESPONSE_BY_ID.test(p)) return openaiResponses;
+  if (INTERACTION_BY_ID.test(p)) return geminiInteractions; // the same for a Gemini interaction
+  return undefined;
 }
 
 /** `gen_ai.provider.name` for well-known hosts (semantic-convention values). */

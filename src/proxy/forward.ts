@@ -268,7 +268,7 @@ class InFlight implements ExchangeHandler {
     this.bodyFraming = body;
     endToEndHeaders(req.rawHeaders, REQUEST_DROP, headers);
     addProxyHeaders(headers, req, this.requestId);
-    if (deps.instruments && deps.config.metrics.identityEncoding && req.method === 'POST' && req.headers['accept-encoding'] !== undefined) this.askIdentity(headers);
+    if (deps.instruments && deps.config.metrics.identityEncoding && (req.method === 'POST' || req.method === 'GET') && req.headers['accept-encoding'] !== undefined) this.askIdentity(headers);
 
     // Client body -> upstream, with backpressure; the model name is read as it passes.
     // Listening first puts the body's first read (on resume's tick) ahead of the
@@ -332,13 +332,13 @@ class InFlight implements ExchangeHandler {
 
   /**
    * A compressed stream can only be timed, not read (Anthropic gzips SSE for clients that
-   * accept it, as Node's fetch does): a generation call (a POST) to a recognised LLM API is
+   * accept it, as Node's fetch does): a generation call (a POST, or a GET resuming a stream) to a recognised LLM API is
    * asked for identity encoding. Every client accepts identity unless it refuses it
    * (`identity;q=0`, `*;q=0`), which none of the LLM clients does. A request whose signature
    * covers the header (AWS SigV4) keeps it: changing it would fail the signature.
    */
   private askIdentity(headers: string[]): void {
-    const api = (this.api = detectApi(this.match.upstreamPath, this.match.resolved.route.provider, this.match.resolved.providerNames));
+    const api = (this.api = detectApi(this.match.upstreamPath, this.match.resolved.route.provider, this.match.resolved.providerNames, this.req.method));
     if (api === undefined || api === genericStream || signsAcceptEncoding(this.req)) return;
     replaceRaw(headers, 'accept-encoding', 'identity');
   }
@@ -361,7 +361,7 @@ class InFlight implements ExchangeHandler {
 
   private measure(seen: Buffer[] | undefined): void {
     const { match, deps } = this;
-    const api = this.api ?? detectApi(match.upstreamPath, match.resolved.route.provider, match.resolved.providerNames);
+    const api = this.api ?? detectApi(match.upstreamPath, match.resolved.route.provider, match.resolved.providerNames, this.req.method);
     if (api === undefined) return;
     const pathModel = api.modelFromPath?.(match.upstreamPath);
     this.labels = {

@@ -112,7 +112,7 @@ describe('@google/genai: interactions.create({ stream: true })', () => {
     const f = { gen_ai_request_model: 'gemini-3-flash-preview' };
     const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', f);
     expect(ttft.count).toBe(1);
-    within(ttft.mean, TTFT, { what: 'TTFT' });
+    within(ttft.mean, TTFT, { what: 'TTFT', over: 1 }); // one interval: a stall on a loaded machine may lengthen it
     const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f);
     expect(gaps.count).toBe(CONTENT_EVENTS - 1);
     within(gaps.mean, GAP, { what: 'mean gap', over: CONTENT_EVENTS - 1 });

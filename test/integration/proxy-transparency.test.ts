@@ -196,6 +196,9 @@ describe('transparent forwarding', () => {
     expect(acceptSeen()).toEqual(['gzip']);
     await post('/v1/chat/completions', { 'accept-encoding': 'gzip' }, 'GET');
     expect(acceptSeen()).toEqual(['gzip']);
+    // A GET that resumes a background response's stream is a generation call's stream.
+    await post('/v1/responses/resp_abc?stream=true&starting_after=3', { 'accept-encoding': 'gzip' }, 'GET');
+    expect(acceptSeen()).toEqual(['identity']);
     await post('/v1/chat/completions', {});
     expect(acceptSeen()).toEqual([]);
     const sigv4 = 'AWS4-HMAC-SHA256 Credential=AKID/20261130/us-east-1/bedrock/aws4_request, SignedHeaders=accept-encoding;host;x-amz-date, Signature=abc';
@@ -411,6 +414,39 @@ describe('failures', () => {
       process.off('uncaughtException', onUncaught);
       spy.mockRestore();
     }
+  });
+
+  it('records nothing for what is not a generation call on a generation path: CORS preflights, listings, a 405', async () => {
+    const up = await upstream((req, res) => {
+      if (req.method === 'OPTIONS') {
+        res.writeHead(204, { 'access-control-allow-origin': '*', 'access-control-allow-methods': 'POST' });
+        res.end();
+      } else if (req.method === 'GET' && req.url?.startsWith('/v1/chat/completions?')) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end('{"object":"list","data":[],"has_more":false}');
+      } else if (req.method !== 'POST') {
+        res.writeHead(405, { 'content-type': 'application/json' });
+        res.end('{"error":{"message":"method not allowed"}}');
+      } else {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end('data: {"choices":[{"index":0,"delta":{"content":"hi"}}],"model":"m"}\n\ndata: [DONE]\n\n');
+      }
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const preflight = { origin: 'https://app.example', 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' };
+    for (const path of ['/v1/chat/completions', '/v1/messages', '/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse']) {
+      expect((await rawRequest(proxy.proxyUrl, path, { method: 'OPTIONS', headers: preflight })).status).toBe(204);
+    }
+    expect((await rawRequest(proxy.proxyUrl, '/v1/chat/completions?limit=10')).status).toBe(200);
+    expect((await rawRequest(proxy.proxyUrl, '/v1/messages')).status).toBe(405);
+    let samples = await scrape(proxy.metricsUrl);
+    expect(total(samples, 'llm_proxy_streams_total')).toBe(0);
+    expect(hist(samples, 'gen_ai_client_operation_duration_seconds').count).toBe(0);
+    // The generation call itself is measured.
+    await rawRequest(proxy.proxyUrl, '/v1/chat/completions', { method: 'POST', body: Buffer.from('{"model":"m","stream":true}') });
+    samples = await scrape(proxy.metricsUrl);
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_operation_name: 'chat', outcome: 'ok' })).toBe(1);
   });
 
   it('records a request the client abandons before any response as cancelled', async () => {

@@ -485,6 +485,25 @@ describe('detection of the variants’ paths', () => {
     expect(detectApi('/v1beta/interactions/v1_abc/cancel', undefined)?.api).toBe('generic');
   });
 
+  it('only POSTs are generation calls, and GETs that resume a stream: a CORS preflight or a listing is an unknown API', () => {
+    for (const [method, path] of [
+      ['OPTIONS', '/v1/chat/completions'],
+      ['OPTIONS', '/v1/messages'],
+      ['OPTIONS', '/v1beta/models/gemini-2.5-flash:streamGenerateContent'],
+      ['GET', '/v1/chat/completions?limit=10'],
+      ['GET', '/v1/messages'],
+      ['HEAD', '/v1/chat/completions'],
+      ['PUT', '/api/chat'],
+      ['GET', '/v1/responses/resp_abc123'],
+    ] as const) {
+      expect(detectApi(path, undefined, [], method)?.api, `${method} ${path}`).toBe('generic');
+      expect(detectApi(path, 'openai', [], method)?.api, `${method} ${path} on a route forcing openai`).toBe('generic');
+    }
+    expect(detectApi('/v1/responses/resp_abc123?stream=true', undefined, [], 'GET')?.api).toBe('openai-responses');
+    expect(detectApi('/v1beta/interactions/v1_abc?stream=true', undefined, [], 'GET')?.api).toBe('gemini-interactions');
+    expect(detectApi('/v1/chat/completions', undefined, [], 'POST')?.api).toBe('openai-chat');
+  });
+
   it('Bedrock embedding models on /invoke are not measured as chat (as no embeddings API is measured)', () => {
     for (const id of ['amazon.titan-embed-text-v2:0', 'amazon.titan-embed-image-v1', 'cohere.embed-english-v3', 'cohere.embed-v4%3A0', 'amazon.nova-2-multimodal-embeddings-v1:0', 'twelvelabs.marengo-embed-2-7-v1:0']) {
       expect(detectApi(`/model/${id}/invoke`, undefined)?.api, id).toBe('generic');
