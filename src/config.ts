@@ -9,7 +9,7 @@ export class ConfigError extends Error {
   override name = 'ConfigError';
 }
 
-export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 
 /** A log level given by a flag or variable (named `source` in the error), checked. */
 export function logLevelOf(source: string, v: string | undefined): string | undefined {
@@ -259,13 +259,9 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   const parsed = fileSchema.safeParse(raw ?? {}, { reportInput: true });
   if (!parsed.success) throw new ConfigError(formatIssues(parsed.error.issues, source));
   const f = parsed.data;
-  if (overrides.upstream !== undefined) {
-    const u = httpUrl.safeParse(overrides.upstream);
-    if (!u.success) throw new ConfigError(`upstream: ${u.error.issues[0]?.message ?? 'invalid'} (got "${overrides.upstream}")`);
-  }
-  if (overrides.logLevel !== undefined && !LOG_LEVELS.includes(overrides.logLevel as (typeof LOG_LEVELS)[number])) {
-    throw new ConfigError(`log level: expected one of ${LOG_LEVELS.join(', ')}, got "${overrides.logLevel}"`);
-  }
+  // Flags and variables were checked where they were read (naming them); overrides given otherwise here.
+  upstreamOf('upstream', overrides.upstream);
+  logLevelOf('log level', overrides.logLevel);
   if (overrides.drainTimeout !== undefined && !(overrides.drainTimeout <= MAX_TIMER_SECONDS)) {
     throw new ConfigError(`drain timeout: must be at most ${MAX_TIMER_SECONDS} s (~24.8 days), got ${overrides.drainTimeout}`);
   }

@@ -427,7 +427,7 @@ export class RequestMeter {
     };
     // Billable counts where the provider reports both (semantic conventions: MUST).
     tokens(TOKEN_TYPE.input, usage.billedInputTokens ?? usage.inputTokens);
-    tokens(TOKEN_TYPE.output, source === 'usage' ? (usage.billedOutputTokens ?? outputTokens) : outputTokens);
+    tokens(TOKEN_TYPE.output, usage.billedOutputTokens ?? outputTokens);
     tokens(TOKEN_TYPE.cachedInput, usage.cachedInputTokens);
     tokens(TOKEN_TYPE.cacheCreationInput, usage.cacheCreationInputTokens);
     tokens(TOKEN_TYPE.reasoning, usage.reasoningTokens);
