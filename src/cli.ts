@@ -89,6 +89,7 @@ async function runSimulate(args: string[]): Promise<void> {
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+  process.on('SIGHUP', stop);
   const url = await listening;
   log.info({ url, ...plan, seed }, 'simulator listening');
 }
@@ -165,6 +166,9 @@ async function runProxy(args: string[]): Promise<void> {
   };
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
+  // A closed terminal or SSH session (or an init that forwards it): drain like SIGTERM rather
+  // than die at once with every stream cut and no record of them.
+  process.on('SIGHUP', () => stop('SIGHUP'));
   await starting;
 }
 

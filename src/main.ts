@@ -131,7 +131,9 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       for (const f of [...forwarder.inFlight]) f.abort(ERROR_TYPE.shutdownDeadline);
       proxy.server.closeAllConnections();
       await stopped;
-      log.info({ cut, ms: Math.round(performance.now() - started) }, cut > 0 ? 'drain deadline reached: cut streams' : 'drained');
+      const drainLog = { cut, ms: Math.round(performance.now() - started) };
+      if (cut > 0) log.warn(drainLog, 'drain deadline reached: cut streams');
+      else log.info(drainLog, 'drained');
       await closeAll();
     },
     async close() {

@@ -566,8 +566,11 @@ class InFlight implements ExchangeHandler {
       this.deps.log.error({ err: (e as Error).message }, 'measurement failed');
     }
     const log = this.deps.log;
-    if (log.isLevelEnabled('info')) {
-      log.info(
+    // A stream cut at the shutdown deadline is lost output: at warn, so a production log level
+    // (warn, deploy/kubernetes) still records it.
+    const level = (summary?.errorType ?? errorType) === ERROR_TYPE.shutdownDeadline ? 'warn' : 'info';
+    if (log.isLevelEnabled(level)) {
+      log[level](
         {
           reqId: this.requestId,
           route: this.match.resolved.route.prefix,
@@ -576,7 +579,9 @@ class InFlight implements ExchangeHandler {
           // Only for requests that were measured as an LLM API call.
           provider: summary ? this.labels?.provider : undefined,
           model: summary ? this.labels?.requestModel : undefined,
-          status: summary?.status || this.upstreamStatus || this.res.statusCode, // the meter says 0 when no response head came: the proxy answered itself
+          // The meter says 0 when no response head came: then the proxy's own answer, or none at all
+          // (a cancel or a shutdown cut before the upstream answered; not Node's default 200).
+          status: summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
           outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error'),
           errorType: summary?.errorType ?? errorType,
           ttftMs: round(summary?.ttftMs),

@@ -112,7 +112,7 @@ describe('graceful shutdown and OTLP push', () => {
     expect(pts.some((x) => x.metric === 'gen_ai.server.time_per_output_token')).toBe(true);
   });
 
-  it('a stream longer than the drain deadline is cut at the deadline and recorded as shutdown_deadline', async () => {
+  it('SIGHUP drains as SIGTERM; a stream longer than the drain deadline is cut at the deadline, recorded as shutdown_deadline and logged at warn', async () => {
     const gt = await startGroundTruth({ ttftMs: 20, itlMs: 50, tokens: 400 }); // 20 s: longer than the deadline
     closers.push(gt.close);
     const otlp = await startOtlpReceiver();
@@ -122,14 +122,16 @@ describe('graceful shutdown and OTLP push', () => {
     const s = stream(proxyUrl, () => (started = true));
     while (!started) await sleep(5);
     const t0 = performance.now();
-    p.child.kill('SIGTERM');
+    p.child.kill('SIGHUP'); // a closed terminal: by default, death with no record
     const r = await s;
     expect(r.error).toBeDefined();
     expect(await p.exited).toBe(0);
     const elapsed = performance.now() - t0;
     expect(elapsed).toBeGreaterThan(900);
     expect(elapsed).toBeLessThan(8000);
-    expect(p.lines.some((l) => l.msg === 'request' && l.errorType === 'shutdown_deadline')).toBe(true);
+    // Level 40 (warn): the production overlay's level must still record the cut.
+    expect(p.lines.find((l) => l.msg === 'request')).toMatchObject({ level: 40, errorType: 'shutdown_deadline', status: 200 });
+    expect(p.lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
     const cut = otlp.latest().filter((x) => x.metric === 'gen_ai.client.operation.duration' && x.attributes['error.type'] === 'shutdown_deadline');
     expect(cut.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(1);
   });
@@ -237,6 +239,28 @@ describe('logs, continued', () => {
     await r.text();
     const line = await p.waitFor((x) => x.msg === 'request');
     expect(line).toMatchObject({ status: 502, outcome: 'error', errorType: 'upstream_reset' });
+  });
+  it('a request the client gave up on before the upstream answered has no status in its line (no response was sent)', async () => {
+    let reached!: () => void;
+    const atUpstream = new Promise<void>((r) => (reached = r));
+    const held: net.Socket[] = [];
+    const up = net.createServer((s) => {
+      held.push(s); // reads the request, never answers
+      s.once('data', () => reached());
+    });
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => (held.forEach((s) => s.destroy()), up.close(() => r()))));
+    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+    procs.push(p);
+    const l = await p.waitFor((x) => x.msg === 'listening');
+    const ac = new AbortController();
+    const r = fetch(`${l.proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m"}', signal: ac.signal });
+    await atUpstream;
+    ac.abort();
+    await expect(r).rejects.toThrow();
+    const line = await p.waitFor((x) => x.msg === 'request');
+    expect(line).toMatchObject({ outcome: 'cancelled', errorType: 'client_cancelled' });
+    expect(line).not.toHaveProperty('status'); // was Node's default 200
   });
 });
 

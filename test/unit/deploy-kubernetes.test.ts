@@ -351,6 +351,13 @@ function drainSeconds(c: Obj): number {
   return env ? Number(env.value) : DEFAULT_DRAIN_SECONDS;
 }
 
+/**
+ * Seconds the process may still need after the drain deadline: the last OTLP push (the OTLP
+ * exporter's own 10 s request timeout, measured against a collector that never answers) and the
+ * log flush (exitAfterLogs waits at most 2 s).
+ */
+const EXIT_MARGIN = 12;
+
 function preStopSeconds(c: Obj): number {
   const h = c.lifecycle?.preStop;
   if (!h) return 0;
@@ -382,12 +389,13 @@ function checkInvariants(objs: Obj[]): string[] {
   const c = (pod.containers as Obj[]).find((x) => x.name === 'proxy');
   if (!c) return ['no container named proxy'];
 
-  // Termination: grace period must cover the preStop sleep plus the drain, with a margin.
+  // Termination: grace period must cover the preStop sleep, the drain and what the process does
+  // after it (EXIT_MARGIN).
   const grace = pod.terminationGracePeriodSeconds ?? 30;
   const drain = drainSeconds(c);
   const preStop = preStopSeconds(c);
   if (preStop <= 0) errs.push('no preStop delay: endpoints may still route to a draining pod');
-  if (!(grace >= drain + preStop + 5)) errs.push(`terminationGracePeriodSeconds ${grace} < drain ${drain} + preStop ${preStop} + 5`);
+  if (!(grace >= drain + preStop + EXIT_MARGIN)) errs.push(`terminationGracePeriodSeconds ${grace} < drain ${drain} + preStop ${preStop} + ${EXIT_MARGIN}`);
 
   // Ports and probes.
   const http = containerPort(c, 'http');
@@ -566,7 +574,7 @@ function checkEffectiveConfig(objs: Obj[]): string[] {
   if (cfg.metrics.port !== containerPort(c, 'metrics')) errs.push(`metrics port ${cfg.metrics.port} != metrics containerPort`);
   if (!cfg.metrics.enabled) errs.push('metrics disabled');
   const grace = byKind(objs, 'Deployment')[0]!.spec.template.spec.terminationGracePeriodSeconds ?? 30;
-  if (!(grace >= cfg.drainTimeout + preStopSeconds(c) + 5)) errs.push(`drainTimeout ${cfg.drainTimeout} does not fit the grace period ${grace}`);
+  if (!(grace >= cfg.drainTimeout + preStopSeconds(c) + EXIT_MARGIN)) errs.push(`drainTimeout ${cfg.drainTimeout} does not fit the grace period ${grace}`);
   return errs;
 }
 
@@ -671,6 +679,11 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
   it('grace period shorter than preStop + drain', () => {
     const objs = mutate((o) => (dep(o).spec.template.spec.terminationGracePeriodSeconds = 30));
     expect(checkInvariants(objs).join('\n')).toMatch(/terminationGracePeriodSeconds 30/);
+  });
+  it('grace period with no room for the last OTLP push and the log flush after the drain', () => {
+    // The base's 45 s before the exporter's 10 s timeout was counted: SIGKILL during a hung push.
+    const objs = mutate((o) => (dep(o).spec.template.spec.terminationGracePeriodSeconds = 45));
+    expect(checkInvariants(objs).join('\n')).toMatch(/terminationGracePeriodSeconds 45 < drain 30 \+ preStop 5 \+ 12/);
   });
   it('a longer drain set by flag needs a longer grace period', () => {
     const objs = mutate((o) => ctr(o).args.push('--drain-timeout', '120'));
