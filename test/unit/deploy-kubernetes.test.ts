@@ -629,6 +629,32 @@ describe('deploy/kubernetes: kustomize builds', () => {
     });
   }
 
+  // The real kustomize, where it is installed (kubectl carries it): the rendering above must be
+  // what `kubectl apply -k` would apply.
+  const kubectl = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
+  it.skipIf(kubectl.status !== 0)('agrees with kubectl kustomize on the base and the production overlay', () => {
+    const byId = (objs: Obj[]) => Object.fromEntries(objs.map((o) => [`${o.kind}/${o.metadata?.namespace ?? ''}/${o.metadata?.name}`, o]));
+    // Differences on purpose: kustomize names a generated ConfigMap with a content hash (and
+    // rewrites its references), the emulation marks it generated instead; a strategic merge
+    // patch moves the env entries it sets to the front (no entry refers to another: order is moot).
+    const unhashed = (text: string) => text.replace(/(llm-latency-proxy-config)-[a-z0-9]{10}\b/g, '$1');
+    const normal = (o: Obj): Obj => {
+      const c = JSON.parse(JSON.stringify(o)) as Obj;
+      if (c.metadata?.annotations) {
+        delete c.metadata.annotations['test/generated'];
+        if (Object.keys(c.metadata.annotations).length === 0) delete c.metadata.annotations;
+      }
+      for (const k of c.spec?.template?.spec?.containers ?? []) k.env?.sort((a: Obj, b: Obj) => String(a.name).localeCompare(String(b.name)));
+      return c;
+    };
+    for (const dir of [baseDir, overlayDir]) {
+      const real = spawnSync('kubectl', ['kustomize', dir], { encoding: 'utf8' });
+      expect(real.stderr).toBe('');
+      const theirs = byId(YAML.parseAllDocuments(unhashed(real.stdout)).map((d) => normal(d.toJS() as Obj)));
+      expect(byId(kustomize(dir).objects.map(normal))).toEqual(theirs);
+    }
+  });
+
   it('the base has the expected kinds and no operator CRD objects (applies without the operator)', () => {
     const kinds = kustomize(baseDir).objects.map((o) => o.kind).sort();
     expect(kinds).toEqual(['ConfigMap', 'Deployment', 'HorizontalPodAutoscaler', 'PodDisruptionBudget', 'Service']);
