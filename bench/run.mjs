@@ -56,7 +56,7 @@ const PLAN = QUICK
     }
   : {
       ttft: [
-        // 300 per repetition: a p99 of 40 samples is their second-largest value.
+        // 300 per repetition: a p99 of 40 samples is their largest value (nearest rank).
         { c: 1, sequential: true, count: 300 },
         { c: 100, rounds: 2 },
       ],
@@ -107,10 +107,13 @@ const T0 = performance.now();
 
 // ---------------------------------------------------------------- processes
 let cleaned = false;
+/** The run's temp dir (paths' logs, nginx's config): removed on every way out, Ctrl-C and fatal errors included. */
+let tmpDir = null;
 function cleanupSync() {
   if (cleaned) return;
   cleaned = true;
   killAllSync();
+  if (tmpDir && !process.env.BENCH_KEEP_TMP) fs.rmSync(tmpDir, { recursive: true, force: true });
 }
 process.on('exit', cleanupSync);
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
@@ -282,7 +285,7 @@ async function streamRun(p, sc) {
   const em = await emitter.call('report', {});
   if (em.unfinished) await emitter.call('endAll');
   const window = steadyWindow(cpuSamples, em.t0BySid, sc);
-  const an = await client.call('analyze', { t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, sentLastBySid: em.sentLastBySid, arrivals: em.arrivals, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta, window: window && [window.from[0], window.to[0]] });
+  const an = await client.call('analyze', { tagBySid: em.tagBySid, t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, sentLastBySid: em.sentLastBySid, arrivals: em.arrivals, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta, window: window && [window.from[0], window.to[0]] });
   if (an.error) throw new Error(an.error);
   let mdiff = null;
   if (p.metricsUrl) {
@@ -319,8 +322,8 @@ function steadyWindow(samples, t0BySid, sc) {
 }
 
 function brief(r) {
-  const bad = r.lost + r.merged + r.mismatched + r.extra;
-  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.ttftLegs ? ` legs p50 req ${r.ttftLegs.reqP50.toFixed(2)} resp ${r.ttftLegs.respP50.toFixed(2)}, over 1.5 ms req ${r.ttftLegs.reqStalled} resp ${r.ttftLegs.respStalled}; slowest ${r.ttftLegs.slowest}` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''}${r.refused ? ` REFUSED ${r.refused} ${r.refusedSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
+  const bad = r.lost + r.merged + r.mismatched + r.extra + r.misrouted;
+  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.ttftLegs ? ` legs p50 req ${r.ttftLegs.reqP50.toFixed(2)} resp ${r.ttftLegs.respP50.toFixed(2)}, over 1.5 ms req ${r.ttftLegs.reqStalled} resp ${r.ttftLegs.respStalled}; slowest ${r.ttftLegs.slowest}` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra} misrouted ${r.misrouted}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''}${r.refused ? ` REFUSED ${r.refused} ${r.refusedSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
 }
 
 function alivePaths() {
@@ -401,7 +404,7 @@ async function phaseGap() {
 // pass criterion for "streams sustained" at delta = 20 ms
 function sustainPass(r, direct) {
   if (!r || r.failed || !direct || direct.failed) return false;
-  if (r.lost + r.undelivered + r.merged + r.mismatched + r.extra + r.errors + r.refused > 0 || r.timedOut) return false;
+  if (r.lost + r.undelivered + r.merged + r.mismatched + r.extra + r.misrouted + r.errors + r.refused > 0 || r.timedOut) return false;
   if (r.maxGap > 10 * 20) return false;
   if (r.path === 'direct') return true;
   return r.latency.p99 - direct.latency.p99 <= 5;
@@ -451,6 +454,11 @@ async function memMeasure(p, mem) {
     await sleep(100);
     return { rssKiB: rssKiBOf(p.pids()), heapUsed: probe?.heapUsed ?? null, young: probe?.youngPhysical ?? null, gc: probe?.gc ?? false };
   };
+  // New connections for every stream of the ramp: the client's agent keeps up to 2,048 idle
+  // connections from an earlier ramp, and a stream on one of them costs the path no connection,
+  // which made the second ramp's slope mostly per-request state.
+  await client.call('dropIdle', {});
+  await sleep(300); // the path closes its side
   await emitter.call('config', { cfg: { mode: 'hold', n: 0 } });
   const h1 = await client.call('hold', { url: p.url, headers: p.headers, c: mem.n1, deadlineMs: 20_000 });
   const s1 = await sample();
@@ -488,7 +496,7 @@ async function phaseMem() {
           await streamRun(p, { mode: 'staggered', c: 20, n: 5, delta: 1.4, ttft: 1 });
         }
         const m = await memMeasure(p, mem);
-        // The same ramp again on the same process. The first ramp's slope includes one-off
+        // The same ramp again on the same process, on new connections. The first ramp's slope includes one-off
         // growth (V8's young generation, 16-19 MB measured over 100 -> 3,000 streams; allocator arenas); the second
         // reuses pages the first committed, so it is a lower bound. Both are reported; the
         // target is judged on the first.
@@ -560,6 +568,7 @@ let defs;
 async function main() {
   fs.mkdirSync(OUT, { recursive: true });
   const tmpRoot = fs.mkdtempSync(path.join(os.tmpdir(), 'llm-bench-'));
+  tmpDir = tmpRoot;
   log(`mode ${QUICK ? 'quick' : 'full'}, reps ${REPS}, paths ${PATHS.join(' ')}, tmp ${tmpRoot}`);
 
   emitter = forkRpc(path.join(HERE, 'lib', 'emitter.mjs'), 'emitter');
@@ -576,8 +585,8 @@ async function main() {
       inst[name] = await defs[name].start();
       // smoke: a few short streams must arrive intact
       const r = await streamRun(inst[name], { mode: 'staggered', c: 5, n: 5, delta: 1.4, ttft: 1 });
-      const bad = r.lost + r.merged + r.mismatched + r.extra + r.errors + r.refused;
-      if (bad) throw new Error(`smoke stream broken: lost ${r.lost} merged ${r.merged} mismatched ${r.mismatched} extra ${r.extra} errors ${r.errors} ${r.errorSamples.join('; ')} refused ${r.refused} ${r.refusedSamples.join('; ')} statuses ${JSON.stringify(r.statuses)}`);
+      const bad = r.lost + r.merged + r.mismatched + r.extra + r.misrouted + r.errors + r.refused;
+      if (bad) throw new Error(`smoke stream broken: lost ${r.lost} merged ${r.merged} mismatched ${r.mismatched} extra ${r.extra} misrouted ${r.misrouted} errors ${r.errors} ${r.errorSamples.join('; ')} refused ${r.refused} ${r.refusedSamples.join('; ')} statuses ${JSON.stringify(r.statuses)}`);
       // warm-up (JIT, connection pools), unrecorded: a burst of new streams, then
       // sequential requests. Without the second, the first repetition of the TTFT phase
       // (300 sequential requests) ran the request path of every Node process cold (the
@@ -636,12 +645,11 @@ async function main() {
     // on lost/merged/altered events, never on timings
     process.exitCode = 1;
   }
-  if (!process.env.BENCH_KEEP_TMP) fs.rmSync(tmpRoot, { recursive: true, force: true });
 }
 
 main()
   .catch((err) => {
-    log(`fatal: ${err.stack || err}`);
+    log(`fatal: ${err.stack || err}${process.env.BENCH_KEEP_TMP ? '' : ' (BENCH_KEEP_TMP=1 keeps the paths\' logs)'}`);
     process.exitCode = 2;
   })
   .finally(() => {

@@ -4,11 +4,14 @@
 // event arrived once, in order, with identical bytes.
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { SseSplitter, expectedEvent, parseSid, buildRequestBody } from './sse.mjs';
+import { SseSplitter, placeEvent, buildRequestBody, tagOf } from './sse.mjs';
 
 const origin = performance.timeOrigin;
 const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 2048 });
-const BODY = buildRequestBody();
+// Every request carries a tag of its own (the body's `user` field, which the emitter reads
+// back): a path that hands one request's stream to another client (a pooled-connection mix-up)
+// is caught, although every stream is well-formed.
+let tagCounter = 0;
 
 /** raw data of the last stream run, analysed on request */
 let last = null;
@@ -17,15 +20,20 @@ let held = [];
 
 function openStream(url, headers, n, onEvent) {
   // Returns a record filled while the stream runs; resolves when it ends.
+  const tag = ++tagCounter;
+  const body = buildRequestBody({ user: tagOf(tag) });
   const rec = {
     sid: -1,
+    tag,
     n,
     start: 0,
     arr: new Float64Array(n + 3).fill(NaN),
-    got: 0, // events received (index of next expected event)
+    got: 0, // the position of the next expected event
+    received: 0, // events received
+    skipped: 0, // positions a later event jumped over: lost in the middle of the stream
     mismatched: 0,
     merged: 0,
-    extra: 0,
+    extra: 0, // beyond the end, or a position already passed (a duplicate)
     coalesced: 0,
     status: 0,
     /** the start of the body of a non-200 answer (a path's error page) */
@@ -47,7 +55,7 @@ function openStream(url, headers, n, onEvent) {
           'content-type': 'application/json',
           accept: 'text/event-stream',
           authorization: 'Bearer sk-bench',
-          'content-length': Buffer.byteLength(BODY),
+          'content-length': Buffer.byteLength(body),
           ...headers,
         },
       },
@@ -76,23 +84,11 @@ function openStream(url, headers, n, onEvent) {
           evs.length = 0;
           sp.push(chunk, evs);
           for (let j = 0; j < evs.length; j++) {
-            const e = evs[j];
-            if (rec.sid < 0) rec.sid = parseSid(e);
-            const i = rec.got;
-            const exp = expectedEvent(rec.sid, i, n);
-            if (exp === null) {
-              rec.extra++;
-              continue;
-            }
-            if (e !== exp) {
-              // Two events glued without their separator, or altered bytes.
-              if (e.indexOf('\ndata:') >= 0 || e.indexOf('}data:') >= 0) rec.merged++;
-              else rec.mismatched++;
-            }
+            const first = placeEvent(rec, evs[j], n);
+            if (first < 0) continue;
             if (j > 0) rec.coalesced++;
-            rec.arr[i] = t;
-            rec.got++;
-            if (onEvent) onEvent(rec, i);
+            for (let k = first; k < rec.got; k++) rec.arr[k] = t;
+            if (onEvent) for (let k = first; k < rec.got; k++) onEvent(rec, k);
           }
         });
         res.on('end', () => {
@@ -108,7 +104,7 @@ function openStream(url, headers, n, onEvent) {
       resolve(rec);
     });
     rec.start = performance.now();
-    req.end(BODY);
+    req.end(body);
   });
   rec.done = done;
   return rec;
@@ -261,6 +257,10 @@ function analyze(m) {
   let extra = 0;
   let coalesced = 0;
   let events = 0;
+  // Streams that carried another request's events (the emitter saw a different tag for the
+  // stream id they got), and streams whose request reached the emitter without a tag.
+  let misrouted = 0;
+  let untagged = 0;
   let errors = 0;
   let incomplete = 0;
   // Requests the path answered with an error status, or dropped before any answer: the
@@ -283,6 +283,7 @@ function analyze(m) {
       if (errorSamples.length < 3) errorSamples.push(r.error);
     }
     const expected = n + 3;
+    lost += r.skipped;
     if (r.got < expected) {
       // a stream cut by the run's deadline is "undelivered" (too slow), one
       // that ended or failed without its events is "lost"
@@ -290,11 +291,16 @@ function analyze(m) {
       else lost += expected - r.got;
       incomplete++;
     }
+    if (m.tagBySid && r.sid >= 0) {
+      const tag = m.tagBySid[r.sid];
+      if (tag === undefined) untagged++;
+      else if (tag !== r.tag) misrouted++;
+    }
     merged += r.merged;
     mismatched += r.mismatched;
     extra += r.extra;
     coalesced += r.coalesced;
-    events += r.got;
+    events += r.received;
     const t0 = m.t0BySid ? m.t0BySid[r.sid] : undefined;
     const sent1 = m.sent1BySid?.[r.sid];
     const sentLast = m.sentLastBySid?.[r.sid];
@@ -338,7 +344,7 @@ function analyze(m) {
     const a = m.window[0] - origin;
     const b = m.window[1] - origin;
     windowEvents = 0;
-    for (const r of recs) for (let i = 0; i < r.got; i++) if (r.arr[i] >= a && r.arr[i] <= b) windowEvents++;
+    for (const r of recs) for (let i = 0; i < r.got; i++) if (r.arr[i] >= a && r.arr[i] <= b) windowEvents++; // NaN (skipped) never counts
   }
   return {
     streams: recs.length,
@@ -349,6 +355,8 @@ function analyze(m) {
     merged,
     mismatched,
     extra,
+    misrouted,
+    untagged,
     coalesced,
     errors,
     errorSamples,

@@ -11,7 +11,7 @@
 //               socket closes before the stream finished.
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
-import { roleEvent, contentEvent, usageEvent, DONE_EVENT } from './sse.mjs';
+import { roleEvent, contentEvent, usageEvent, DONE_EVENT, parseTag } from './sse.mjs';
 
 const origin = performance.timeOrigin;
 const epoch = (t) => origin + t;
@@ -34,12 +34,14 @@ function newRun() {
     t0BySid: new Map(), // sid -> epoch ms of due(1)
     sent1BySid: new Map(), // sid -> epoch ms at which event 1 was written
     sentLastBySid: new Map(), // sid -> epoch ms at which event n was written
+    tagBySid: new Map(), // sid -> the client's tag for the request that opened it
   };
 }
 
-function startStream(req, res) {
+function startStream(req, res, tag) {
   const now = performance.now();
   const sid = ++sidCounter;
+  if (tag !== undefined) run.tagBySid.set(sid, tag);
   res.writeHead(200, {
     'content-type': 'text/event-stream',
     'cache-control': 'no-cache',
@@ -177,9 +179,12 @@ function kick() {
 
 const server = http.createServer((req, res) => {
   if (req.method === 'POST' && req.url.startsWith('/v1/chat/completions')) {
-    // Drain the body, then start streaming.
-    req.on('data', () => {});
-    req.on('end', () => startStream(req, res));
+    // Read the body (for the client's request tag), then start streaming.
+    let body = '';
+    req.on('data', (d) => {
+      if (body.length < 4096) body += d.toString('latin1');
+    });
+    req.on('end', () => startStream(req, res, parseTag(body)));
     return;
   }
   if (req.url === '/health') {
@@ -220,6 +225,7 @@ process.on('message', (m) => {
       sent1BySid: Object.fromEntries(run.sent1BySid),
       sentLastBySid: Object.fromEntries(run.sentLastBySid),
       arrivals: Object.fromEntries(run.arrivals),
+      tagBySid: Object.fromEntries(run.tagBySid),
       lateness: quantiles(run.lateness),
       closes: Object.fromEntries(run.closes),
       cpuMs: (cpu.user + cpu.system) / 1000,

@@ -7,7 +7,9 @@ import { agg, fmt, fmtAgg, ratio } from './stats.mjs';
 const ORDER = ['direct', 'proxy', 'proxy-alt', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
 /** The peers measured beside this proxy: their refusals are reported, not failed (writeReports). */
 const PEERS = new Set(['nginx', 'http-proxy', 'portkey']);
-const bad = (r) => r.lost + r.merged + r.mismatched + r.extra;
+/** ms: an added latency at or below this is noise of the run (used for the ratios' references). */
+const ADDED_FLOOR_MS = 0.1;
+const bad = (r) => r.lost + r.merged + r.mismatched + r.extra + (r.misrouted || 0);
 
 function table(head, rows) {
   const all = [head, ...rows].map((r) => r.map((c) => String(c ?? '–')));
@@ -84,6 +86,7 @@ export function computeFigures(meta, runs) {
         undelivered: mine.reduce((s, r) => s + (r.undelivered || 0), 0),
         merged: mine.reduce((s, r) => s + r.merged, 0),
         mismatched: mine.reduce((s, r) => s + r.mismatched + r.extra, 0),
+        misrouted: mine.reduce((s, r) => s + (r.misrouted || 0), 0),
         refused: mine.reduce((s, r) => s + (r.refused || 0), 0),
         coalescedShare: over(recs, p, (r) => r.coalesced / Math.max(1, r.events)),
         eventsPerCoreSecond: over(recs, p, (r) => (r.pathCpuMs > 0 ? r.events / (r.pathCpuMs / 1000) : NaN)),
@@ -229,6 +232,8 @@ export function computeFigures(meta, runs) {
       undelivered: mine.reduce((s, r) => s + (r.undelivered || 0), 0),
       merged: mine.reduce((s, r) => s + r.merged, 0),
       mismatched: mine.reduce((s, r) => s + r.mismatched + r.extra, 0),
+      misrouted: mine.reduce((s, r) => s + (r.misrouted || 0), 0),
+      untagged: mine.reduce((s, r) => s + (r.untagged || 0), 0),
       refused: mine.reduce((s, r) => s + (r.refused || 0), 0),
       failedRuns: runs.filter((r) => r.path === p && r.failed).length,
     };
@@ -378,8 +383,8 @@ export function writeReports({ meta, runs, out }) {
     if (r.lost === undefined || !(r.phase === 'ttft' || r.phase === 'gap' || r.phase === 'sustain')) continue;
     const where = `${r.key.startsWith(r.phase) ? r.key : `${r.phase} ${r.key}`} rep${r.rep} ${r.path}`;
     const answers = `answers ${JSON.stringify(r.statuses)}`;
-    if (r.merged > 0 || r.mismatched + r.extra > 0 || r.lost > 0)
-      failures.push(`${where}: lost ${r.lost}, merged ${r.merged}, altered ${r.mismatched + r.extra} (${answers}${r.errorSamples?.length ? `; errors: ${r.errorSamples.join('; ')}` : ''})`);
+    if (r.merged > 0 || r.mismatched + r.extra > 0 || r.lost > 0 || r.misrouted > 0)
+      failures.push(`${where}: lost ${r.lost}, merged ${r.merged}, altered ${r.mismatched + r.extra}, streams of another request ${r.misrouted ?? 0} (${answers}${r.errorSamples?.length ? `; errors: ${r.errorSamples.join('; ')}` : ''})`);
     if (r.refused > 0) {
       // A peer that answers a request with an error page under load is the peer's
       // behaviour (or the machine's), not a fault of this proxy or of the bench: reported,
@@ -397,7 +402,9 @@ export function writeReports({ meta, runs, out }) {
   );
   parts.push('## Paths\n\n' + table(['path', 'status'], Object.entries(meta.paths).map(([p, s]) => [p, s.ok ? 'ran' : `FAILED: ${s.error.slice(0, 300)}`])));
 
-  const px = (obj, p, f) => ratio(obj?.[p]?.[f], obj?.proxy?.[f]);
+  // Path ÷ this proxy for an "added" figure. An added value of this proxy at or below 0.1 ms is
+  // below the run's noise (it can be negative): no ratio then ('–'), as the targets floor nginx.
+  const px = (obj, p, f) => (obj?.proxy?.[f]?.median > ADDED_FLOOR_MS ? ratio(obj?.[p]?.[f], obj.proxy[f]) : null);
   // 1 TTFT
   let rows = [];
   for (const [key, byP] of Object.entries(F.ttft)) {
@@ -446,7 +453,7 @@ export function writeReports({ meta, runs, out }) {
   if (rows.length)
     parts.push(
       '## 2. Added inter-chunk latency (batched: every stream gets event k at t0 + k·Δ)\n\n' +
-        'added p50/p99: per-event (arrival − scheduled) quantile minus direct\'s; gap p99: quantile of arrival(k) − arrival(k−1) minus direct\'s; for direct the absolute values are shown. lost/merged/altered must be 0/0/0. emitter late p99: the emitter\'s own lateness. foreign load: CPU (in cores, worst rep) used during the run by processes outside the bench — other jobs on the machine; a run with foreign load > ~0.3 is contaminated.\n\n' +
+        'added p50/p99: per-event (arrival − scheduled) quantile minus direct\'s; gap p99: quantile of arrival(k) − arrival(k−1) minus direct\'s; for direct the absolute values are shown. ×proxy: the path\'s added value ÷ this proxy\'s (\'–\' where this proxy\'s is ≤ 0.1 ms, below the run\'s noise). lost/merged/altered must be 0/0/0 (a duplicated event counts as altered; the events after a fault are compared at their own positions again). emitter late p99: the emitter\'s own lateness. foreign load: CPU (in cores, worst rep) used during the run by processes outside the bench — other jobs on the machine; a run with foreign load > ~0.3 is contaminated.\n\n' +
         table(['scenario', 'path', 'added p50', 'added p99', 'added gap p99', 'max gap', '×proxy p50/p99', 'lost/merged/altered', 'emitter late p99', 'foreign load max', ''], rows),
     );
 
@@ -510,7 +517,7 @@ export function writeReports({ meta, runs, out }) {
   }
   if (rows.length)
     parts.push(
-      '## 5. Memory per open (idle) stream\n\nRSS: VmRSS of the path\'s processes (/proc); heap: V8 heapUsed after a forced GC (node --expose-gc, via an IPC probe preloaded with --import), Node paths only. Slope between the two stream counts, on a fresh process (first ramp); the target is judged on it. Young gen: the growth of V8\'s young generation (new space, physical) over the ramp, per stream; V8 grows it, up to a fixed cap, while a ramp\'s objects survive scavenges, so it is a one-off that a wider ramp spreads thinner; \"RSS net\" is the RSS slope without it. Second ramp: the same ramp again on the same process, after the streams of the first were closed; it reuses pages the first ramp committed (V8 grows its young generation while streams are opened), so it is a lower bound.\n\n' +
+      '## 5. Memory per open (idle) stream\n\nRSS: VmRSS of the path\'s processes (/proc); heap: V8 heapUsed after a forced GC (node --expose-gc, via an IPC probe preloaded with --import), Node paths only. Slope between the two stream counts, on a fresh process (first ramp); the target is judged on it. Young gen: the growth of V8\'s young generation (new space, physical) over the ramp, per stream; V8 grows it, up to a fixed cap, while a ramp\'s objects survive scavenges, so it is a one-off that a wider ramp spreads thinner; \"RSS net\" is the RSS slope without it. Every ramp opens its streams on new connections. Second ramp: the same ramp again on the same process, after the streams of the first were closed; it can reuse pages the first ramp committed (V8 grows its young generation while streams are opened), so it is usually lower.\n\n' +
         table(['path', 'streams', 'RSS KiB/stream', 'of it young gen', 'RSS net of young gen', 'heap KiB/stream', 'RSS KiB/stream, second ramp', 'RSS MiB at top', ''], rows),
     );
 
@@ -547,10 +554,10 @@ export function writeReports({ meta, runs, out }) {
   parts.push(
     '## Integrity (all stream runs)\n\n' +
       table(
-        ['path', 'runs', 'events', 'lost', 'merged', 'altered', 'undelivered by deadline', 'requests refused', 'failed runs'],
+        ['path', 'runs', 'events', 'lost', 'merged', 'altered', 'streams of another request', 'undelivered by deadline', 'requests refused', 'failed runs'],
         paths.map((p) => {
           const x = F.integrity[p];
-          return [p, x.runs, x.events, x.lost, x.merged, x.mismatched, x.undelivered, x.refused, x.failedRuns];
+          return [p, x.runs, x.events, x.lost, x.merged, x.mismatched, x.untagged ? `${x.misrouted} (${x.untagged} unchecked: no tag reached the emitter)` : x.misrouted, x.undelivered, x.refused, x.failedRuns];
         }),
       ),
   );

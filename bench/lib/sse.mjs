@@ -33,6 +33,75 @@ export function expectedEvent(sid, i, n) {
   return null;
 }
 
+/**
+ * The position an event claims to have in its stream (as expectedEvent numbers them), or -1
+ * when it claims none: used to re-align after a fault, so that one lost, duplicated or
+ * merged event is counted as that, not as every later event of the stream.
+ */
+export function claimedIndex(text, n) {
+  if (text === DONE_EVENT) return n + 2;
+  const m = TOK_RE.exec(text);
+  if (m) return Number(m[1]);
+  if (text.includes('"usage":')) return n + 1;
+  if (text.includes('"role":"assistant"')) return 0;
+  return -1;
+}
+const TOK_RE = /"content":"tok (\d+)"/;
+
+/** The request tag the client puts in the body's `user` field, which the emitter reads back. */
+export const tagOf = (tag) => `bench-${tag}`;
+const TAG_RE = /"user":"bench-(\d+)"/;
+export function parseTag(body) {
+  const m = TAG_RE.exec(body);
+  return m ? Number(m[1]) : undefined;
+}
+
+/**
+ * Checks one received event of a stream of n content events against the position expected
+ * next, and counts what is wrong in `st` (sid, got, received, skipped, mismatched, merged,
+ * extra: the client's per-stream record). Returns the first position the event stands for (it
+ * stands for every position up to st.got - 1: more than one when records were merged), or -1
+ * when it stands for none (past the end, or a duplicate of an earlier position); no allocation
+ * on the path of an intact event. After a fault the next events are
+ * compared with their own positions again, so that one lost, duplicated or merged event counts
+ * once, not as every event after it.
+ */
+export function placeEvent(st, e, n) {
+  if (st.sid < 0) st.sid = parseSid(e);
+  const i = st.got;
+  const exp = expectedEvent(st.sid, i, n);
+  if (exp === null) {
+    st.extra++;
+    return -1;
+  }
+  let first = i;
+  let last = i;
+  if (e !== exp) {
+    const parts = e.split(/(?=data:)/);
+    if (parts.length > 1) {
+      // Records glued without their separator: one merged event standing for all of them.
+      st.merged++;
+      const a = claimedIndex(parts[0], n);
+      const b = claimedIndex(parts[parts.length - 1], n);
+      if (a > i) first = a;
+      last = Math.max(first, b);
+    } else {
+      const at = claimedIndex(e, n);
+      const intact = at >= 0 && e === expectedEvent(st.sid, at, n);
+      if (intact && at < i) {
+        st.extra++; // a duplicate (or one that came out of order)
+        return -1;
+      }
+      if (intact && at > i) first = last = at;
+      else st.mismatched++; // altered bytes: taken as the event expected here
+    }
+    st.skipped += first - i; // positions jumped over: lost in the middle of the stream
+  }
+  st.got = last + 1;
+  st.received++;
+  return first;
+}
+
 const SID_RE = /"id":"chatcmpl-b(\d+)"/;
 export function parseSid(text) {
   const m = SID_RE.exec(text);

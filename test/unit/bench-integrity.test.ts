@@ -1,0 +1,109 @@
+// The benchmark's integrity check (bench/lib/sse.mjs, used by the load client): every fault a
+// path can make to a stream is counted once, as what it is, wherever it happens and however
+// the bytes are split into reads.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+// @ts-expect-error: the bench is plain JavaScript, with no types
+import { SseSplitter, buildRequestBody, expectedEvent, parseTag, placeEvent, tagOf } from '../../bench/lib/sse.mjs';
+
+const expectedOf = expectedEvent as (sid: number, i: number, n: number) => string | null;
+
+interface Check {
+  sid: number;
+  got: number;
+  received: number;
+  skipped: number;
+  mismatched: number;
+  merged: number;
+  extra: number;
+  arr: number[];
+}
+
+/** Feeds the bytes in the given reads, as the client does; returns the counts and lost events. */
+function check(bytes: string, cuts: number[], n: number) {
+  const st: Check = { sid: -1, got: 0, received: 0, skipped: 0, mismatched: 0, merged: 0, extra: 0, arr: [] };
+  const sp = new SseSplitter();
+  const points = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+  let from = 0;
+  let read = 0;
+  for (const to of [...points, bytes.length]) {
+    const evs: string[] = [];
+    sp.push(Buffer.from(bytes.slice(from, to), 'latin1'), evs);
+    read++;
+    for (const e of evs) {
+      const first = (placeEvent as (s: Check, e: string, n: number) => number)(st, e, n);
+      for (let k = first; first >= 0 && k < st.got; k++) st.arr[k] = read;
+    }
+    from = to;
+  }
+  const total = n + 3;
+  return { ...st, lost: st.skipped + Math.max(0, total - st.got), rest: sp.rest as string };
+}
+
+function stream(sid: number, n: number): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < n + 3; i++) out.push(expectedOf(sid, i, n)!);
+  return out;
+}
+
+const fault = fc.oneof(
+  fc.record({ kind: fc.constant('drop' as const), at: fc.nat() }),
+  fc.record({ kind: fc.constant('dup' as const), at: fc.nat() }),
+  fc.record({ kind: fc.constant('merge' as const), at: fc.nat(), tight: fc.boolean() }),
+  fc.record({ kind: fc.constant('alter' as const), at: fc.nat(), byte: fc.nat() }),
+);
+
+describe('bench integrity check', () => {
+  it('an intact stream, split into reads anywhere, counts nothing and places every event', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 30 }), fc.integer({ min: 1, max: 9999 }), fc.array(fc.nat(), { maxLength: 40 }), (n, sid, cuts) => {
+        const r = check(stream(sid, n).join(''), cuts, n);
+        expect([r.lost, r.merged, r.mismatched, r.extra, r.received, r.got, r.rest]).toEqual([0, 0, 0, 0, n + 3, n + 3, '']);
+        expect(r.arr.filter((x) => x !== undefined)).toHaveLength(n + 3);
+      }),
+    );
+  });
+
+  it('one fault anywhere is counted once, as what it is, and the events after it are placed again', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 30 }), fault, fc.array(fc.nat(), { maxLength: 20 }), (n, f, cuts) => {
+        const evs = stream(42, n);
+        const at = f.at % evs.length;
+        const want = { lost: 0, merged: 0, mismatched: 0, extra: 0 };
+        if (f.kind === 'drop') {
+          evs.splice(at, 1);
+          want.lost = 1;
+        } else if (f.kind === 'dup') {
+          evs.splice(at + 1, 0, evs[at]!);
+          want.extra = 1;
+        } else if (f.kind === 'merge') {
+          if (at === evs.length - 1) return; // nothing after the last event to glue it to
+          // No blank line between the two records, or not even a line break ("}data: ").
+          evs.splice(at, 2, evs[at]!.slice(0, f.tight ? -2 : -1) + evs[at + 1]!);
+          want.merged = 1;
+        } else {
+          const e = evs[at]!;
+          const p = 6 + (f.byte % (e.length - 8)); // inside the record, not its "data: " or its blank line
+          const c = e[p] === 'x' ? 'y' : 'x';
+          evs[at] = e.slice(0, p) + c + e.slice(p + 1);
+          want.mismatched = 1;
+        }
+        const r = check(evs.join(''), cuts, n);
+        expect({ lost: r.lost, merged: r.merged, mismatched: r.mismatched, extra: r.extra }).toEqual(want);
+        // The event after the fault is placed at its own position again.
+        if (f.kind !== 'drop' || at < n + 2) expect(r.arr[n + 2]).toBeDefined();
+      }),
+    );
+  });
+
+  it('a stream cut short counts the missing tail as lost', () => {
+    const n = 10;
+    const evs = stream(7, n);
+    for (let keep = 0; keep <= evs.length; keep++) expect(check(evs.slice(0, keep).join(''), [], n).lost).toBe(evs.length - keep);
+  });
+
+  it('the request tag travels in the body and is read back from it', () => {
+    for (const tag of [1, 42, 1_000_000]) expect(parseTag(buildRequestBody({ user: tagOf(tag) }))).toBe(tag);
+    expect(parseTag(buildRequestBody())).toBeUndefined();
+  });
+});
