@@ -137,6 +137,7 @@ const fileSchema = z
       .object({
         maxEventBytes: z.number().int().min(1024).optional(),
         maxBodyBytes: z.number().int().min(0).optional(),
+        maxRequestScanBytes: z.number().int().min(0).optional(),
       })
       .strict()
       .optional(),
@@ -194,7 +195,11 @@ export interface Config {
     readonly upstreamKeepAlive: number;
     readonly upstreamKeepAliveMax: number;
   };
-  readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number };
+  /**
+   * maxBodyBytes: a non-streamed response body read whole (kept in memory); maxRequestScanBytes:
+   * how far a request body is scanned for its `model` (streamed through, nothing kept).
+   */
+  readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number; readonly maxRequestScanBytes: number };
   readonly logLevel: string;
   /** Seconds to let in-flight streams finish on SIGTERM. */
   readonly drainTimeout: number;
@@ -332,6 +337,9 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     limits: Object.freeze({
       maxEventBytes: f.limits?.maxEventBytes ?? 1024 * 1024,
       maxBodyBytes: f.limits?.maxBodyBytes ?? 4 * 1024 * 1024,
+      // Above every provider's request size limit: the official Python SDKs put `model` after
+      // `messages`, so a 5 MB vision request scanned to 4 MiB had no model label.
+      maxRequestScanBytes: f.limits?.maxRequestScanBytes ?? 64 * 1024 * 1024,
     }),
     logLevel: overrides.logLevel ?? f.log?.level ?? 'info',
     drainTimeout: overrides.drainTimeout ?? f.drainTimeout ?? 30,

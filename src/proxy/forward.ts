@@ -379,7 +379,7 @@ class InFlight implements ExchangeHandler {
       limitErrorType: this.fwd.limitErrorType,
     });
     if (pathModel !== undefined) return;
-    const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxBodyBytes));
+    const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxRequestScanBytes));
     if (seen !== undefined) for (const c of seen) tap.push(c);
     this.takeModel(); // the body's end may have come first
   }
@@ -488,6 +488,14 @@ class InFlight implements ExchangeHandler {
   onEnd(): void {
     if (this.done) return;
     if (!this.res.writableEnded) this.res.end(); // a response that ended with its head
+    if (this.res.socket === null && !this.res.writableFinished) {
+      // Queued behind another answer on a pipelined connection: not delivered yet, and the
+      // connection may close first (an HTTP/1.0 client's close-delimited stream ahead of it, a
+      // reset); then the socket's 'close' (set up in the constructor) cancels it. A success
+      // only once it has left.
+      this.res.once('finish', () => this.complete(undefined));
+      return;
+    }
     this.complete(undefined);
   }
 

@@ -137,6 +137,43 @@ describe('transparent forwarding', () => {
     expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds').count).toBe(events.length - 1);
   });
 
+  it('a request pipelined behind an HTTP/1.0 stream, whose answer the client never gets, is not recorded as a success', async () => {
+    // HTTP/1.0 with keep-alive: the stream has no length, so it is delimited by the close, and
+    // the pipelined request's answer (upstream done long before) never leaves the proxy.
+    const up = await upstream(async (req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const slow = req.url!.includes('slow');
+      for (let k = 0; k < (slow ? 6 : 2); k++) {
+        res.write(`data: {"id":"c","choices":[{"index":0,"delta":{"content":"t${k}"}}]}\n\n`);
+        await sleep(slow ? 40 : 1);
+      }
+      res.end('data: [DONE]\n\n');
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const { port } = new URL(proxy.proxyUrl);
+    const req = (path: string, model: string) => {
+      const body = `{"model":"${model}","stream":true}`;
+      return `POST ${path} HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    };
+    const raw = await new Promise<string>((resolve, reject) => {
+      const parts: Buffer[] = [];
+      const s = net.connect(Number(port), '127.0.0.1', () => s.write(req('/v1/chat/completions?slow', 'm-first') + req('/v1/chat/completions', 'm-queued')));
+      s.on('data', (d: Buffer) => parts.push(d));
+      s.on('close', () => resolve(Buffer.concat(parts).toString('latin1')));
+      s.on('error', reject);
+    });
+    expect(raw.match(/^HTTP\/1\.1 /gm)).toHaveLength(1); // only the first answer was delivered
+    let samples = await scrape(proxy.metricsUrl);
+    for (let i = 0; i < 100 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued' }) === 0; i++) {
+      await sleep(20);
+      samples = await scrape(proxy.metricsUrl);
+    }
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-first', outcome: 'ok' })).toBe(1);
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued', outcome: 'ok' })).toBe(0);
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued', outcome: 'cancelled' })).toBe(1);
+  });
+
   it('passes a gzip body through compressed, with its Content-Encoding', async () => {
     const plain = Buffer.from('data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'.repeat(100));
     const gz = gzipSync(plain);
@@ -303,7 +340,7 @@ describe('failures', () => {
     expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { error_type: 'upstream_reset' }).count).toBe(1);
   });
 
-  it('reads the request model from the body however it arrives: with the head, in pieces, chunked', async () => {
+  it('reads the request model from the body however it arrives: with the head, in pieces, chunked, after 5 MB of image', async () => {
     // The meter (and the body reader) is set up on the tick after the request head leaves;
     // body bytes forwarded before that must still be read.
     const up = await upstream((_req, res) => {
@@ -344,13 +381,16 @@ describe('failures', () => {
       ],
       40,
     );
+    // A vision request as the Python SDKs build it: `model` after 5 MB of base64 in `messages`.
+    const big = `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,${'iVBO'.repeat(5 << 18)}"}}]}],"model":"m-after-5mb","stream":true}`;
+    await send([head(big.length) + big], 0);
     await sleep(50);
     const samples = await scrape(proxy.metricsUrl);
-    for (const model of ['m-whole', 'm-split', 'm-late', 'm-chunked']) {
+    for (const model of ['m-whole', 'm-split', 'm-late', 'm-chunked', 'm-after-5mb']) {
       expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: model, outcome: 'ok' }), model).toBe(1);
       expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds', { gen_ai_request_model: model }).count, model).toBe(1);
     }
-    expect(up.seen.map((x) => x.body.toString())).toEqual([whole, split, late, chunkedBody]);
+    expect(up.seen.map((x) => x.body.toString())).toEqual([whole, split, late, chunkedBody, big]);
   });
 
 
