@@ -89,7 +89,6 @@ async function runSimulate(args: string[]): Promise<void> {
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
-  process.on('SIGHUP', stop);
   const url = await listening;
   log.info({ url, ...plan, seed }, 'simulator listening');
 }
@@ -137,17 +136,25 @@ async function runProxy(args: string[]): Promise<void> {
   if (infoOnly(values)) return;
   const config = loadConfig(proxyFlags(values), process.env);
   // Loaded here, not at the top: `healthcheck` runs every few seconds and needs none of it.
-  const [{ createLogger, exitAfterLogs }, { startProxy }] = await Promise.all([import('./log.js'), import('./main.js')]);
+  const [{ createLogger, exitAfterLogs, muteIfTerminalGone }, { startProxy }] = await Promise.all([import('./log.js'), import('./main.js')]);
   const log = createLogger(config.logLevel);
   // Handlers before the start: the 'listening' line can reach a supervisor (or a test) before
   // startProxy() returns, and a SIGTERM then must shut down, not meet the default action.
   const starting = startProxy(config, log);
   let stopping = false;
+  let terminalGone = false;
+  const exit = (code: number): void => {
+    if (!terminalGone) return exitAfterLogs(log, code);
+    // Node 20 aborts at exit when it cannot restore a hung-up terminal's settings
+    // (nodejs/node#51519): end as the hangup would have ended it, once the drain is done.
+    process.removeAllListeners('SIGHUP');
+    process.kill(process.pid, 'SIGHUP');
+  };
   const stop = (signal: string) => {
     if (stopping) {
       // A second signal (Ctrl-C twice): no more waiting for streams to drain.
       log.warn({ signal }, 'second signal: exiting now');
-      exitAfterLogs(log, 1);
+      exit(1);
       return;
     }
     stopping = true;
@@ -155,10 +162,10 @@ async function runProxy(args: string[]): Promise<void> {
     starting.then(
       (proxy) =>
         proxy.shutdown().then(
-          () => exitAfterLogs(log, 0),
+          () => exit(0),
           (e: unknown) => {
             log.error({ err: (e as Error).message }, 'shutdown failed');
-            exitAfterLogs(log, 1);
+            exit(1);
           },
         ),
       () => undefined, // the start failed: main() says so and exits
@@ -168,7 +175,10 @@ async function runProxy(args: string[]): Promise<void> {
   process.on('SIGINT', () => stop('SIGINT'));
   // A closed terminal or SSH session (or an init that forwards it): drain like SIGTERM rather
   // than die at once with every stream cut and no record of them.
-  process.on('SIGHUP', () => stop('SIGHUP'));
+  process.on('SIGHUP', () => {
+    terminalGone ||= muteIfTerminalGone(log);
+    stop('SIGHUP');
+  });
   await starting;
 }
 

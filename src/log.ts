@@ -24,7 +24,41 @@ export function createLogger(level: string, destination?: pino.DestinationStream
       censor: '[redacted]',
     },
   };
-  return destination ? pino(opts, destination) : pino(opts);
+  return destination ? pino(opts, destination) : pino(opts, stdoutDestination());
+}
+
+type Neutered = { write: () => void; end: () => void; flushSync: () => void; destroy: () => void; muted?: boolean };
+
+/**
+ * stdout, as pino's default (asynchronous sonic-boom), but a write error of any kind stops the
+ * logging: pino gives up only on EPIPE, and sonic-boom's exit flush retries any other error
+ * every 100 ms forever, so a terminal that hung up (EIO) held the process after its drain.
+ */
+function stdoutDestination(): pino.DestinationStream {
+  const stream = pino.destination({ dest: process.stdout.fd ?? 1, sync: false });
+  stream.on('error', () => neuter(stream as unknown as Neutered));
+  return stream;
+}
+
+function neuter(stream: Neutered): void {
+  const noop = (): void => {};
+  stream.write = noop;
+  stream.end = noop;
+  stream.flushSync = noop;
+  stream.destroy = noop;
+  stream.muted = true;
+}
+
+/**
+ * SIGHUP with stdout on a terminal: the terminal has gone away (a closed window or SSH session)
+ * and a write to it fails with EIO, possibly in the synchronous exit flush that never gives up:
+ * the logging stops before anything is written.
+ */
+export function muteIfTerminalGone(log: Logger): boolean {
+  if (!process.stdout.isTTY) return false;
+  const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as Neutered | undefined;
+  if (stream !== undefined) neuter(stream);
+  return true;
 }
 
 let exiting = false;
@@ -44,9 +78,9 @@ export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
     process.exit(code);
   };
   const stream = (log as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as
-    | { end?: () => void; once?: (event: string, fn: () => void) => void }
+    | { end?: () => void; once?: (event: string, fn: () => void) => void; muted?: boolean }
     | undefined;
-  if (typeof stream?.end !== 'function' || typeof stream.once !== 'function') {
+  if (typeof stream?.end !== 'function' || typeof stream.once !== 'function' || stream.muted) {
     exit();
     return;
   }

@@ -81,6 +81,10 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       return which('metrics port')(e);
     },
   );
+  // A scraper that stops reading holds its paused exposition (a few MB at the series cap) for
+  // as long as it stays connected: cut after timeouts.idle without progress, as a client that
+  // stops reading a stream is.
+  metrics.server.timeout = cfg.timeouts.idle * 1000;
   log.info(
     {
       proxyUrl: proxy.url,

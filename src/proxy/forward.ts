@@ -492,8 +492,10 @@ class InFlight implements ExchangeHandler {
       // Queued behind another answer on a pipelined connection: not delivered yet, and the
       // connection may close first (an HTTP/1.0 client's close-delimited stream ahead of it, a
       // reset); then the socket's 'close' (set up in the constructor) cancels it. A success
-      // only once it has left.
-      this.res.once('finish', () => this.complete(undefined));
+      // only once it has left; its duration still ends with the upstream's last byte (the wait
+      // behind the earlier answer is the client's, not the provider's).
+      const end = performance.now();
+      this.res.once('finish', () => this.complete(undefined, end));
       return;
     }
     this.complete(undefined);
@@ -551,7 +553,7 @@ class InFlight implements ExchangeHandler {
     this.res.destroy();
   }
 
-  private complete(errorType: string | undefined): void {
+  private complete(errorType: string | undefined, end = performance.now()): void {
     if (this.done) return;
     this.done = true;
     // An answer that came before the whole request body (a 413, a 401): the rest of the body is
@@ -560,7 +562,6 @@ class InFlight implements ExchangeHandler {
     if (!this.req.readableEnded) this.req.resume();
     clearTimeout(this.timer);
     this.fwd.inFlight.delete(this);
-    const end = performance.now();
     // The recording and the log line wait until this loop iteration's reads are forwarded.
     afterIo(() => this.record(end, errorType));
   }

@@ -337,7 +337,8 @@ export class Tunnel {
       if (!clientAnswered) cut(this.client);
     }
     this.opts.onDone(this);
-    this.opts.log.info(
+    // A session cut at the shutdown deadline is lost output: at warn, as an HTTP request's line.
+    this.opts.log[errorType === ERROR_TYPE.shutdownDeadline ? 'warn' : 'info'](
       {
         reqId: this.opts.requestId,
         method: this.req.method,

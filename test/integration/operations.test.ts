@@ -1,5 +1,6 @@
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
+import { closeSync, openSync, readFileSync } from 'node:fs';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
@@ -7,7 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { startOtlpReceiver } from '../helpers/otlp-receiver.js';
-import { spawnCli, type Spawned } from '../helpers/process.js';
+import { CLI, spawnCli, type Spawned } from '../helpers/process.js';
 
 const procs: Spawned[] = [];
 const closers: (() => Promise<void>)[] = [];
@@ -134,6 +135,72 @@ describe('graceful shutdown and OTLP push', () => {
     expect(p.lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
     const cut = otlp.latest().filter((x) => x.metric === 'gen_ai.client.operation.duration' && x.attributes['error.type'] === 'shutdown_deadline');
     expect(cut.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(1);
+  });
+});
+
+describe('shutdown when the log output fails', () => {
+  /** A port free now (the proxy is told it: its log, which would say, cannot be read here). */
+  async function freePort(): Promise<number> {
+    const srv = net.createServer();
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const { port } = srv.address() as AddressInfo;
+    await new Promise<void>((r) => srv.close(() => r()));
+    return port;
+  }
+  async function until(cond: () => Promise<boolean> | boolean, ms: number): Promise<boolean> {
+    const end = performance.now() + ms;
+    while (performance.now() < end) {
+      if (await cond()) return true;
+      await sleep(50);
+    }
+    return false;
+  }
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+
+  it('stdout on a full disk (every log write fails with ENOSPC): SIGTERM still ends the process', async () => {
+    // sonic-boom's exit flush retried any error but EPIPE every 100 ms, forever.
+    const [port, metricsPort] = [await freePort(), await freePort()];
+    const full = openSync('/dev/full', 'w');
+    const child = spawn(process.execPath, [CLI, '--port', String(port), '--metrics-port', String(metricsPort)], { stdio: ['ignore', full, 'pipe'] });
+    closeSync(full);
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    closers.push(async () => void child.kill('SIGKILL'));
+    expect(await until(async () => (await fetch(`http://127.0.0.1:${metricsPort}/healthz`).catch(() => undefined))?.status === 200, 10_000)).toBe(true);
+    child.kill('SIGTERM');
+    expect(await Promise.race([exited, sleep(8000).then(() => 'still running')])).toBe(0);
+  });
+
+  const script = spawnSync('script', ['--version']).status === 0;
+  it.skipIf(!script)('its terminal closed (SIGHUP, then EIO on every write): a stream in flight finishes and the process ends', async () => {
+    const gt = await startGroundTruth({ ttftMs: 20, itlMs: 10, tokens: 150 }); // ~1.5 s
+    closers.push(gt.close);
+    // script(1) runs the proxy on a pseudo-terminal; killing script closes the terminal's master side.
+    const term = spawn('script', ['-qefc', `"${process.execPath}" "${CLI}" --upstream ${gt.url} --port 0 --metrics-port 0 --drain-timeout 10`, '/dev/null'], { stdio: ['pipe', 'pipe', 'ignore'] });
+    closers.push(async () => void term.kill('SIGKILL'));
+    let out = '';
+    term.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    expect(await until(() => /"proxyUrl":"[^"]+"/.test(out), 10_000)).toBe(true);
+    const proxyUrl = /"proxyUrl":"([^"]+)"/.exec(out)![1]!;
+    // The proxy itself, not script(1) or its shell, whose command lines also name the upstream.
+    const candidates = spawnSync('pgrep', ['-f', '--', `--upstream ${gt.url}`], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
+    const pid = Number(candidates.find((p) => readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'node'));
+    expect(pid).toBeGreaterThan(0);
+    closers.push(async () => void (alive(pid) && process.kill(pid, 'SIGKILL')));
+    let started = false;
+    const s = stream(proxyUrl, () => (started = true));
+    expect(await until(() => started, 5000)).toBe(true);
+    term.kill('SIGKILL');
+    const r = await s;
+    expect(r.error).toBeUndefined();
+    expect(r.sha).toBe(gt.sent[0]!.sha256);
+    expect(await until(() => !alive(pid), 8000)).toBe(true);
   });
 });
 

@@ -174,6 +174,50 @@ describe('transparent forwarding', () => {
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued', outcome: 'cancelled' })).toBe(1);
   });
 
+  it('an answer pipelined behind a long stream is recorded once delivered, with the duration of its upstream exchange', async () => {
+    const up = await upstream(async (req, res) => {
+      if (req.url!.includes('slow')) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        for (let k = 0; k < 10; k++) {
+          res.write(`data: {"id":"a","choices":[{"index":0,"delta":{"content":"t${k}"}}]}\n\n`);
+          await sleep(50);
+        }
+        res.end('data: [DONE]\n\n');
+      } else {
+        const b = JSON.stringify({ id: 'b', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' } }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(b) });
+        res.end(b);
+      }
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const { port } = new URL(proxy.proxyUrl);
+    const req = (path: string, body: string) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+    const raw = await new Promise<string>((resolve, reject) => {
+      const parts: Buffer[] = [];
+      const s = net.connect(Number(port), '127.0.0.1', () =>
+        s.write(req('/v1/chat/completions?slow', '{"model":"m-stream","stream":true}') + req('/v1/chat/completions', '{"model":"m-behind"}')),
+      );
+      s.on('data', (d: Buffer) => {
+        parts.push(d);
+        if (Buffer.concat(parts).toString().includes('"id":"b"')) s.end();
+      });
+      s.on('close', () => resolve(Buffer.concat(parts).toString('latin1')));
+      s.on('error', reject);
+    });
+    expect(raw.match(/^HTTP\/1\.1 200/gm)).toHaveLength(2);
+    let samples = await scrape(proxy.metricsUrl);
+    for (let i = 0; i < 100 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-behind' }) === 0; i++) {
+      await sleep(20);
+      samples = await scrape(proxy.metricsUrl);
+    }
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-behind', outcome: 'ok' })).toBe(1);
+    const stream = hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'm-stream' });
+    const behind = hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'm-behind' });
+    expect(stream.sum).toBeGreaterThan(0.45); // ten events 50 ms apart
+    expect(behind.sum).toBeLessThan(stream.sum / 2); // answered at once, delivered ~0.5 s later
+  });
+
   it('passes a gzip body through compressed, with its Content-Encoding', async () => {
     const plain = Buffer.from('data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'.repeat(100));
     const gz = gzipSync(plain);
@@ -294,6 +338,40 @@ describe('transparent forwarding', () => {
     });
     expect(reply).toContain('from-configured-upstream');
     expect(up.seen[0]!.url).toBe('/latest/meta-data');
+  });
+});
+
+describe('metrics port', () => {
+  it('a scraper that stops reading is cut after timeouts.idle, not held with its exposition', async () => {
+    // ~44 KB of exposition per model: 300 models make one larger than loopback's socket buffers.
+    proxy = await startTestProxy(undefined, { timeouts: { idle: 1 }, metrics: { maxModelValues: 1000 }, simulator: { ttft: 0, itl: 0.0001, tokens: 3 } });
+    const proxyUrl = proxy.proxyUrl;
+    for (let i = 0; i < 300; i += 20) {
+      await Promise.all(
+        Array.from({ length: 20 }, (_, j) =>
+          fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: `model-${i + j}`, stream: true }) }).then((r) => r.text()),
+        ),
+      );
+    }
+    const full = (await (await fetch(`${proxy.metricsUrl}/metrics`)).arrayBuffer()).byteLength;
+    expect(full).toBeGreaterThan(10 << 20);
+    const { port } = new URL(proxy.metricsUrl);
+    const s = net.connect(Number(port), '127.0.0.1');
+    s.pause(); // reads nothing
+    s.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n');
+    await sleep(3000); // three times timeouts.idle
+    let got = 0;
+    let closed = false;
+    s.on('data', (d: Buffer) => (got += d.length));
+    s.on('close', () => (closed = true));
+    s.on('error', () => {});
+    s.resume();
+    const end = performance.now() + 5000;
+    while (!closed && got < full && performance.now() < end) await sleep(20);
+    s.destroy();
+    expect(closed).toBe(true);
+    expect(got).toBeLessThan(full); // cut: what the buffers held, not the whole exposition
+    expect((await fetch(`${proxy.metricsUrl}/metrics`)).status).toBe(200);
   });
 });
 

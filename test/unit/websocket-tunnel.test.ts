@@ -7,6 +7,9 @@ import type { RunningProxy } from '../../src/main.js';
 import { afterHead, pump, type Progress } from '../helpers/flood.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { buildConfig } from '../../src/config.js';
+import { createLogger } from '../../src/log.js';
+import { startProxy } from '../../src/main.js';
 
 // WebSocket upgrades (OpenAI's Realtime API, Gemini's Live API) pass through as a byte tunnel;
 // every other Upgrade (h2c, which Java's HttpClient asks for over http://) stays a plain
@@ -542,6 +545,22 @@ describe('WebSocket upgrades', () => {
       expect(await cut).toBe(1006);
       expect(performance.now() - d0).toBeGreaterThanOrEqual(150);
       expect(p.forwarder.inFlight.size).toBe(0);
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('a tunnel cut at the shutdown deadline is logged at warn (the production level keeps it)', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
+    const p = await startProxy(config, createLogger('warn', { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
+    try {
+      const { ws } = await open(`${p.proxyUrl.replace(/^http/, 'ws')}/v1/realtime`);
+      const cut = new Promise<number>((r) => ws.once('close', (c) => r(c)));
+      await p.shutdown(0.2);
+      expect(await cut).toBe(1006);
+      expect(lines.find((l) => l.msg === 'tunnel')).toMatchObject({ level: 40, errorType: 'shutdown_deadline' });
+      expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
     } finally {
       await p.close();
     }
