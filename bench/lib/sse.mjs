@@ -41,7 +41,10 @@ export function expectedEvent(sid, i, n) {
 export function claimedIndex(text, n) {
   if (text === DONE_EVENT) return n + 2;
   const m = TOK_RE.exec(text);
-  if (m) return Number(m[1]);
+  if (m) {
+    const k = Number(m[1]);
+    return k >= 1 && k <= n ? k : -1; // a position the stream does not have: altered
+  }
   if (text.includes('"usage":')) return n + 1;
   if (text.includes('"role":"assistant"')) return 0;
   return -1;
@@ -61,8 +64,8 @@ export function parseTag(body) {
  * next, and counts what is wrong in `st` (sid, got, received, skipped, mismatched, merged,
  * extra: the client's per-stream record). Returns the first position the event stands for (it
  * stands for every position up to st.got - 1: more than one when records were merged), or -1
- * when it stands for none (past the end, or a duplicate of an earlier position); no allocation
- * on the path of an intact event. After a fault the next events are
+ * when it stands for none (past the end, or a duplicate of an earlier position); an intact
+ * event costs what it did before (the expected event's string and one compare). After a fault the next events are
  * compared with their own positions again, so that one lost, duplicated or merged event counts
  * once, not as every event after it.
  */

@@ -96,6 +96,18 @@ describe('bench integrity check', () => {
     );
   });
 
+  it('a merged event whose last record claims a position the stream does not have stands for no jump past the end', () => {
+    const n = 20;
+    for (const claim of ['"tok 4000000"', '"tok 0"']) {
+      const evs = stream(42, n);
+      evs.splice(3, 2, evs[3]!.slice(0, -1) + evs[4]!.replace('"tok 4"', claim));
+      const r = check(evs.join(''), [], n);
+      expect(r.got).toBe(n + 3);
+      expect(r.merged).toBe(1);
+      expect(r.lost).toBeLessThanOrEqual(1); // the glued-in record is altered: its position counts as missing
+    }
+  });
+
   it('a stream cut short counts the missing tail as lost', () => {
     const n = 10;
     const evs = stream(7, n);
