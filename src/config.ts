@@ -21,7 +21,8 @@ export function logLevelOf(source: string, v: string | undefined): string | unde
 export function upstreamOf(source: string, v: string | undefined): string | undefined {
   if (v === undefined) return v;
   const u = httpUrl.safeParse(v);
-  if (!u.success) throw new ConfigError(`${source}: ${u.error.issues[0]?.message ?? 'invalid'} (got "${v}")`);
+  // The value is echoed to help, but not a password in it (stderr often reaches a log system).
+  if (!u.success) throw new ConfigError(`${source}: ${u.error.issues[0]?.message ?? 'invalid'} (got "${v.replace(/\/\/[^/@]*@/, '//…@')}")`);
   return v;
 }
 

@@ -74,6 +74,7 @@ describe('config', () => {
     expect(hostOf('--host', '0.0.0.0')).toBe('0.0.0.0');
     // Credentials in an upstream URL would be dropped silently.
     expect(errorOf(() => upstreamOf('--upstream', 'http://user:secret@vllm:8000'))).toMatch(/^--upstream: must not contain user:password/);
+    expect(errorOf(() => upstreamOf('LLM_PROXY_UPSTREAM', 'https://user:s3cret@api.example.com/v1'))).not.toMatch(/s3cret/); // not echoed back
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'https://u:p@api.example.com' }] }, {}))).toMatch(/routes\[0\]\.upstream: must not contain user:password/);
   });
 
