@@ -491,7 +491,7 @@ class InFlight implements ExchangeHandler {
     if (this.res.socket === null && !this.res.writableFinished) {
       // Queued behind another answer on a pipelined connection: not delivered yet, and the
       // connection may close first (an HTTP/1.0 client's close-delimited stream ahead of it, a
-      // reset); then the socket's 'close' (set up in the constructor) cancels it. A success
+      // reset); then the socket's 'close' (listened to since the request came) cancels it. A success
       // only once it has left; its duration still ends with the upstream's last byte (the wait
       // behind the earlier answer is the client's, not the provider's).
       const end = performance.now();
