@@ -514,7 +514,9 @@ class InFlight implements ExchangeHandler {
       const reset = !timeout && !protocol && this.exchange?.connected === true;
       const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
       const code = (err as NodeJS.ErrnoException).code;
-      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: err.message, code }, 'upstream request failed');
+      // Every address of a name refused: an AggregateError, whose own message is empty.
+      const detail = err.message || ((err as Partial<AggregateError>).errors ?? []).map((e: Error) => e.message).join('; ');
+      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, code }, 'upstream request failed');
       if (this.fwd.draining) this.res.shouldKeepAlive = false;
       const message = timeout
         ? err.message

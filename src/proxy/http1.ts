@@ -114,6 +114,10 @@ export function responseFraming(head: ResponseHead, method: string): BodyFraming
 /** Whether the connection may carry another request after this response. */
 export function reusable(head: ResponseHead, framing: BodyFraming): boolean {
   if (framing.kind === 'close') return false;
+  // Faulty framing, read as chunked but not trusted for the next message: Transfer-Encoding in
+  // an HTTP/1.0 answer (RFC 9112 §6.1: close after it) or beside a Content-Length (§6.3: a
+  // possible response-splitting attempt).
+  if (combined(head.rawHeaders, 'transfer-encoding') !== undefined && (head.minor === 0 || combined(head.rawHeaders, 'content-length') !== undefined)) return false;
   const tokens = combined(head.rawHeaders, 'connection')?.toLowerCase() ?? '';
   if (head.minor === 0) return /(^|,)\s*keep-alive\s*(,|$)/.test(tokens);
   return !/(^|,)\s*close\s*(,|$)/.test(tokens);

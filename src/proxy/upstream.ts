@@ -147,6 +147,9 @@ export class UpstreamClient {
         port: origin.port,
         servername: net.isIP(origin.host) ? undefined : origin.host,
         session,
+        // HTTP/1.1 is all this client speaks: an h2-only server then fails the handshake (a clear
+        // 502) instead of answering a 403 of its own that would read as the provider's refusal.
+        ALPNProtocols: ['http/1.1'],
         // Supported by tls.connect since Node 15 (decrypted bytes); @types/node omits it.
         onread: sharedRead((b, arrival) => conn.onRead(b, arrival)),
       } as tls.ConnectionOptions);

@@ -4,6 +4,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
+import http2 from 'node:http2';
 import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -402,6 +403,22 @@ describe('TLS upstream', () => {
       expect(await res.text()).toBe(expected);
     }
     expect(connections).toBe(1);
+  });
+
+  it('an HTTP/2-only upstream is a clear 502 from the proxy, not a 403 of its own read as the provider refusing', async () => {
+    const { key, cert } = selfSigned();
+    const server = http2.createSecureServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (_req, res) => res.end('h2'));
+    const sessions = new Set<http2.ServerHttp2Session>();
+    server.on('session', (s) => sessions.add(s));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { for (const s of sessions) s.destroy(); server.close(() => r()); }));
+    const port = (server.address() as AddressInfo).port;
+    spawned = spawnCli(['--upstream', `https://localhost:${port}`, '--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info'], { NODE_EXTRA_CA_CERTS: cert });
+    const proxyUrl = (await spawned.waitFor((l) => l.msg === 'listening')).proxyUrl as string;
+    const res = await fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
+    expect(res.status).toBe(502);
+    expect(await res.text()).toMatch(/upstream/);
+    expect(await spawned.waitFor((l) => l.msg === 'request')).toMatchObject({ status: 502, outcome: 'error', errorType: 'upstream_unreachable' });
   });
 
   it('tunnels a WebSocket over TLS: an upstream that ends its half still gets the last bytes of the client, and the tunnel ends clean', async () => {

@@ -34,6 +34,13 @@ describe('response head: framing and reuse read repeated fields as one list, nam
     expect(reusable(head(['CONNECTION: keep-alive'], 'HTTP/1.0 200 OK'), { kind: 'length', length: 0 })).toBe(true);
   });
 
+  it('faulty framing ends reuse: Transfer-Encoding in HTTP/1.0, or beside a Content-Length', () => {
+    const chunked = { kind: 'chunked' } as const;
+    expect(reusable(head(['Connection: keep-alive', 'Transfer-Encoding: chunked'], 'HTTP/1.0 200 OK'), chunked)).toBe(false);
+    expect(reusable(head(['Content-Length: 3', 'Transfer-Encoding: chunked']), chunked)).toBe(false);
+    expect(reusable(head(['transfer-encoding: chunked', 'Keep-Alive: timeout=5']), chunked)).toBe(true);
+  });
+
   it('Keep-Alive timeout hint, from any of repeated fields', () => {
     expect(keepAliveHintMs(head(['Keep-Alive: timeout=5']))).toBe(5000);
     expect(keepAliveHintMs(head(['keep-alive: max=100', 'KEEP-ALIVE: Timeout=60']))).toBe(60000);
