@@ -91,15 +91,23 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
           json(res, 400, { error: { type: 'invalid_request', message: `unknown key ${unknown.join(', ')} (known: ${PLAN_KEYS.join(', ')})` } });
           return;
         }
+        const next: Plan = { ...plan };
         for (const k of PLAN_KEYS) {
           const v = patch?.[k];
           if (v === undefined) continue;
-          if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || (k === 'tokens' && (!Number.isInteger(v) || v < 1))) {
-            json(res, 400, { error: { type: 'invalid_request', message: `${k}: expected a non-negative number` } });
+          const bad = typeof v === 'number' ? planValueError(k, v) : 'expected a number';
+          if (bad !== undefined) {
+            json(res, 400, { error: { type: 'invalid_request', message: `${k}: ${bad}` } });
             return;
           }
-          plan[k] = v;
+          next[k] = v as number;
         }
+        const tooLong = scheduleError(next);
+        if (tooLong !== undefined) {
+          json(res, 400, { error: { type: 'invalid_request', message: tooLong } });
+          return;
+        }
+        Object.assign(plan, next);
       }
       json(res, 200, plan);
       return;
@@ -123,9 +131,16 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
       return;
     }
     const p: Plan = { ...plan };
-    overrideFromHeader(req, 'x-sim-ttft', (v) => (p.ttft = v));
-    overrideFromHeader(req, 'x-sim-itl', (v) => (p.itl = v));
-    overrideFromHeader(req, 'x-sim-tokens', (v) => (p.tokens = Math.max(1, Math.floor(v))));
+    // A typo in a test's header must not go unnoticed as the global plan.
+    const bad =
+      overrideFromHeader(req, 'x-sim-ttft', 'ttft', (v) => (p.ttft = v)) ??
+      overrideFromHeader(req, 'x-sim-itl', 'itl', (v) => (p.itl = v)) ??
+      overrideFromHeader(req, 'x-sim-tokens', 'tokens', (v) => (p.tokens = v)) ??
+      scheduleError(p);
+    if (bad !== undefined) {
+      json(res, 400, { error: { type: 'invalid_request_error', message: bad } });
+      return;
+    }
     const cap = format.maxTokens?.(body);
     if (cap !== undefined) p.tokens = Math.min(p.tokens, cap);
     const requestId = randomUUID().replace(/-/g, '').slice(0, 24);
@@ -155,11 +170,32 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
   };
 }
 
-function overrideFromHeader(req: IncomingMessage, name: string, set: (v: number) => void): void {
+/** Sets a plan value from a request header; says what is wrong with it, if anything. */
+function overrideFromHeader(req: IncomingMessage, name: string, key: (typeof PLAN_KEYS)[number], set: (v: number) => void): string | undefined {
   const v = req.headers[name];
-  if (typeof v !== 'string') return;
-  const n = Number(v);
-  if (Number.isFinite(n) && n >= 0) set(n);
+  if (typeof v !== 'string') return undefined;
+  const n = v.trim() === '' ? NaN : Number(v);
+  const bad = planValueError(key, n);
+  if (bad !== undefined) return `${name}: ${bad} (got "${v}")`;
+  set(n);
+  return undefined;
+}
+
+/** Node timers hold at most 2^31 - 1 ms; a longer delay fires after 1 ms, again and again. */
+const MAX_SCHEDULE_SECONDS = 2_147_483;
+const MAX_TOKENS = 1_000_000;
+
+function planValueError(key: (typeof PLAN_KEYS)[number], v: number): string | undefined {
+  if (!Number.isFinite(v) || v < 0) return 'expected a non-negative number';
+  if (key === 'tokens' && (!Number.isInteger(v) || v < 1 || v > MAX_TOKENS)) return `expected an integer from 1 to ${MAX_TOKENS}`;
+  if (key === 'jitter' && v > 1) return 'expected a number from 0 to 1 (a fraction of one ITL, which keeps the tokens in order)';
+  if ((key === 'ttft' || key === 'itl') && v > MAX_SCHEDULE_SECONDS) return `expected at most ${MAX_SCHEDULE_SECONDS} seconds`;
+  return undefined;
+}
+
+function scheduleError(p: Plan): string | undefined {
+  const last = p.ttft + p.tokens * p.itl * (1 + p.jitter);
+  return last > MAX_SCHEDULE_SECONDS ? `the last token would be due after ${Math.round(last)} s (ttft + tokens × itl): at most ${MAX_SCHEDULE_SECONDS} s` : undefined;
 }
 
 function parseJson(text: string | undefined): Record<string, unknown> | undefined {

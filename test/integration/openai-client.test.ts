@@ -138,6 +138,25 @@ describe('official openai client through the proxy', () => {
     await notJson.arrayBuffer();
   });
 
+  it('the simulator refuses a plan it cannot keep or a bad x-sim-* header with a 400, and the plan stays as it was', async () => {
+    const before = await (await fetch(`${simUrl}/_sim/config`)).json();
+    // Node timers hold at most ~24.8 days: a longer delay fired every millisecond (a warning each).
+    for (const patch of ['{"itl":3000000}', '{"ttft":1e300}', '{"tokens":5000000000}', '{"jitter":5}', '{"itl":3,"tokens":1000000}']) {
+      const r = await fetch(`${simUrl}/_sim/config`, { method: 'PUT', body: patch });
+      expect(r.status, patch).toBe(400);
+      await r.arrayBuffer();
+    }
+    expect(await (await fetch(`${simUrl}/_sim/config`)).json()).toEqual(before);
+    for (const [name, value] of [['x-sim-tokens', '-5'], ['x-sim-ttft', 'abc'], ['x-sim-ttft', '3000000'], ['x-sim-itl', '']]) {
+      const r = await fetch(`${simUrl}/v1/chat/completions`, { method: 'POST', headers: { [name]: value }, body: '{"model":"m","stream":true}' });
+      expect(r.status, `${name}: ${value}`).toBe(400);
+      expect(((await r.json()) as { error: { message: string } }).error.message).toContain(name);
+    }
+    const ok = await fetch(`${simUrl}/v1/chat/completions`, { method: 'POST', headers: { 'x-sim-tokens': '3', 'x-sim-ttft': '0' }, body: '{"model":"m","stream":true}' });
+    expect(ok.status).toBe(200);
+    expect((await ok.text()).match(/"content":"[^"]+"/g)).toHaveLength(3);
+  });
+
   it('a Responses stream cut by max_output_tokens ends response.incomplete, and its usage is still measured', async () => {
     const stream = await client.responses.create({ model: 'incomplete-model', input: 'x', max_output_tokens: 16, stream: true });
     const types: string[] = [];
