@@ -147,7 +147,7 @@ describe('official openai client through the proxy', () => {
       await r.arrayBuffer();
     }
     expect(await (await fetch(`${simUrl}/_sim/config`)).json()).toEqual(before);
-    for (const [name, value] of [['x-sim-tokens', '-5'], ['x-sim-ttft', 'abc'], ['x-sim-ttft', '3000000'], ['x-sim-itl', '']]) {
+    for (const [name, value] of [['x-sim-tokens', '-5'], ['x-sim-ttft', 'abc'], ['x-sim-ttft', '3000000'], ['x-sim-itl', '']] as [string, string][]) {
       const r = await fetch(`${simUrl}/v1/chat/completions`, { method: 'POST', headers: { [name]: value }, body: '{"model":"m","stream":true}' });
       expect(r.status, `${name}: ${value}`).toBe(400);
       expect(((await r.json()) as { error: { message: string } }).error.message).toContain(name);
