@@ -32,7 +32,7 @@ export function hostOf(source: string, v: string | undefined): string | undefine
   return v;
 }
 /** Node timers hold at most 2^31 − 1 ms (~24.8 days); a longer one fires after 1 ms. */
-const MAX_TIMER_SECONDS = 2_147_483;
+export const MAX_TIMER_SECONDS = 2_147_483;
 const TIMER_LIMIT = `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`;
 const seconds = z.number().positive().max(MAX_TIMER_SECONDS, TIMER_LIMIT);
 const port = z.number().int().min(0).max(65535);

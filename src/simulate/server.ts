@@ -3,6 +3,7 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
+import { MAX_TIMER_SECONDS } from '../config.js';
 import { anthropicFormat } from './formats/anthropic.js';
 import { bedrockFormat } from './formats/bedrock.js';
 import { geminiFormat } from './formats/gemini.js';
@@ -181,21 +182,20 @@ function overrideFromHeader(req: IncomingMessage, name: string, key: (typeof PLA
   return undefined;
 }
 
-/** Node timers hold at most 2^31 - 1 ms; a longer delay fires after 1 ms, again and again. */
-const MAX_SCHEDULE_SECONDS = 2_147_483;
 const MAX_TOKENS = 1_000_000;
 
 function planValueError(key: (typeof PLAN_KEYS)[number], v: number): string | undefined {
   if (!Number.isFinite(v) || v < 0) return 'expected a non-negative number';
   if (key === 'tokens' && (!Number.isInteger(v) || v < 1 || v > MAX_TOKENS)) return `expected an integer from 1 to ${MAX_TOKENS}`;
   if (key === 'jitter' && v > 1) return 'expected a number from 0 to 1 (a fraction of one ITL, which keeps the tokens in order)';
-  if ((key === 'ttft' || key === 'itl') && v > MAX_SCHEDULE_SECONDS) return `expected at most ${MAX_SCHEDULE_SECONDS} seconds`;
+  if ((key === 'ttft' || key === 'itl') && v > MAX_TIMER_SECONDS) return `expected at most ${MAX_TIMER_SECONDS} seconds`;
   return undefined;
 }
 
+/** A delay longer than Node's longest timer fires after 1 ms, again and again. */
 function scheduleError(p: Plan): string | undefined {
   const last = p.ttft + p.tokens * p.itl * (1 + p.jitter);
-  return last > MAX_SCHEDULE_SECONDS ? `the last token would be due after ${Math.round(last)} s (ttft + tokens × itl): at most ${MAX_SCHEDULE_SECONDS} s` : undefined;
+  return last > MAX_TIMER_SECONDS ? `the last token would be due after ${Math.round(last)} s (ttft + tokens × itl): at most ${MAX_TIMER_SECONDS} s` : undefined;
 }
 
 function parseJson(text: string | undefined): Record<string, unknown> | undefined {

@@ -44,6 +44,16 @@ async function upstream(handler: Handler) {
 
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 
+/** Scrapes until a request for `model` has been recorded (the record follows the response's end), for 2 s at most. */
+async function scrapeOnceRecorded(metricsUrl: string, model: string) {
+  let samples = await scrape(metricsUrl);
+  for (let i = 0; i < 100 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: model }) === 0; i++) {
+    await sleep(20);
+    samples = await scrape(metricsUrl);
+  }
+  return samples;
+}
+
 let proxy: RunningProxy | undefined;
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -164,11 +174,7 @@ describe('transparent forwarding', () => {
       s.on('error', reject);
     });
     expect(raw.match(/^HTTP\/1\.1 /gm)).toHaveLength(1); // only the first answer was delivered
-    let samples = await scrape(proxy.metricsUrl);
-    for (let i = 0; i < 100 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued' }) === 0; i++) {
-      await sleep(20);
-      samples = await scrape(proxy.metricsUrl);
-    }
+    const samples = await scrapeOnceRecorded(proxy.metricsUrl, 'm-queued');
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-first', outcome: 'ok' })).toBe(1);
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued', outcome: 'ok' })).toBe(0);
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued', outcome: 'cancelled' })).toBe(1);
@@ -206,11 +212,7 @@ describe('transparent forwarding', () => {
       s.on('error', reject);
     });
     expect(raw.match(/^HTTP\/1\.1 200/gm)).toHaveLength(2);
-    let samples = await scrape(proxy.metricsUrl);
-    for (let i = 0; i < 100 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-behind' }) === 0; i++) {
-      await sleep(20);
-      samples = await scrape(proxy.metricsUrl);
-    }
+    const samples = await scrapeOnceRecorded(proxy.metricsUrl, 'm-behind');
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-behind', outcome: 'ok' })).toBe(1);
     const stream = hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'm-stream' });
     const behind = hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'm-behind' });
