@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
-import { ConfigError, hostOf, loadConfig, logLevelOf, upstreamOf, type Overrides } from './config.js';
+import { ConfigError, MAX_TIMER_SECONDS, hostOf, loadConfig, logLevelOf, upstreamOf, type Overrides } from './config.js';
 import { checkHealth, healthUrl, pid1Cmdline, proxyArgsOf } from './healthcheck.js';
 import { VERSION } from './version.js';
 
@@ -42,7 +42,8 @@ function num(name: string, v: string | undefined, opts: { int?: boolean; min?: n
   const n = Number(v);
   // Integers in decimal digits only, as the variables take them (Number() also reads "0x10", "1e3", " 80").
   if (v.trim() === '' || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
-    throw new ConfigError(`--${name}: invalid value "${v}"`);
+    const range = opts.min !== undefined && opts.max !== undefined ? ` (expected ${opts.int ? 'an integer' : 'a number'} from ${opts.min} to ${opts.max})` : '';
+    throw new ConfigError(`--${name}: invalid value "${v}"${range}`);
   }
   return n;
 }
@@ -118,7 +119,7 @@ function proxyFlags(values: ProxyValues): Overrides {
     metricsHost: hostOf('--metrics-host', values['metrics-host']),
     metricsPort: num('metrics-port', values['metrics-port'], { int: true, min: 0, max: 65535 }),
     metricsEnabled: values['no-metrics'] ? false : undefined,
-    drainTimeout: num('drain-timeout', values['drain-timeout'], { min: 0 }),
+    drainTimeout: num('drain-timeout', values['drain-timeout'], { min: 0, max: MAX_TIMER_SECONDS }),
     logLevel: logLevelOf('--log-level', values['log-level']),
   };
 }

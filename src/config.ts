@@ -370,7 +370,9 @@ function envSeconds(env: NodeJS.ProcessEnv, name: string): number | undefined {
   const v = env[name];
   if (v === undefined || v === '') return undefined;
   const n = Number(v);
-  if (!Number.isFinite(n) || n < 0) throw new ConfigError(`${name}: expected a number of seconds, got "${v}"`);
+  if (!Number.isFinite(n) || n < 0 || n > MAX_TIMER_SECONDS) {
+    throw new ConfigError(`${name}: expected a number of seconds from 0 to ${MAX_TIMER_SECONDS} (~24.8 days), got "${v}"`);
+  }
   return n;
 }
 

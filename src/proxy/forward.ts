@@ -476,7 +476,9 @@ class InFlight implements ExchangeHandler {
   private responseTimedOut(): void {
     if (this.done) return;
     if (this.req.readableEnded || this.bodyHeld || this.res.headersSent) {
-      this.exchange?.destroy(new UpstreamTimeout('response'));
+      // With timeouts.response below timeouts.connect, a connect (or TLS handshake) that hangs
+      // ends here: name the phase it was in.
+      this.exchange?.destroy(new UpstreamTimeout(this.exchange.connected ? 'response' : 'connect'));
       return;
     }
     this.deps.log.warn({ reqId: this.requestId, timeoutSeconds: this.deps.config.timeouts.response }, 'client stopped sending its request body');

@@ -178,7 +178,9 @@ describe('acceptance: separate processes, official client', () => {
     const cases: [string[], Record<string, string>, RegExp][] = [
       [['--host', '', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --host: must not be empty/],
       [['--metrics-host=', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --metrics-host: must not be empty/],
-      [['--port', '0x10'], {}, /^llm-latency-proxy: --port: invalid value "0x10"/],
+      [['--port', '0x10'], {}, /^llm-latency-proxy: --port: invalid value "0x10" \(expected an integer from 0 to 65535\)/],
+      // Past Node's longest timer: named at the flag, with the range.
+      [['--drain-timeout', '3000000', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --drain-timeout: invalid value "3000000" \(expected a number from 0 to 2147483\)/],
       [['simulate', '--port', '0'], { LLM_PROXY_LOG_LEVEL: 'bogus' }, /^llm-latency-proxy: LLM_PROXY_LOG_LEVEL: expected one of/],
     ];
     for (const [args, env, message] of cases) {

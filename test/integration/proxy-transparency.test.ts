@@ -402,6 +402,23 @@ describe('failures', () => {
     expect(performance.now() - t).toBeLessThan(5000);
   });
 
+  it('names the connect phase when timeouts.response ends a TLS handshake that hangs', async () => {
+    // A TCP server that never speaks TLS: the handshake hangs, and the response timer (shorter
+    // than the connect timer here) fires while the connection is still being set up.
+    let closed!: Promise<void>;
+    const silent = net.createServer((s) => {
+      s.resume(); // reads the ClientHello, never answers it
+      closed = new Promise<void>((r) => s.once('close', () => r()));
+    });
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => silent.close(() => r())));
+    proxy = await startTestProxy(`https://127.0.0.1:${(silent.address() as AddressInfo).port}`, { timeouts: { response: 0.3, connect: 30 } });
+    const r = await rawRequest(proxy.proxyUrl, '/v1/chat/completions', { method: 'POST', body: Buffer.from('{}') });
+    expect(r.status).toBe(504);
+    expect(JSON.parse(r.body.toString())).toMatchObject({ error: { type: 'timeout', message: 'upstream connect timeout' } });
+    await closed; // the half-open connection is closed, not kept until timeouts.connect
+  });
+
   it('cuts the client response (no clean end) when the upstream dies mid-stream, and records upstream_reset', async () => {
     const up = await upstream((req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });

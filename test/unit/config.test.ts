@@ -111,6 +111,9 @@ describe('config', () => {
     }
     expect(errorOf(() => buildConfig({ drainTimeout: 3_000_000 }))).toMatch(/drainTimeout: must be at most/);
     expect(errorOf(() => buildConfig({}, { drainTimeout: 3_000_000 }))).toMatch(/drain timeout: must be at most/);
+    // The variable is checked where it is read, so its error names it.
+    expect(errorOf(() => envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: '3000000' }))).toMatch(/^LLM_PROXY_DRAIN_TIMEOUT: expected a number of seconds from 0 to 2147483/);
+    expect(envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: '2147483' }).drainTimeout).toBe(2_147_483);
     expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 3_000_000 } }))).toMatch(/otlp\.intervalSeconds: must be at most/);
     expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '3000000000' }))).toMatch(/OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 1 to 2147483000/);
     expect(envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '2147483000' }).otlpIntervalMs).toBe(2_147_483_000);
