@@ -71,32 +71,48 @@ export class Forwarder {
       // A request on a keep-alive connection opened before the shutdown: the client retries it
       // elsewhere (the SDKs retry a 503 by themselves), and is told to close the connection.
       res.shouldKeepAlive = false;
-      sendError(res, 503, 'draining', 'the proxy is shutting down; retry the request');
-      req.resume();
-      return;
+      return this.refuse(req, res, start, 503, 'draining', 'the proxy is shutting down; retry the request');
     }
     if (hasDotSegment(req.url ?? '')) {
       // The upstream would resolve it, possibly out of the route's base path; no LLM API uses one.
-      sendError(res, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
-      req.resume();
-      return;
+      return this.refuse(req, res, start, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
     }
     const te = req.headers['transfer-encoding'];
+    if (te !== undefined && req.httpVersionMinor === 0) {
+      // Faulty framing (RFC 9112 §6.1): a 1.0 recipient may read the body by its length or to
+      // the close, and what follows as a request of the client's choosing (nginx: 400 too).
+      res.shouldKeepAlive = false;
+      return this.refuse(req, res, start, 400, 'invalid_framing', 'Transfer-Encoding in an HTTP/1.0 request');
+    }
     if (te !== undefined && te.trim().toLowerCase() !== 'chunked') {
       // Node decoded the chunked framing; another coding (gzip) would reach the upstream with
       // nothing saying so, the field being hop-by-hop (nginx: 501 too).
       res.shouldKeepAlive = false;
-      sendError(res, 501, 'unsupported_transfer_encoding', `transfer-encoding "${te.slice(0, 100)}" is not supported; only chunked`);
-      req.resume();
-      return;
+      return this.refuse(req, res, start, 501, 'unsupported_transfer_encoding', `transfer-encoding "${te.slice(0, 100)}" is not supported; only chunked`);
+    }
+    if (hostFields(req.rawHeaders) > 1) {
+      // RFC 9112 §3.2: a 400. Node keeps the first; X-Forwarded-Host would name it.
+      res.shouldKeepAlive = false;
+      return this.refuse(req, res, start, 400, 'invalid_host', 'more than one Host field');
     }
     const match = this.router.match(req.url ?? '');
-    if (!match) {
-      sendError(res, 404, 'no_route', `no route for ${safePath(req.url)}`);
-      req.resume();
-      return;
+    if (!match) return this.refuse(req, res, start, 404, 'no_route', `no route for ${safePath(req.url)}`);
+    const f = new InFlight(this, this.deps, match, req, res, start);
+    // Pipelined behind an answer still being written: its upstream request waits until its own
+    // answer has the connection (as nginx does), so one client connection holds at most one
+    // upstream exchange, and a request behind an answer that never ends is never sent.
+    if (res.socket === null) f.queue();
+    else f.run();
+  }
+
+  /** The proxy's own answer to a request it does not forward: no measurement, one log line. */
+  private refuse(req: IncomingMessage, res: ServerResponse, start: number, status: number, type: string, message: string): void {
+    sendError(res, status, type, message);
+    req.resume();
+    const log = this.deps.log;
+    if (log.isLevelEnabled('info')) {
+      log.info({ reqId: requestIdOf(req), method: req.method, path: safePath(req.url), status, outcome: 'refused', errorType: type, durationMs: round(performance.now() - start) }, 'request');
     }
-    new InFlight(this, this.deps, match, req, res, start).run();
   }
 
   /**
@@ -116,6 +132,7 @@ export class Forwarder {
     }
     if (this.draining) return writeRawError(socket, 503, 'draining', 'the proxy is shutting down; retry the request');
     if (hasDotSegment(req.url ?? '')) return writeRawError(socket, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
+    if (hostFields(req.rawHeaders) > 1) return writeRawError(socket, 400, 'invalid_host', 'more than one Host field');
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
       // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
       return writeRawError(socket, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
@@ -238,9 +255,27 @@ class InFlight implements ExchangeHandler {
     private readonly match: RouteMatch,
     private readonly req: IncomingMessage,
     private readonly res: ServerResponse,
-    private readonly start: number,
+    private start: number,
   ) {
     this.requestId = requestIdOf(req);
+  }
+
+  /**
+   * Waits for the answer ahead on the connection. Its own clock starts when it is sent: the wait
+   * is the client's, not the provider's. If the connection goes first, Node destroys the
+   * request (abortIncoming): a cancellation with a log line and no measurement, as no provider
+   * ever had it.
+   */
+  queue(): void {
+    this.fwd.inFlight.add(this);
+    const gone = (): void => this.cancel();
+    this.req.once('close', gone);
+    this.res.once('socket', () => {
+      this.req.removeListener('close', gone);
+      if (this.done) return;
+      this.start = performance.now();
+      this.run();
+    });
   }
 
   run(): void {
@@ -312,16 +347,6 @@ class InFlight implements ExchangeHandler {
     res.once('close', () => {
       if (!res.writableFinished) this.cancel();
     });
-    // A response queued behind another one on a pipelined connection has no socket yet, and
-    // Node gives it no 'close' when that connection goes: the socket's own stands for it.
-    if (res.socket === null) {
-      const socket = req.socket;
-      const gone = (): void => {
-        if (!res.writableFinished) this.cancel();
-      };
-      socket.once('close', gone);
-      res.once('close', () => socket.removeListener('close', gone));
-    }
     // The request head (and a body already read) leaves on a tick queued above;
     // what only measurement needs is set up after this loop iteration's I/O
     // callbacks, so that in a burst of new requests every head leaves first.
@@ -490,16 +515,6 @@ class InFlight implements ExchangeHandler {
   onEnd(): void {
     if (this.done) return;
     if (!this.res.writableEnded) this.res.end(); // a response that ended with its head
-    if (this.res.socket === null && !this.res.writableFinished) {
-      // Queued behind another answer on a pipelined connection: not delivered yet, and the
-      // connection may close first (an HTTP/1.0 client's close-delimited stream ahead of it, a
-      // reset); then the socket's 'close' (listened to since the request came) cancels it. A success
-      // only once it has left; its duration still ends with the upstream's last byte (the wait
-      // behind the earlier answer is the client's, not the provider's).
-      const end = performance.now();
-      this.res.once('finish', () => this.complete(undefined, end));
-      return;
-    }
     this.complete(undefined);
   }
 
@@ -557,8 +572,9 @@ class InFlight implements ExchangeHandler {
     this.res.destroy();
   }
 
-  private complete(errorType: string | undefined, end = performance.now()): void {
+  private complete(errorType: string | undefined): void {
     if (this.done) return;
+    const end = performance.now();
     this.done = true;
     // An answer that came before the whole request body (a 413, a 401): the rest of the body is
     // read and dropped, as Node does for unread bodies, so the connection can serve the next
@@ -611,13 +627,16 @@ class InFlight implements ExchangeHandler {
 
 function ignore(): void {}
 
-/** The client's `X-Request-Id` when it is usable, else a new one. */
+/** The client's `X-Request-Id` when it is usable (one field, 1-200 characters), else a new one. */
 function requestIdOf(req: IncomingMessage): string {
   const id = req.headers['x-request-id'];
-  return typeof id === 'string' && id !== '' && id.length <= 200 ? id : randomUUID();
+  return typeof id === 'string' && id !== '' && id.length <= 200 && !id.includes(',') ? id : randomUUID();
 }
 
-/** `X-Forwarded-For/-Proto/-Host`, and `X-Request-Id` when the client sent none (`Host` leads the head, set by the caller). */
+/**
+ * `X-Forwarded-For/-Proto/-Host`, and `X-Request-Id`: the upstream gets the id the proxy logs,
+ * the client's when usable, else the proxy's in its place (`Host` leads the head, set by the caller).
+ */
 function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: string): void {
   const xff = req.headers['x-forwarded-for'];
   const peer = req.socket.remoteAddress ?? '';
@@ -625,7 +644,18 @@ function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: str
   else replaceRaw(headers, 'x-forwarded-for', `${Array.isArray(xff) ? xff.join(', ') : xff}, ${peer}`);
   headers.push('x-forwarded-proto', 'http');
   if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
-  if (req.headers['x-request-id'] === undefined) headers.push('x-request-id', requestId);
+  if (req.headers['x-request-id'] !== requestId || countRaw(headers, 'x-request-id') !== 1) replaceRaw(headers, 'x-request-id', requestId);
+}
+
+function countRaw(raw: readonly string[], lowerName: string): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) n++;
+  return n;
+}
+
+/** How many Host fields the request has (Node's `headers.host` keeps the first). */
+function hostFields(raw: readonly string[]): number {
+  return countRaw(raw, 'host');
 }
 
 function round(v: number | undefined): number | undefined {

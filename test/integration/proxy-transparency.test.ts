@@ -147,9 +147,9 @@ describe('transparent forwarding', () => {
     expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds').count).toBe(events.length - 1);
   });
 
-  it('a request pipelined behind an HTTP/1.0 stream, whose answer the client never gets, is not recorded as a success', async () => {
+  it('a request pipelined behind an HTTP/1.0 stream, whose answer could never be delivered, is not sent upstream', async () => {
     // HTTP/1.0 with keep-alive: the stream has no length, so it is delimited by the close, and
-    // the pipelined request's answer (upstream done long before) never leaves the proxy.
+    // the request behind it never has the connection for its answer.
     const up = await upstream(async (req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       const slow = req.url!.includes('slow');
@@ -160,11 +160,12 @@ describe('transparent forwarding', () => {
       res.end('data: [DONE]\n\n');
     });
     cleanups.push(up.close);
-    proxy = await startTestProxy(up.url);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
     const { port } = new URL(proxy.proxyUrl);
     const req = (path: string, model: string) => {
       const body = `{"model":"${model}","stream":true}`;
-      return `POST ${path} HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+      return `POST ${path} HTTP/1.0\r\nHost: x\r\nX-Request-Id: ${model}\r\nConnection: keep-alive\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
     };
     const raw = await new Promise<string>((resolve, reject) => {
       const parts: Buffer[] = [];
@@ -174,13 +175,21 @@ describe('transparent forwarding', () => {
       s.on('error', reject);
     });
     expect(raw.match(/^HTTP\/1\.1 /gm)).toHaveLength(1); // only the first answer was delivered
-    const samples = await scrapeOnceRecorded(proxy.metricsUrl, 'm-queued');
+    const samples = await scrapeOnceRecorded(proxy.metricsUrl, 'm-first');
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-first', outcome: 'ok' })).toBe(1);
-    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued', outcome: 'ok' })).toBe(0);
-    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued', outcome: 'cancelled' })).toBe(1);
+    // Never sent: the upstream did not have it, and no provider latency was measured for it.
+    expect(up.seen.map((x) => x.url)).toEqual(['/v1/chat/completions?slow']);
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-queued' })).toBe(0);
+    for (let i = 0; i < 100 && logLines.length < 2; i++) await sleep(20);
+    expect(logLines.filter((l) => l.msg === 'request').map((l) => [l.reqId, l.outcome])).toEqual([
+      ['m-first', 'ok'],
+      ['m-queued', 'cancelled'],
+    ]);
   });
 
-  it('an answer pipelined behind a long stream is recorded once delivered, with the duration of its upstream exchange', async () => {
+  it('a request pipelined behind a long stream is sent when its answer has the connection, and timed from there', async () => {
+    let streamEnded = 0;
+    let behindArrived = 0;
     const up = await upstream(async (req, res) => {
       if (req.url!.includes('slow')) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -188,8 +197,10 @@ describe('transparent forwarding', () => {
           res.write(`data: {"id":"a","choices":[{"index":0,"delta":{"content":"t${k}"}}]}\n\n`);
           await sleep(50);
         }
+        streamEnded = performance.now();
         res.end('data: [DONE]\n\n');
       } else {
+        behindArrived = performance.now();
         const b = JSON.stringify({ id: 'b', object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' } }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
         res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(b) });
         res.end(b);
@@ -217,7 +228,48 @@ describe('transparent forwarding', () => {
     const stream = hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'm-stream' });
     const behind = hist(samples, 'gen_ai_client_operation_duration_seconds', { gen_ai_request_model: 'm-behind' });
     expect(stream.sum).toBeGreaterThan(0.45); // ten events 50 ms apart
-    expect(behind.sum).toBeLessThan(stream.sum / 2); // answered at once, delivered ~0.5 s later
+    expect(behind.sum).toBeLessThan(stream.sum / 2); // its wait behind the stream is not the provider's
+    expect(behindArrived).toBeGreaterThanOrEqual(streamEnded); // one upstream exchange per client connection at a time
+  });
+
+  it('a burst of pipelined requests is forwarded one at a time, each answered in order, with no listener build-up', async () => {
+    let active = 0;
+    let most = 0;
+    const up = await upstream(async (req, res) => {
+      most = Math.max(most, ++active);
+      await sleep(5);
+      active--;
+      const b = JSON.stringify({ id: req.url, object: 'chat.completion', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' } }] });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(b) });
+      res.end(b);
+    });
+    cleanups.push(up.close);
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      proxy = await startTestProxy(up.url);
+      const { port } = new URL(proxy.proxyUrl);
+      const n = 30;
+      let all = '';
+      for (let i = 0; i < n; i++) all += `POST /v1/chat/completions?n=${i} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`;
+      const raw = await new Promise<string>((resolve, reject) => {
+        const parts: Buffer[] = [];
+        const s = net.connect(Number(port), '127.0.0.1', () => s.write(all));
+        s.on('data', (d: Buffer) => {
+          parts.push(d);
+          if (Buffer.concat(parts).toString().includes(`?n=${n - 1}"`)) s.end();
+        });
+        s.on('close', () => resolve(Buffer.concat(parts).toString('latin1')));
+        s.on('error', reject);
+      });
+      expect([...raw.matchAll(/"id":"\/v1\/chat\/completions\?n=(\d+)"/g)].map((m) => Number(m[1]))).toEqual([...Array(n).keys()]);
+      expect(most).toBe(1);
+      await sleep(20); // a warning is emitted on the next tick
+      expect(warnings).toEqual([]);
+    } finally {
+      process.off('warning', onWarning);
+    }
   });
 
   it('passes a gzip body through compressed, with its Content-Encoding', async () => {
@@ -340,6 +392,72 @@ describe('transparent forwarding', () => {
     });
     expect(reply).toContain('from-configured-upstream');
     expect(up.seen[0]!.url).toBe('/latest/meta-data');
+  });
+});
+
+describe('requests the proxy does not forward', () => {
+  /** Raw bytes on a new connection; everything the proxy sent until it closed (or 2 s passed). */
+  async function exchange(url: string, bytes: string): Promise<{ text: string; closed: boolean }> {
+    const u = new URL(url);
+    return new Promise((resolve) => {
+      const s = net.connect(Number(u.port), u.hostname, () => s.write(bytes));
+      let text = '';
+      s.on('data', (d: Buffer) => (text += d.toString('latin1')));
+      s.on('error', () => {});
+      const t = setTimeout(() => (s.destroy(), resolve({ text, closed: false })), 2000);
+      s.on('close', () => (clearTimeout(t), resolve({ text, closed: true })));
+    });
+  }
+
+  it('answers its own refusals with one request log line each, and a 1.0 request with Transfer-Encoding or two Host fields with a 400 and a close', async () => {
+    const up = await upstream((_req, res) => res.end('ok'));
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(undefined, { routes: [{ prefix: '/v1', upstream: up.url }] }, { logLevel: 'info', logLines });
+    const after = 'GET /v1/after HTTP/1.1\r\nHost: x\r\n\r\n'; // pipelined behind each: must not be forwarded
+    const cases: [string, string, number, string][] = [
+      ['no route', 'GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 404, 'no_route'],
+      ['dot segment', 'GET /v1/%2e%2e/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 400, 'invalid_path'],
+      ['gzip coding', 'POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n' + after, 501, 'unsupported_transfer_encoding'],
+      ['TE in 1.0', 'POST /v1/x HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n' + after, 400, 'invalid_framing'],
+      ['two hosts', 'GET /v1/x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n' + after, 400, 'invalid_host'],
+    ];
+    for (const [name, bytes, status, type] of cases) {
+      const r = await exchange(proxy.proxyUrl, bytes);
+      expect(r.text, name).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
+      expect(r.text, name).toContain(`"type":"${type}"`);
+      expect(r.closed, name).toBe(true);
+      expect(r.text.match(/^HTTP\/1\.1 /gm), name).toHaveLength(1);
+    }
+    expect(up.seen).toEqual([]);
+    for (let i = 0; i < 100 && logLines.length < cases.length + 3; i++) await sleep(20);
+    const lines = logLines.filter((l) => l.msg === 'request');
+    expect(lines.filter((l) => l.outcome === 'refused').map((l) => [l.status, l.errorType])).toEqual(cases.map(([, , status, type]) => [status, type]));
+    // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
+    expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(3).fill(['/after', 'cancelled', undefined]));
+  });
+
+  it('the upstream gets exactly one X-Request-Id, the one the proxy logs, whatever the client sent', async () => {
+    const up = await upstream((_req, res) => res.end('ok'));
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
+    const cases: [string, string][] = [
+      ['usable', 'X-Request-Id: abc-1\r\n'],
+      ['none', ''],
+      ['empty', 'X-Request-Id: \r\n'],
+      ['too long', `X-Request-Id: ${'r'.repeat(300)}\r\n`],
+      ['two fields', 'X-Request-Id: one\r\nX-Request-Id: two\r\n'],
+      ['named in Connection', 'Connection: keep-alive, x-request-id\r\nX-Request-Id: hop\r\n'],
+    ];
+    for (const [, fields] of cases) await exchange(proxy.proxyUrl, `GET /v1/models HTTP/1.1\r\nHost: x\r\n${fields}Connection: close\r\n\r\n`);
+    for (let i = 0; i < 100 && logLines.length < cases.length; i++) await sleep(20);
+    const logged = logLines.filter((l) => l.msg === 'request').map((l) => l.reqId);
+    expect(logged).toHaveLength(cases.length);
+    const sent = up.seen.map((x) => x.rawHeaders.filter((_, i) => i % 2 === 1 && x.rawHeaders[i - 1]!.toLowerCase() === 'x-request-id'));
+    sent.forEach((ids, i) => expect(ids, cases[i]![0]).toEqual([logged[i]]));
+    expect(logged[0]).toBe('abc-1');
+    for (const i of [1, 2, 3, 4]) expect(logged[i], cases[i]![0]).toMatch(/^[0-9a-f-]{36}$/);
   });
 });
 
@@ -614,8 +732,8 @@ describe('failures', () => {
 });
 
 describe('cancellation and backpressure', () => {
-  it('a request pipelined behind a streaming one is cancelled too when the client resets or half-closes the connection', async () => {
-    // Node queues the second response and gives it no 'close' when the connection goes.
+  it('a request pipelined behind a streaming one is dropped unsent when the client resets or half-closes the connection', async () => {
+    // Node queues the second response; the upstream never gets its request.
     const upstreamClosed: number[] = [];
     const up = await upstream((req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -640,15 +758,16 @@ describe('cancellation and backpressure', () => {
       await sleep(30);
       if (how === 'reset') sock.resetAndDestroy();
       else sock.end(); // the proxy ends its side of a half-closed connection after the response in hand
-      for (const deadline = performance.now() + 3000; upstreamClosed.length < 2 && performance.now() < deadline; ) await sleep(5);
-      expect(upstreamClosed.length, how).toBe(2);
+      for (const deadline = performance.now() + 3000; upstreamClosed.length < 1 && performance.now() < deadline; ) await sleep(5);
+      expect(upstreamClosed.length, how).toBe(1);
       sock.destroy();
     }
-    await sleep(20);
+    await sleep(50);
+    expect(up.seen.length).toBe(2); // one per connection: the pipelined requests were never sent
     const samples = await scrape(proxy.metricsUrl);
     const f = { gen_ai_request_model: 'm-piped' };
-    expect(total(samples, 'llm_proxy_streams_total', { ...f, outcome: 'cancelled' })).toBe(4);
-    expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { ...f, error_type: 'client_cancelled' }).count).toBe(4);
+    expect(total(samples, 'llm_proxy_streams_total', { ...f, outcome: 'cancelled' })).toBe(2);
+    expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { ...f, error_type: 'client_cancelled' }).count).toBe(2);
     expect(total(samples, 'llm_proxy_streams_active')).toBe(0);
   });
 
