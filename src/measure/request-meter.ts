@@ -5,6 +5,7 @@ import { EventKind, type ResponseAdapter, type TokenCountSource } from '../provi
 import { EventStreamDecoder } from '../sse/eventstream.js';
 import { JsonArrayParser } from '../sse/json-array.js';
 import { NdjsonParser } from '../sse/ndjson.js';
+import { PendingBytes } from '../sse/pending-bytes.js';
 import { SseParser, type SseEvent, type SseLane } from '../sse/parser.js';
 import { StreamClock } from '../timing/stream-clock.js';
 
@@ -106,8 +107,8 @@ export class RequestMeter {
   private firstByteSeen = false;
   /** Cumulative output tokens at the previous content event (per-token ITL). */
   private prevCumulative: number | undefined;
-  private body: Buffer[] | undefined;
-  private bodyBytes = 0;
+  /** A non-streamed JSON body, copied into one buffer up to maxBodyBytes (not a view per chunk: 1-byte chunks). */
+  private body: PendingBytes | undefined;
   private status = 0;
   private labels: Attributes | undefined;
   private activeLabels: Attributes | undefined;
@@ -185,7 +186,7 @@ export class RequestMeter {
       this.parser = new EventStreamDecoder(this.onSseEvent, { maxFrameBytes: max });
     } else if ((contentType ?? '').toLowerCase().includes('json') && this.adapter.onBody) {
       this.framing = 'json';
-      this.body = [];
+      this.body = new PendingBytes(this.opts.maxBodyBytes);
       // An error answer is not a stream, even as an array (Gemini's `[{"error":…}]`): its status stays its error type.
       if (this.adapter.streamsJsonArray === true && status < 300) this.jsonArray = new JsonArrayParser(this.onSseEvent, { maxEventBytes: max });
     }
@@ -239,10 +240,7 @@ export class RequestMeter {
       } else if (this.framing === 'json') {
         const arr = this.jsonArray;
         if (arr !== undefined && this.jsonArrayFound(arr, piece(buf, start, end))) return;
-        if (this.bodyBytes + end - start <= this.opts.maxBodyBytes) {
-          this.body!.push(piece(buf, start, end));
-          this.bodyBytes += end - start;
-        } else {
+        if (this.body!.add(buf, start, end)) {
           this.framing = 'none';
           this.body = undefined;
         }
@@ -345,7 +343,7 @@ export class RequestMeter {
       if (gap >= 0 && cum !== undefined && prev !== undefined && cum > prev) {
         const n = Math.min(cum - prev, MAX_TOKENS_PER_EVENT);
         const each = gap / n / 1000;
-        for (let i = 0; i < n; i++) perToken.record(each, this.labels);
+        perToken.recordTimes(each, n, this.labels);
       }
       this.prevCumulative = cum;
     }
@@ -371,7 +369,7 @@ export class RequestMeter {
     this.flush(); // events still queued (and the NDJSON body's last line) come before the end
     if (this.framing === 'json' && this.body && errorType === undefined) {
       try {
-        adapter.onBody!(Buffer.concat(this.body, this.bodyBytes).toString('utf8'));
+        adapter.onBody!(this.body.bytes().toString('utf8'));
       } catch {
         /* unparseable body: duration only */
       }

@@ -61,6 +61,11 @@ export class FastHistogram extends Keyed<HistogramSeries> {
   }
 
   record(value: number, attributes: Attributes = EMPTY): void {
+    this.recordTimes(value, 1, attributes);
+  }
+
+  /** `n` equal samples at once (a multi-token event's per-token gap): one update, not n. */
+  recordTimes(value: number, n: number, attributes: Attributes = EMPTY): void {
     if (!(value >= 0) || value === Infinity) return; // histograms take non-negative finite values
     const s = this.series(attributes);
     // Bucket i holds (b[i-1], b[i]]; the last one (b[n-1], +Inf).
@@ -72,9 +77,9 @@ export class FastHistogram extends Keyed<HistogramSeries> {
       if (value <= b[mid]!) hi = mid;
       else lo = mid + 1;
     }
-    s.counts[lo]!++;
-    s.count++;
-    s.sum += value;
+    s.counts[lo]! += n;
+    s.count += n;
+    s.sum += value * n;
     if (value < s.min) s.min = value;
     if (value > s.max) s.max = value;
   }

@@ -9,6 +9,11 @@ export interface Recorder {
   record(value: number, attributes?: Attributes): void;
 }
 
+/** A histogram that takes `n` equal samples in one call. */
+export interface TimesRecorder {
+  recordTimes(value: number, n: number, attributes?: Attributes): void;
+}
+
 /** What the request path needs of a counter or up-down counter. */
 export interface Adder {
   add(value: number, attributes?: Attributes): void;
@@ -48,7 +53,7 @@ export class Instruments {
   readonly tokenUsage: Recorder;
   readonly timeToFirstByte: Recorder;
   /** Undefined unless per-token ITL was asked for. */
-  readonly perTokenItl: Recorder | undefined;
+  readonly perTokenItl: TimesRecorder | undefined;
   readonly serverTtft: Recorder;
   readonly serverTpot: Recorder;
   readonly serverDuration: Recorder;
@@ -99,14 +104,18 @@ export class Instruments {
       'Time to first byte: arrival at the proxy of the first response body byte minus arrival of the request (any format, also unknown ones).',
       buckets.ttft,
     );
-    this.perTokenItl = opts.perTokenItl
-      ? perEvent(
-          METRIC.perTokenItl,
-          's',
-          'Per-token inter-token latency: the gap before a content event divided by the output tokens it carried, recorded once per token; only for streams that report cumulative usage per event.',
-          buckets.itl,
-        )
-      : undefined;
+    const perTokenArgs = [
+      METRIC.perTokenItl,
+      's',
+      'Per-token inter-token latency: the gap before a content event divided by the output tokens it carried, recorded once per token; only for streams that report cumulative usage per event.',
+      buckets.itl,
+    ] as const;
+    if (!opts.perTokenItl) this.perTokenItl = undefined;
+    else if (fast) this.perTokenItl = fast.add(new FastHistogram(...perTokenArgs));
+    else {
+      const h = sdkHist(...perTokenArgs);
+      this.perTokenItl = { recordTimes: (v, n, a) => { for (let i = 0; i < n; i++) h.record(v, a); } };
+    }
     this.serverTtft = hist(
       METRIC.serverTtft,
       's',

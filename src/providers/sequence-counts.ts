@@ -8,43 +8,51 @@ interface Counts {
   reasoning?: number;
 }
 
+const KEYS = ['input', 'output', 'cached', 'reasoning'] as const;
+
+/**
+ * Sequences told apart before the rest share one entry: an upstream can send a new `index`
+ * on every event, and each costs a map entry for the stream's life.
+ */
+export const MAX_SEQUENCES = 4096;
+const OTHER = Symbol('other sequences');
+
 /**
  * Running token counts of a stream that interleaves several sequences, told apart by their
  * `index` (a batch or `n` > 1 on llama.cpp's and SGLang's own APIs). Each sequence reports
- * its own running count; the request's usage is the sum over the sequences.
+ * its own running count; the request's usage is the sum over the sequences, kept as running
+ * totals so that an event costs the same however many sequences came before it.
  */
 export class SequenceCounts {
   private readonly seqs = new Map<unknown, Counts>();
+  private readonly totals: Counts = {};
 
   /**
    * Takes one sequence's counts (undefined: not reported this time) into `usage`. Returns the
    * new output sum and whether this sequence's output count grew (undefined: no count given).
    */
   update(index: unknown, c: Counts, usage: Usage): { total: number | undefined; grew: boolean | undefined } {
-    let seq = this.seqs.get(index);
-    if (!seq) this.seqs.set(index, (seq = {}));
-    const before = seq.output;
-    if (c.input !== undefined) seq.input = c.input;
-    if (c.cached !== undefined) seq.cached = c.cached;
-    if (c.reasoning !== undefined) seq.reasoning = c.reasoning;
-    if (c.output !== undefined) seq.output = c.output;
-    const input = this.sum('input');
-    if (input !== undefined) usage.inputTokens = input;
-    const cached = this.sum('cached');
-    if (cached !== undefined) usage.cachedInputTokens = cached;
-    const reasoning = this.sum('reasoning');
-    if (reasoning !== undefined) usage.reasoningTokens = reasoning;
-    const total = this.sum('output');
-    if (total !== undefined) usage.outputTokens = total;
-    return { total, grew: c.output === undefined ? undefined : c.output > (before ?? 0) };
-  }
-
-  private sum(k: keyof Counts): number | undefined {
-    let total: number | undefined;
-    for (const c of this.seqs.values()) {
-      const v = c[k];
-      if (v !== undefined) total = (total ?? 0) + v;
+    // A number or a string names a sequence; anything else (an object is a new key by identity
+    // on every event) is one sequence, as a missing index is.
+    const key = typeof index === 'number' || typeof index === 'string' ? index : undefined;
+    let seq = this.seqs.get(key);
+    if (!seq) {
+      const k = this.seqs.size < MAX_SEQUENCES ? key : OTHER;
+      seq = this.seqs.get(k);
+      if (!seq) this.seqs.set(k, (seq = {}));
     }
-    return total;
+    const before = seq.output;
+    const totals = this.totals;
+    for (const k of KEYS) {
+      const v = c[k];
+      if (v === undefined) continue;
+      totals[k] = (totals[k] ?? 0) - (seq[k] ?? 0) + v;
+      seq[k] = v;
+    }
+    if (totals.input !== undefined) usage.inputTokens = totals.input;
+    if (totals.cached !== undefined) usage.cachedInputTokens = totals.cached;
+    if (totals.reasoning !== undefined) usage.reasoningTokens = totals.reasoning;
+    if (totals.output !== undefined) usage.outputTokens = totals.output;
+    return { total: totals.output, grew: c.output === undefined ? undefined : c.output > (before ?? 0) };
   }
 }

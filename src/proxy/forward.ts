@@ -670,7 +670,8 @@ function round(v: number | undefined): number | undefined {
  */
 const MAX_ERROR_TYPES = 50;
 const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
-const HTTP_STATUS = /^[1-5]\d\d$/;
+/** Three digits, as forwarded: 600-999 are invalid (RFC 9110 §15) but a bounded set, and not the in-band budget's. */
+const HTTP_STATUS = /^[1-9]\d\d$/;
 
 /** A `.` or `..` path segment, also percent-encoded (`%2e`). */
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;

@@ -91,9 +91,12 @@ export class SseParser {
   private oneBuf: Buffer | undefined = undefined;
   private oneStart = 0;
   private oneEnd = 0;
-  private dataParts: Buffer[] = [];
-  /** Index of the first entry of dataParts that is still a view into the chunk being pushed. */
-  private viewsFrom = -1;
+  /**
+   * The open event's data when it is not one line in the chunk being pushed: its lines joined
+   * by LF, copied into one buffer (a buffer or view per line cost ~200 bytes of heap each:
+   * a million empty `data:` lines, 6 MB, took 200 MB).
+   */
+  private readonly data: PendingBytes;
   private dataBytes = 0;
   private hasData = false;
   private eventType = '';
@@ -108,6 +111,7 @@ export class SseParser {
   constructor(private readonly onEvent: (ev: SseEvent) => void, opts: SseParserOptions = {}) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
     this.pending = new PendingBytes(this.maxEventBytes);
+    this.data = new PendingBytes(this.maxEventBytes);
     this.onComment = opts.onComment;
     this.onData = opts.onData;
     this.lane = opts.lane;
@@ -125,13 +129,8 @@ export class SseParser {
       end = buf.length;
     }
     this.scan(buf, start, end);
+    // The caller may reuse its buffer after push() returns: own the open event's bytes.
     if (this.oneBuf !== undefined) this.own();
-    if (this.viewsFrom >= 0) {
-      // The caller may reuse its buffer after push() returns: own the open event's bytes.
-      const parts = this.dataParts;
-      for (let k = this.viewsFrom; k < parts.length; k++) if (parts[k] !== NEWLINE) parts[k] = Buffer.from(parts[k]!);
-      this.viewsFrom = -1;
-    }
   }
 
   private scan(buf: Buffer, start: number, len: number): void {
@@ -287,11 +286,8 @@ export class SseParser {
         this.oneEnd = e;
       } else {
         if (this.oneBuf !== undefined) this.own();
-        this.dataParts.push(NEWLINE);
-        // A view into the caller's chunk; copied at the end of push() only if the
-        // event is still open then.
-        this.dataParts.push(lineBuf.subarray(vs, e));
-        if (lineBuf === buf && this.viewsFrom < 0) this.viewsFrom = this.dataParts.length - 1;
+        this.data.add(NEWLINE, 0, 1);
+        this.data.add(lineBuf, vs, e);
       }
       this.dataBytes += add;
       this.hasData = true;
@@ -312,20 +308,15 @@ export class SseParser {
       this.oversizeEvents++;
     }
     this.oneBuf = undefined;
-    if (this.dataParts.length > 0) this.dataParts = [];
-    this.viewsFrom = -1;
+    this.data.clear();
     this.dataBytes = 0;
   }
 
-  /**
-   * The open event's single data line becomes the first of its parts, a view
-   * that push() copies (viewsFrom) if the event is still open at its end.
-   */
+  /** The open event's single data line, still in the caller's chunk, is copied into `data`. */
   private own(): void {
     const one = this.oneBuf!;
     this.oneBuf = undefined;
-    this.dataParts.push(one.subarray(this.oneStart, this.oneEnd));
-    if (this.viewsFrom < 0) this.viewsFrom = this.dataParts.length - 1;
+    this.data.add(one, this.oneStart, this.oneEnd);
   }
 
   private dispatch(): void {
@@ -338,8 +329,8 @@ export class SseParser {
       let from = this.oneStart;
       let to = this.oneEnd;
       if (buf === undefined) {
-        const parts = this.dataParts;
-        buf = parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.dataBytes);
+        // Valid after clear(): that drops the store, it never writes over it.
+        buf = this.data.bytes();
         from = 0;
         to = buf.length;
       }
@@ -356,8 +347,7 @@ export class SseParser {
 
   private resetEvent(): void {
     this.oneBuf = undefined;
-    this.viewsFrom = -1;
-    if (this.dataParts.length > 0) this.dataParts = [];
+    this.data.clear();
     this.dataBytes = 0;
     this.hasData = false;
     this.eventType = '';

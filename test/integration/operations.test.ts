@@ -190,7 +190,8 @@ describe('shutdown when the log output fails', () => {
     const proxyUrl = /"proxyUrl":"([^"]+)"/.exec(out)![1]!;
     // The proxy itself, not script(1) or its shell, whose command lines also name the upstream.
     const candidates = spawnSync('pgrep', ['-f', '--', `--upstream ${gt.url}`], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean);
-    const pid = Number(candidates.find((p) => readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'node'));
+    // By argv[0], not /proc/PID/comm: Node 24 names its main thread "MainThread".
+    const pid = Number(candidates.find((p) => readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0')[0] === process.execPath));
     expect(pid).toBeGreaterThan(0);
     closers.push(async () => void (alive(pid) && process.kill(pid, 'SIGKILL')));
     let started = false;

@@ -2,6 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
+import { rawRequest } from '../helpers/http.js';
 import { startTestProxy } from '../helpers/proxy.js';
 
 // An upstream that answers `/s/N` with status N and `/t/NAME` with a 200 stream carrying the
@@ -45,11 +46,20 @@ async function post(path: string): Promise<number> {
   return res.status;
 }
 
+/** The status as sent (fetch refuses a status outside 200-599). */
+async function rawPost(path: string): Promise<number> {
+  const r = await rawRequest(proxy.proxyUrl, `${path}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: Buffer.from('{"model":"m","stream":true,"messages":[]}') });
+  return r.status;
+}
+
 describe('error.type label cap', () => {
   it('keeps the first 50 in-band error types and records the rest as _OTHER; statuses and its own types always', async () => {
     for (let i = 0; i < 60; i++) expect(await post(`/t/type_${i}`)).toBe(200);
     // After the cap: statuses (what alerts match) and the proxy's own types still get their own series.
     for (let i = 0; i < 30; i++) expect(await post(`/s/${500 + i}`)).toBe(500 + i);
+    // Statuses outside 100-599 are invalid, yet forwarded and kept as statuses: they must not
+    // use up the in-band types' budget (an upstream could fill it with them).
+    for (const status of [600, 799, 999]) expect(await rawPost(`/s/${status}`)).toBe(status);
     expect(await post('/dead')).toBe(502);
 
     const text = await (await fetch(`${proxy.metricsUrl}/metrics`)).text();
@@ -61,6 +71,7 @@ describe('error.type label cap', () => {
     for (let i = 0; i < 50; i++) expected.set(`type_${i}`, 1);
     expected.set('_OTHER', 10);
     for (let i = 0; i < 30; i++) expected.set(String(500 + i), 1);
+    for (const status of [600, 799, 999]) expected.set(String(status), 1);
     expected.set('upstream_unreachable', 1);
     expect(types).toEqual(expected);
   });

@@ -83,6 +83,26 @@ describe('FastHistogram', () => {
     expect(dp[0]!.value).toMatchObject({ count: 1, sum: 1.5, buckets: { counts: [0, 1, 0] } });
   });
 
+  it('recordTimes(v, n) is n records of v in one update (property)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.double({ min: 0, max: 5, noNaN: true }), fc.integer({ min: 1, max: 70_000 })), { maxLength: 20 }), (samples) => {
+        const once = new FastHistogram('h', 's', 'd', [0.5, 1, 2]);
+        const each = new FastHistogram('h', 's', 'd', [0.5, 1, 2]);
+        for (const [v, n] of samples) {
+          once.recordTimes(v, n, {});
+          for (let i = 0; i < n; i++) each.record(v, {});
+        }
+        const [a] = once.metricData([0, 0]).dataPoints;
+        const [b] = each.metricData([0, 0]).dataPoints;
+        expect(a?.value.buckets.counts).toEqual(b?.value.buckets.counts);
+        expect(a?.value.count).toBe(b?.value.count);
+        expect([a?.value.min, a?.value.max]).toEqual([b?.value.min, b?.value.max]);
+        if (a !== undefined) expect(Math.abs(a.value.sum! - b!.value.sum!)).toBeLessThanOrEqual(1e-9 * Math.max(1, b!.value.sum!));
+      }),
+      { numRuns: 30 },
+    );
+  });
+
   it('keeps one series per attribute content, whichever object carries it', () => {
     const fast = new FastMetricProducer({ name: 'x' });
     const h = fast.add(new FastHistogram('h', 's', 'd', [1]));

@@ -1,0 +1,75 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { MAX_SEQUENCES, SequenceCounts } from '../../src/providers/sequence-counts.js';
+import type { Usage } from '../../src/providers/types.js';
+
+type Counts = { input?: number; output?: number; cached?: number; reasoning?: number };
+
+/** The definition: each sequence's last reported counts, summed over the sequences that reported one. */
+function reference(updates: [number, Counts][]): Usage {
+  const last = new Map<number, Counts>();
+  for (const [i, c] of updates) {
+    const seq = last.get(i) ?? {};
+    for (const [k, v] of Object.entries(c)) if (v !== undefined) seq[k as keyof Counts] = v;
+    last.set(i, seq);
+  }
+  const sum = (k: keyof Counts) => [...last.values()].reduce<number | undefined>((t, c) => (c[k] === undefined ? t : (t ?? 0) + c[k]!), undefined);
+  const u: Usage = {};
+  const [input, cached, reasoning, output] = [sum('input'), sum('cached'), sum('reasoning'), sum('output')];
+  if (input !== undefined) u.inputTokens = input;
+  if (cached !== undefined) u.cachedInputTokens = cached;
+  if (reasoning !== undefined) u.reasoningTokens = reasoning;
+  if (output !== undefined) u.outputTokens = output;
+  return u;
+}
+
+describe('SequenceCounts', () => {
+  it('sums each sequence\'s last counts, whatever the interleaving', () => {
+    const count = fc.option(fc.nat(10_000), { nil: undefined });
+    const update = fc.tuple(fc.nat(5), fc.record({ input: count, output: count, cached: count, reasoning: count }));
+    fc.assert(
+      fc.property(fc.array(update, { maxLength: 60 }), (updates) => {
+        const s = new SequenceCounts();
+        const usage: Usage = {};
+        const prev = new Map<number, number>();
+        updates.forEach(([i, c], j) => {
+          const r = s.update(i, c, usage);
+          expect(r.grew).toBe(c.output === undefined ? undefined : c.output > (prev.get(i) ?? 0));
+          if (c.output !== undefined) prev.set(i, c.output);
+          expect(r.total).toBe(reference(updates.slice(0, j + 1)).outputTokens);
+        });
+        expect(usage).toEqual(reference(updates));
+      }),
+    );
+  });
+
+  it('costs the same per event however many sequences came before (a new index on every event)', () => {
+    // The sum used to run over every sequence on every event: 20,000 new indexes took ~7 s of
+    // the event loop. Compared with the same number of events on one index, in one process; the
+    // margin (50x) is far from both the linear (~1-5x) and the quadratic (~1,000x) cost.
+    const n = 20_000;
+    const time = (indexOf: (k: number) => unknown) => {
+      const s = new SequenceCounts();
+      const usage: Usage = {};
+      const t = performance.now();
+      for (let k = 0; k < n; k++) s.update(indexOf(k), { output: 1, input: 3 }, usage);
+      return { ms: performance.now() - t, usage };
+    };
+    time(() => 0); // warm-up
+    const one = time(() => 0);
+    const many = time((k) => k);
+    expect(one.usage.outputTokens).toBe(1);
+    // Past MAX_SEQUENCES the rest share one entry: bounded memory, an undercount only there.
+    expect(many.usage.outputTokens).toBe(MAX_SEQUENCES + 1);
+    expect(many.ms).toBeLessThan(50 * Math.max(one.ms, 1));
+  });
+
+  it('an index that is not a number or a string names no sequence of its own', () => {
+    const s = new SequenceCounts();
+    const usage: Usage = {};
+    for (let k = 0; k < 10; k++) s.update({ k }, { output: k + 1 }, usage);
+    expect(usage.outputTokens).toBe(10);
+    s.update(1, { output: 5 }, usage);
+    expect(usage.outputTokens).toBe(15);
+  });
+});
