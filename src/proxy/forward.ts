@@ -106,7 +106,7 @@ export class Forwarder {
   }
 
   /** The proxy's own answer to a request it does not forward: no measurement, one log line. */
-  private refuse(req: IncomingMessage, res: ServerResponse, start: number, status: number, type: string, message: string): void {
+  refuse(req: IncomingMessage, res: ServerResponse, start: number, status: number, type: string, message: string): void {
     sendError(res, status, type, message);
     req.resume();
     const log = this.deps.log;
@@ -244,6 +244,8 @@ class InFlight implements ExchangeHandler {
   private bodyFraming: RequestBody = 'none';
   /** The client's body waits for the upstream to take what was written (backpressure). */
   private bodyHeld = false;
+  /** Waiting for the answer ahead on its connection; never sent upstream while set. */
+  private queued = false;
   private readonly resume = (): void => {
     this.paused = false;
     this.exchange?.resume();
@@ -268,11 +270,36 @@ class InFlight implements ExchangeHandler {
    */
   queue(): void {
     this.fwd.inFlight.add(this);
+    this.queued = true;
     const gone = (): void => this.cancel();
     this.req.once('close', gone);
+    // When the connection is handed over (an upgrade or CONNECT behind it) Node destroys no
+    // queued request: the socket's own 'close', one listener per connection, stands for it.
+    const socket = this.req.socket;
+    let waiting = QUEUED.get(socket);
+    if (waiting === undefined) {
+      const set = (waiting = new Set<InFlight>());
+      QUEUED.set(socket, set);
+      socket.once('close', () => {
+        for (const f of set) f.cancel();
+        set.clear();
+      });
+    }
+    waiting.add(this);
     this.res.once('socket', () => {
       this.req.removeListener('close', gone);
+      waiting.delete(this);
       if (this.done) return;
+      if (this.fwd.draining) {
+        // Its turn came during a shutdown: never sent, so refused as a new request would be,
+        // and the client retries it elsewhere.
+        this.done = true;
+        this.fwd.inFlight.delete(this);
+        this.res.shouldKeepAlive = false;
+        this.fwd.refuse(this.req, this.res, this.start, 503, 'draining', 'the proxy is shutting down; retry the request');
+        return;
+      }
+      this.queued = false;
       this.start = performance.now();
       this.run();
     });
@@ -611,7 +638,8 @@ class InFlight implements ExchangeHandler {
           // The meter says 0 when no response head came: then the proxy's own answer, or none at all
           // (a cancel or a shutdown cut before the upstream answered; not Node's default 200).
           status: summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
-          outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error'),
+          // A request never sent upstream (queued behind another answer) was cancelled, whatever ended it.
+          outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled || this.queued ? 'cancelled' : 'error'),
           errorType: summary?.errorType ?? errorType,
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),
@@ -626,6 +654,9 @@ class InFlight implements ExchangeHandler {
 }
 
 function ignore(): void {}
+
+/** Requests queued behind an answer on a connection, per client socket. */
+const QUEUED = new WeakMap<Socket, Set<InFlight>>();
 
 /** The client's `X-Request-Id` when it is usable (one field, 1-200 characters), else a new one. */
 function requestIdOf(req: IncomingMessage): string {

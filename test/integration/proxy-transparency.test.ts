@@ -875,6 +875,56 @@ describe('graceful shutdown', () => {
     expect(cond()).toBe(true);
   }
 
+  it('a request queued behind a stream when the shutdown begins is answered 503 draining when its turn comes, never sent', async () => {
+    const up = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let k = 0; k < 4; k++) {
+        res.write(`data: {"choices":[{"delta":{"content":"t${k}"}}]}\n\n`);
+        await sleep(60);
+      }
+      res.end('data: [DONE]\n\n');
+    });
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
+    const p = proxy;
+    const one = rawConnection(p.proxyUrl);
+    one.s.write(post('/stream') + post('/queued'));
+    await until(() => one.state.text.includes('t0'));
+    const stopped = p.shutdown(20);
+    await Promise.all([stopped, one.closed]);
+    proxy = undefined;
+    const [first, second] = one.state.text.split(/(?=HTTP\/1\.1 )/);
+    expect(first).toMatch(/^HTTP\/1\.1 200 [^]*data: \[DONE\]\n\n\r\n0\r\n\r\n$/);
+    expect(second).toMatch(/^HTTP\/1\.1 503 [^]*\r\nconnection: close\r\n/i);
+    expect(up.seen.map((x) => x.url)).toEqual(['/stream']);
+    expect(logLines.filter((l) => l.msg === 'request').map((l) => `${l.path as string} ${l.outcome as string}`).sort()).toEqual(['/queued refused', '/stream ok']);
+  });
+
+  it('a request queued behind a stream on a connection handed to an upgrade is cancelled, and holds no shutdown', async () => {
+    const up = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const t = setInterval(() => res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 20);
+      res.once('close', () => clearInterval(t));
+    });
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
+    const p = proxy;
+    for (const last of ['GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n', 'CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n']) {
+      const c = rawConnection(p.proxyUrl);
+      c.s.write(post('/stream') + post('/queued') + last);
+      await c.closed; // the proxy closes a connection handed over behind an unfinished answer
+    }
+    const t0 = performance.now();
+    await p.shutdown(20);
+    proxy = undefined;
+    expect(performance.now() - t0).toBeLessThan(5000); // nothing left in flight to wait for
+    const queued = logLines.filter((l) => l.msg === 'request' && l.path === '/queued');
+    expect(queued.map((l) => l.outcome)).toEqual(['cancelled', 'cancelled']);
+    expect(up.seen.map((x) => x.url)).not.toContain('/queued');
+  });
+
   it('finishes streams in flight, answers new requests on open connections 503 with a close, and does not wait for the deadline', async () => {
     const up = await upstream(async (req, res) => {
       if (req.url === '/late-head') await sleep(1000);

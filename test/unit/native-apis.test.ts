@@ -114,6 +114,18 @@ describe('llama.cpp native completion (/completion, /infill, /completions)', () 
     expect(per.sum).toBeCloseTo(0.06, 9);
   });
 
+  it('a fractional running count gives whole per-token samples that sum to the gap', async () => {
+    t = testInstruments({ perTokenItl: true });
+    const m = meterFor('/completion');
+    m.responseStart(200, 'text/event-stream', undefined);
+    // 1 then 3.5 tokens: the second gap (10 ms) spread over ceil(2.5) = 3 samples.
+    [ev({ index: 0, content: 'a', stop: false, tokens_predicted: 1 }), ev({ index: 0, content: 'b', stop: false, tokens_predicted: 3.5 })].forEach((b, i) => m.chunk(b, 10 * i));
+    m.finish(30);
+    const per = await t.histogram(METRIC.perTokenItl);
+    expect(per.count).toBe(3);
+    expect(per.sum).toBeCloseTo(0.01, 9);
+  });
+
   it('the native shapes are read only on their paths: on /v1/chat/completions such chunks are not content', () => {
     t = testInstruments();
     const m = meterFor('/v1/chat/completions');
