@@ -72,32 +72,29 @@ afterAll(async () => {
   await new Promise((r) => up.close(r));
 });
 
-async function post(path: string, model: string): Promise<Buffer> {
+/** Posts through the proxy: the body the client got, the growth of the proxy's peak RSS (MB), and the output tokens it recorded. */
+async function through(path: string, model: string): Promise<{ body: Buffer; growth: number; outputTokens: number }> {
+  const before = peakRssMb(proxy.child.pid!);
   const r = await fetch(`${proxyUrl}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, stream: path.startsWith('/sse') }) });
-  return Buffer.from(await r.arrayBuffer());
+  const body = Buffer.from(await r.arrayBuffer());
+  const growth = peakRssMb(proxy.child.pid!) - before;
+  let samples = await scrape(metricsUrl);
+  for (let i = 0; i < 50 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: model }) === 0; i++) samples = await scrape(metricsUrl);
+  return { body, growth, outputTokens: hist(samples, 'gen_ai_client_token_usage', { gen_ai_request_model: model, gen_ai_token_type: 'output' }).sum };
 }
 
 describe('memory bounds against hostile upstream answers', () => {
   it('an SSE event of a million short data lines is held as one buffer: forwarded intact, memory bounded, later events still measured', async () => {
-    const before = peakRssMb(proxy.child.pid!);
-    const body = await post('/sse/v1/chat/completions', 'm-sse');
-    const growth = peakRssMb(proxy.child.pid!) - before;
-    expect(sha(body)).toBe(sha(SSE_BODY));
-    expect(growth).toBeLessThan(120);
-    let samples = await scrape(metricsUrl);
-    for (let i = 0; i < 50 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-sse' }) === 0; i++) samples = await scrape(metricsUrl);
-    expect(hist(samples, 'gen_ai_client_token_usage', { gen_ai_request_model: 'm-sse', gen_ai_token_type: 'output' }).sum).toBe(2);
+    const r = await through('/sse/v1/chat/completions', 'm-sse');
+    expect(sha(r.body)).toBe(sha(SSE_BODY));
+    expect(r.growth).toBeLessThan(120);
+    expect(r.outputTokens).toBe(2);
   });
 
   it('a non-streamed JSON answer in 1-byte HTTP chunks is kept as one buffer: measured, forwarded intact, memory bounded', async () => {
-    const before = peakRssMb(proxy.child.pid!);
-    const body = await post('/json/v1/chat/completions', 'm-json');
-    const growth = peakRssMb(proxy.child.pid!) - before;
-    expect(sha(body)).toBe(sha(JSON_BODY));
-    expect(growth).toBeLessThan(200);
-    let samples = await scrape(metricsUrl);
-    for (let i = 0; i < 50 && total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-json' }) === 0; i++) samples = await scrape(metricsUrl);
-    // Read from the kept body: the usage at its end.
-    expect(hist(samples, 'gen_ai_client_token_usage', { gen_ai_request_model: 'm-json', gen_ai_token_type: 'output' }).sum).toBe(7);
+    const r = await through('/json/v1/chat/completions', 'm-json');
+    expect(sha(r.body)).toBe(sha(JSON_BODY));
+    expect(r.growth).toBeLessThan(200);
+    expect(r.outputTokens).toBe(7); // read from the kept body: the usage at its end
   });
 });
