@@ -131,12 +131,15 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
         await sleep(50);
         proxy.server.closeIdleConnections(); // those whose answer has ended since
       }
-      const cut = forwarder.inFlight.size;
-      for (const f of [...forwarder.inFlight]) f.abort(ERROR_TYPE.shutdownDeadline);
+      const left = [...forwarder.inFlight];
+      // Requests queued behind a cut answer on their connection were never sent: not counted as cut.
+      const unsent = left.filter((f) => f.queued === true).length;
+      const cut = left.length - unsent;
+      for (const f of left) f.abort(ERROR_TYPE.shutdownDeadline);
       proxy.server.closeAllConnections();
       await stopped;
-      const drainLog = { cut, ms: Math.round(performance.now() - started) };
-      if (cut > 0) log.warn(drainLog, 'drain deadline reached: cut streams');
+      const drainLog = { cut, ...(unsent > 0 ? { unsent } : {}), ms: Math.round(performance.now() - started) };
+      if (left.length > 0) log.warn(drainLog, 'drain deadline reached: cut streams');
       else log.info(drainLog, 'drained');
       await closeAll();
     },

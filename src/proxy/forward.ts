@@ -50,7 +50,7 @@ export class Forwarder {
   private readonly errorTypes = new CardinalityLimiter(MAX_ERROR_TYPES);
   readonly limitErrorType = (t: string): string => (OWN_ERROR_TYPES.has(t) || HTTP_STATUS.test(t) ? t : this.errorTypes.limit(t));
   /** Streams and tunnels in flight, for graceful shutdown. */
-  readonly inFlight = new Set<{ abort(errorType: string): void }>();
+  readonly inFlight = new Set<{ abort(errorType: string): void; readonly queued?: boolean }>();
   /** Shutting down: no new request is forwarded, no connection is kept after its answer. */
   draining = false;
 
@@ -245,7 +245,7 @@ class InFlight implements ExchangeHandler {
   /** The client's body waits for the upstream to take what was written (backpressure). */
   private bodyHeld = false;
   /** Waiting for the answer ahead on its connection; never sent upstream while set. */
-  private queued = false;
+  queued = false;
   private readonly resume = (): void => {
     this.paused = false;
     this.exchange?.resume();

@@ -901,6 +901,27 @@ describe('graceful shutdown', () => {
     expect(logLines.filter((l) => l.msg === 'request').map((l) => `${l.path as string} ${l.outcome as string}`).sort()).toEqual(['/queued refused', '/stream ok']);
   });
 
+  it('at the drain deadline, a request queued behind the cut stream is logged as cancelled and not counted as cut', async () => {
+    const up = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const t = setInterval(() => res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 20);
+      res.once('close', () => clearInterval(t));
+    });
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
+    const p = proxy;
+    const one = rawConnection(p.proxyUrl);
+    one.s.write(post('/stream') + post('/queued'));
+    await until(() => one.state.text.includes('data:'));
+    await p.shutdown(0.3);
+    proxy = undefined;
+    expect(logLines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ cut: 1, unsent: 1 });
+    for (let i = 0; i < 50 && logLines.filter((l) => l.msg === 'request').length < 2; i++) await sleep(20);
+    expect(logLines.filter((l) => l.msg === 'request').map((l) => `${l.path as string} ${l.outcome as string}`).sort()).toEqual(['/queued cancelled', '/stream error']);
+    expect(up.seen.map((x) => x.url)).toEqual(['/stream']);
+  });
+
   it('a request queued behind a stream on a connection handed to an upgrade is cancelled, and holds no shutdown', async () => {
     const up = await upstream(async (_req, res) => {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
