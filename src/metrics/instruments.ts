@@ -104,18 +104,17 @@ export class Instruments {
       'Time to first byte: arrival at the proxy of the first response body byte minus arrival of the request (any format, also unknown ones).',
       buckets.ttft,
     );
-    const perTokenArgs = [
-      METRIC.perTokenItl,
-      's',
-      'Per-token inter-token latency: the gap before a content event divided by the output tokens it carried, recorded once per token; only for streams that report cumulative usage per event.',
-      buckets.itl,
-    ] as const;
-    if (!opts.perTokenItl) this.perTokenItl = undefined;
-    else if (fast) this.perTokenItl = fast.add(new FastHistogram(...perTokenArgs));
-    else {
-      const h = sdkHist(...perTokenArgs);
-      this.perTokenItl = { recordTimes: (v, n, a) => { for (let i = 0; i < n; i++) h.record(v, a); } };
-    }
+    const perToken = opts.perTokenItl
+      ? perEvent(
+          METRIC.perTokenItl,
+          's',
+          'Per-token inter-token latency: the gap before a content event divided by the output tokens it carried, recorded once per token; only for streams that report cumulative usage per event.',
+          buckets.itl,
+        )
+      : undefined;
+    // The fast histogram takes n samples in one update; the SDK's, one at a time.
+    this.perTokenItl =
+      perToken === undefined || perToken instanceof FastHistogram ? perToken : { recordTimes: (v, n, a) => { for (let i = 0; i < n; i++) perToken.record(v, a); } };
     this.serverTtft = hist(
       METRIC.serverTtft,
       's',

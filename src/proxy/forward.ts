@@ -90,7 +90,7 @@ export class Forwarder {
       res.shouldKeepAlive = false;
       return this.refuse(req, res, start, 501, 'unsupported_transfer_encoding', `transfer-encoding "${te.slice(0, 100)}" is not supported; only chunked`);
     }
-    if (hostFields(req.rawHeaders) > 1) {
+    if (countRaw(req.rawHeaders, 'host') > 1) {
       // RFC 9112 §3.2: a 400. Node keeps the first; X-Forwarded-Host would name it.
       res.shouldKeepAlive = false;
       return this.refuse(req, res, start, 400, 'invalid_host', 'more than one Host field');
@@ -132,7 +132,7 @@ export class Forwarder {
     }
     if (this.draining) return writeRawError(socket, 503, 'draining', 'the proxy is shutting down; retry the request');
     if (hasDotSegment(req.url ?? '')) return writeRawError(socket, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
-    if (hostFields(req.rawHeaders) > 1) return writeRawError(socket, 400, 'invalid_host', 'more than one Host field');
+    if (countRaw(req.rawHeaders, 'host') > 1) return writeRawError(socket, 400, 'invalid_host', 'more than one Host field');
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
       // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
       return writeRawError(socket, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
@@ -684,10 +684,6 @@ function countRaw(raw: readonly string[], lowerName: string): number {
   return n;
 }
 
-/** How many Host fields the request has (Node's `headers.host` keeps the first). */
-function hostFields(raw: readonly string[]): number {
-  return countRaw(raw, 'host');
-}
 
 function round(v: number | undefined): number | undefined {
   return v === undefined ? undefined : Math.round(v * 1000) / 1000;

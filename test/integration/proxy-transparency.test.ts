@@ -874,6 +874,21 @@ describe('graceful shutdown', () => {
     for (let i = 0; i < 200 && !cond(); i++) await sleep(10);
     expect(cond()).toBe(true);
   }
+  /** A proxy, logging to an array, in front of an upstream whose streams never end. */
+  async function endlessStreamProxy() {
+    const up = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const t = setInterval(() => res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 20);
+      res.once('close', () => clearInterval(t));
+    });
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    const p = (proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines }));
+    return { up, logLines, p };
+  }
+  /** "path outcome" of each request log line, sorted. */
+  const outcomes = (logLines: Record<string, unknown>[]) =>
+    logLines.filter((l) => l.msg === 'request').map((l) => `${l.path as string} ${l.outcome as string}`).sort();
 
   it('a request queued behind a stream when the shutdown begins is answered 503 draining when its turn comes, never sent', async () => {
     const up = await upstream(async (_req, res) => {
@@ -898,19 +913,11 @@ describe('graceful shutdown', () => {
     expect(first).toMatch(/^HTTP\/1\.1 200 [^]*data: \[DONE\]\n\n\r\n0\r\n\r\n$/);
     expect(second).toMatch(/^HTTP\/1\.1 503 [^]*\r\nconnection: close\r\n/i);
     expect(up.seen.map((x) => x.url)).toEqual(['/stream']);
-    expect(logLines.filter((l) => l.msg === 'request').map((l) => `${l.path as string} ${l.outcome as string}`).sort()).toEqual(['/queued refused', '/stream ok']);
+    expect(outcomes(logLines)).toEqual(['/queued refused', '/stream ok']);
   });
 
   it('at the drain deadline, a request queued behind the cut stream is logged as cancelled and not counted as cut', async () => {
-    const up = await upstream(async (_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      const t = setInterval(() => res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 20);
-      res.once('close', () => clearInterval(t));
-    });
-    cleanups.push(up.close);
-    const logLines: Record<string, unknown>[] = [];
-    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
-    const p = proxy;
+    const { up, logLines, p } = await endlessStreamProxy();
     const one = rawConnection(p.proxyUrl);
     one.s.write(post('/stream') + post('/queued'));
     await until(() => one.state.text.includes('data:'));
@@ -918,20 +925,12 @@ describe('graceful shutdown', () => {
     proxy = undefined;
     expect(logLines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ cut: 1, unsent: 1 });
     for (let i = 0; i < 50 && logLines.filter((l) => l.msg === 'request').length < 2; i++) await sleep(20);
-    expect(logLines.filter((l) => l.msg === 'request').map((l) => `${l.path as string} ${l.outcome as string}`).sort()).toEqual(['/queued cancelled', '/stream error']);
+    expect(outcomes(logLines)).toEqual(['/queued cancelled', '/stream error']);
     expect(up.seen.map((x) => x.url)).toEqual(['/stream']);
   });
 
   it('a request queued behind a stream on a connection handed to an upgrade is cancelled, and holds no shutdown', async () => {
-    const up = await upstream(async (_req, res) => {
-      res.writeHead(200, { 'content-type': 'text/event-stream' });
-      const t = setInterval(() => res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 20);
-      res.once('close', () => clearInterval(t));
-    });
-    cleanups.push(up.close);
-    const logLines: Record<string, unknown>[] = [];
-    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
-    const p = proxy;
+    const { up, logLines, p } = await endlessStreamProxy();
     for (const last of ['GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n', 'CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n']) {
       const c = rawConnection(p.proxyUrl);
       c.s.write(post('/stream') + post('/queued') + last);
