@@ -26,6 +26,7 @@ export interface Params {
     itlObjective: AlertParams & { defaultSeconds: number; perModel: Record<string, number>; minRequestRate: number };
     stalls: AlertParams & { gapSeconds: number; threshold: number; minRequestRate: number };
     noData: AlertParams & { lookback: string; minRequestRate: number };
+    proxyDown: AlertParams & { lookback: string };
   };
 }
 export interface RecordingRule {

@@ -79,6 +79,7 @@ export function validateParams(p) {
     if (typeof s !== 'number' || !(s > 0)) fail(`alerts.itlObjective.perModel.${model} must be a positive number`);
   }
   if (!DURATION.test(String(p.alerts.noData.lookback))) fail('alerts.noData.lookback: bad duration');
+  if (!DURATION.test(String(p.alerts.proxyDown?.lookback))) fail('alerts.proxyDown.lookback: bad duration');
   if (!DURATION.test(String(p.alerts.noData.sustained))) fail('alerts.noData.sustained: bad duration');
   const share = p.alerts.noData.sustainedShare;
   if (!(share > 0 && share <= 1)) fail('alerts.noData.sustainedShare must be in (0, 1]');
@@ -380,6 +381,25 @@ export function alertRules(p) {
         description:
           `${who(p)} served >= ${c.minRequestRate} req/s in {{ $value }} of the ${step} steps of a ${c.sustained} window within the last ${c.lookback} but no stream of the model finished in the last ${p.window} ` +
           `(or its series disappeared: proxy down, not scraped, or traffic moved elsewhere).`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.proxyDown;
+    const name = 'LLMProxyDown';
+    const inst = p.instanceLabels;
+    const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
+    rules.push({
+      ...common(name, c),
+      // `up` carries no label of the proxy's own: a target is a proxy if it exported the proxy's
+      // event-loop series within `lookback` (any job name, and never another exporter's target).
+      expr: `up == 0\nand on (${by(inst)})\nmax_over_time(${METRICS.loopP99}${sel(p)}[${c.lookback}])`,
+      annotations: {
+        summary: `Proxy ${instWho} is down: Prometheus cannot scrape it`,
+        description:
+          `The scrape of proxy ${instWho} has failed (up = {{ $value }}) for ${c.for}; it exported the proxy's metrics within the last ${c.lookback}. ` +
+          `While it is down the streams it carried are neither forwarded nor measured, so no latency alert can fire for them.`,
         runbook_url: runbook(p, name),
       },
     });

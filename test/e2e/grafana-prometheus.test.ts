@@ -98,6 +98,7 @@ describe('grafana/ on a real Prometheus', () => {
   let simUrl = '';
   let proxyUrl = '';
   let metricsUrl = '';
+  let metricsTarget = ''; // host:port, the target's `instance` label
   let promUrl = '';
   let params: any;
   let scaled: any;
@@ -220,7 +221,7 @@ describe('grafana/ on a real Prometheus', () => {
     proxy = p.proc;
     proxyUrl = String(p.line.proxyUrl);
     metricsUrl = String(p.line.metricsUrl);
-    const metricsTarget = new URL(metricsUrl).host;
+    metricsTarget = new URL(metricsUrl).host;
 
     const promPort = await freePort();
     promUrl = `http://127.0.0.1:${promPort}`;
@@ -409,5 +410,16 @@ describe('grafana/ on a real Prometheus', () => {
     // No problem is tolerated: grafana/README.md documents that the scrape is clean.
     expect(`${lint.stdout}${lint.stderr}`.trim()).toBe('');
     expect(lint.status).toBe(0);
+
+    // -- 8. the proxy goes away: its failing scrape pages (LLMProxyDown), naming the target
+    expect(await alerts('LLMProxyDown')).toEqual([]);
+    await stop(proxy);
+    const down = await waitFor('LLMProxyDown firing', 30_000, async () => (await alerts('LLMProxyDown')).find((a) => a.state === 'firing')).catch(
+      async (e) => {
+        throw new Error(`${String(e)}\n${await diagnostics()}`);
+      },
+    );
+    expect(down.labels).toEqual({ alertname: 'LLMProxyDown', severity: params.alerts.proxyDown.severity, job: 'llm-proxy', instance: metricsTarget });
+    expect(down.annotations.runbook_url).toMatch(/runbook\.md#llmproxydown$/);
   });
 });

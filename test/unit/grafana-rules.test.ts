@@ -91,7 +91,7 @@ describe('grafana/alerts rules', () => {
   it('every alert has severity, for, summary, a description with figures, and a runbook anchor that exists', () => {
     const runbook = readFileSync(join(GRAFANA, 'alerts/runbook.md'), 'utf8');
     const anchors = new Set([...runbook.matchAll(/^#+\s+(.+)$/gm)].map((m) => m[1]!.trim().toLowerCase().replace(/[^a-z0-9 -]/g, '').replace(/ /g, '-')));
-    expect(alerts.length).toBe(8);
+    expect(alerts.length).toBe(9);
     for (const a of alerts) {
       expect(['critical', 'warning', 'info']).toContain(a.labels.severity);
       expect(a.for).toMatch(/^\d+[smhd]$/);
@@ -172,6 +172,7 @@ describe('grafana/alerts rules', () => {
             'LLMProxyHighCancellationRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
             'LLMProxyStreamStalls", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
             'LLMProxySaturated", instance="proxy-2:9464"',
+            'LLMProxyDown", instance="proxy-2:9464"',
             'LLMProxyModelNoData", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
           ]
             .map((s) => `(?=[\\s\\S]*${s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')})`)
