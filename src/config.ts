@@ -36,6 +36,8 @@ export const MAX_TIMER_SECONDS = 2_147_483;
 const TIMER_LIMIT = `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`;
 const seconds = z.number().positive().max(MAX_TIMER_SECONDS, TIMER_LIMIT);
 const port = z.number().int().min(0).max(65535);
+/** A listen address; blank would mean every interface, or fail later as a name lookup. */
+const listenHost = z.string().refine((v) => v.trim() !== '', 'must not be empty (0.0.0.0 or :: listens on every interface)');
 const httpUrl = z
   .string()
   .refine((s) => {
@@ -94,11 +96,11 @@ const fileSchema = z
   .object({
     upstream: httpUrl.optional(),
     routes: z.array(routeSchema).optional(),
-    listen: z.object({ host: z.string().min(1).optional(), port: port.optional() }).strict().optional(),
+    listen: z.object({ host: listenHost.optional(), port: port.optional() }).strict().optional(),
     metrics: z
       .object({
         enabled: z.boolean().optional(),
-        host: z.string().min(1).optional(),
+        host: listenHost.optional(),
         port: port.optional(),
         maxModelValues: z.number().int().min(1).optional(),
         /** Also record per-token ITL (`llm_proxy_time_per_output_token_seconds`) where a stream reports cumulative usage. */
@@ -384,9 +386,9 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   };
   set('config', env.LLM_PROXY_CONFIG || undefined);
   set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM || undefined));
-  set('host', env.LLM_PROXY_HOST || undefined);
+  set('host', hostOf('LLM_PROXY_HOST', env.LLM_PROXY_HOST || undefined));
   set('port', envInt(env, 'LLM_PROXY_PORT'));
-  set('metricsHost', env.LLM_PROXY_METRICS_HOST || undefined);
+  set('metricsHost', hostOf('LLM_PROXY_METRICS_HOST', env.LLM_PROXY_METRICS_HOST || undefined));
   set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
   set('logLevel', logLevelOf('LLM_PROXY_LOG_LEVEL', env.LLM_PROXY_LOG_LEVEL || undefined));
   set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));

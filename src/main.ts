@@ -72,7 +72,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     e.message = `${what}: ${e.message}`;
     throw e;
   };
-  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive, (req, socket, head) => forwarder.upgrade(req, socket, head)).catch(
+  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive, (req, socket, head) => forwarder.upgrade(req, socket, head), (req, socket) => forwarder.refuseConnect(req, socket)).catch(
     which('proxy port'),
   );
   const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, cfg.timeouts.keepAlive).catch(

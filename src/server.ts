@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Telemetry } from './metrics/exporter.js';
 import type { Forwarder } from './proxy/forward.js';
-import { writeRawError } from './proxy/tunnel.js';
+import { CONNECT_ALLOW, CONNECT_REFUSAL, writeRawError } from './proxy/tunnel.js';
 
 /**
  * The proxy app: one catch-all route. The forwarder works on Node's raw
@@ -95,12 +95,12 @@ const upgradeOptions: ServerOptions = NATIVE_UPGRADE_CHOICE
 /** CONNECT: this is a reverse proxy, not a forward one; say so instead of dropping the connection. */
 function refuseConnect(_req: IncomingMessage, socket: Duplex): void {
   socket.on('error', () => {});
-  writeRawError(socket, 405, 'method_not_allowed', 'CONNECT is not supported: this is a reverse proxy', 'allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n');
+  writeRawError(socket, 405, 'method_not_allowed', CONNECT_REFUSAL, CONNECT_ALLOW);
 }
 
 /**
  * Starts a Hono app on Node; resolves with the server and its URL once listening. With
- * `onUpgrade`, WebSocket upgrades go there.
+ * `onUpgrade`, WebSocket upgrades go there; `onConnect` answers CONNECT (by default a 405).
  */
 export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
@@ -108,6 +108,7 @@ export function listen(
   host: string,
   keepAliveSeconds?: number,
   onUpgrade?: UpgradeHandler,
+  onConnect: (req: IncomingMessage, socket: Duplex) => void = refuseConnect,
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     const server = serve(
@@ -137,7 +138,7 @@ export function listen(
     // still bounds a head that never completes.
     server.requestTimeout = 0;
     if (onUpgrade) server.on('upgrade', onUpgrade);
-    server.on('connect', refuseConnect);
+    server.on('connect', onConnect);
     server.once('error', reject);
   });
 }

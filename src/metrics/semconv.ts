@@ -71,6 +71,8 @@ export const ERROR_TYPE = {
   shutdownDeadline: 'shutdown_deadline',
   /** A WebSocket session's messages could no longer be read (ws/session.ts): its open responses end there. */
   measurementStopped: 'measurement_stopped',
+  /** A WebSocket upgrade the upstream answered with a 1xx-3xx status other than 101 (4xx/5xx are the status). */
+  upgradeDeclined: 'upgrade_declined',
 } as const;
 
 /** Default bucket boundaries in seconds (see README: why these). */

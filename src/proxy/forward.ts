@@ -18,7 +18,7 @@ import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
 import { Router, safePath, type RouteMatch } from './routes.js';
-import { errorBody, Tunnel, writeRawError } from './tunnel.js';
+import { CONNECT_ALLOW, CONNECT_REFUSAL, errorBody, Tunnel, writeRawError } from './tunnel.js';
 import { deflateAccepted } from '../ws/messages.js';
 import { detectWsApi, recordUnopened, REALTIME_OPERATION, WsSession, type WsApiMatch } from '../ws/session.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
@@ -109,9 +109,28 @@ export class Forwarder {
   refuse(req: IncomingMessage, res: ServerResponse, start: number, status: number, type: string, message: string): void {
     sendError(res, status, type, message);
     req.resume();
+    this.logRefusal(req, start, status, type);
+  }
+
+  /** The same for an upgrade or a CONNECT, answered on the raw socket, which then closes. */
+  refuseRaw(req: IncomingMessage, socket: Duplex, start: number, status: number, type: string, message: string, extra?: string): void {
+    writeRawError(socket, status, type, message, extra);
+    this.logRefusal(req, start, status, type);
+  }
+
+  /** CONNECT: this is a reverse proxy, not a forward one; say so instead of dropping the connection. */
+  refuseConnect(req: IncomingMessage, socket: Duplex): void {
+    socket.on('error', ignore);
+    this.refuseRaw(req, socket, performance.now(), 405, 'method_not_allowed', CONNECT_REFUSAL, CONNECT_ALLOW);
+  }
+
+  private logRefusal(req: IncomingMessage, start: number, status: number, type: string): void {
     const log = this.deps.log;
     if (log.isLevelEnabled('info')) {
-      log.info({ reqId: requestIdOf(req), method: req.method, path: safePath(req.url), status, outcome: 'refused', errorType: type, durationMs: round(performance.now() - start) }, 'request');
+      log.info(
+        { reqId: requestIdOf(req), method: req.method, path: safePath(req.url), upgrade: req.headers.upgrade, status, outcome: 'refused', errorType: type, durationMs: round(performance.now() - start) },
+        'request',
+      );
     }
   }
 
@@ -121,6 +140,7 @@ export class Forwarder {
    * measured when the API is OpenAI Realtime or Gemini Live (ws/session.ts).
    */
   upgrade(req: IncomingMessage, socket: Duplex, early: Buffer): void {
+    const start = performance.now();
     // Node's server dropped its own error listener when it handed the socket over.
     socket.on('error', ignore);
     if ((socket as { _httpMessage?: unknown })._httpMessage) {
@@ -130,15 +150,15 @@ export class Forwarder {
       socket.destroy();
       return;
     }
-    if (this.draining) return writeRawError(socket, 503, 'draining', 'the proxy is shutting down; retry the request');
-    if (hasDotSegment(req.url ?? '')) return writeRawError(socket, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
-    if (countRaw(req.rawHeaders, 'host') > 1) return writeRawError(socket, 400, 'invalid_host', 'more than one Host field');
+    if (this.draining) return this.refuseRaw(req, socket, start, 503, 'draining', 'the proxy is shutting down; retry the request');
+    if (hasDotSegment(req.url ?? '')) return this.refuseRaw(req, socket, start, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
+    if (countRaw(req.rawHeaders, 'host') > 1) return this.refuseRaw(req, socket, start, 400, 'invalid_host', 'more than one Host field');
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
       // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
-      return writeRawError(socket, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
+      return this.refuseRaw(req, socket, start, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
     }
     const match = this.router.match(req.url ?? '');
-    if (!match) return writeRawError(socket, 404, 'no_route', `no route for ${safePath(req.url)}`);
+    if (!match) return this.refuseRaw(req, socket, start, 404, 'no_route', `no route for ${safePath(req.url)}`);
     const requestId = requestIdOf(req);
     const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP, ['host', match.resolved.upstream.host]);
     headers.push('connection', 'upgrade', 'upgrade', rawHeader(req.rawHeaders, 'upgrade') ?? 'websocket');

@@ -91,9 +91,14 @@ export function originForm(target: string): string | undefined {
   return undefined;
 }
 
-/** The path without its query string, for logs: queries can carry keys (`?key=` for Gemini). */
+/**
+ * The target without its query string, for logs: queries can carry keys (`?key=` for Gemini),
+ * and without the userinfo of an absolute-form target (`http://user:key@host/...`, RFC 3986
+ * §3.2.1), a credential too.
+ */
 export function safePath(target: string | undefined): string {
-  const t = target ?? '';
+  let t = target ?? '';
+  if (!t.startsWith('/')) t = t.replace(/^([^/?#]*\/\/)?[^/?#]*@/, '$1');
   const q = t.indexOf('?');
   return (q === -1 ? t : t.slice(0, q)).slice(0, 512);
 }

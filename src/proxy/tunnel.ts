@@ -337,6 +337,10 @@ export class Tunnel {
       if (!clientAnswered) cut(this.client);
     }
     this.opts.onDone(this);
+    // A declined upgrade that ended cleanly is still a failed request, as its metrics say
+    // (ws/session.ts recordUnopened): its status, or upgrade_declined for a 1xx-3xx.
+    const declined = errorType === undefined && this.status !== undefined && this.status !== 101;
+    const logged = declined ? (this.status! >= 400 ? String(this.status) : ERROR_TYPE.upgradeDeclined) : errorType;
     // A session cut at the shutdown deadline is lost output: at warn, as an HTTP request's line.
     this.opts.log[errorType === ERROR_TYPE.shutdownDeadline ? 'warn' : 'info'](
       {
@@ -345,8 +349,8 @@ export class Tunnel {
         path: safePath(this.opts.path),
         upgrade: this.req.headers.upgrade,
         status: this.status,
-        outcome: errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error',
-        errorType,
+        outcome: logged === undefined ? 'ok' : logged === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error',
+        errorType: logged,
         bytesUp: this.bytesUp,
         bytesDown: this.bytesDown,
         responses: this.session?.responses,
@@ -409,6 +413,10 @@ export function endSocket(socket: Duplex, data?: string): void {
 export function errorBody(type: string, message: string): string {
   return JSON.stringify({ error: { type, message, source: 'llm-latency-proxy' } });
 }
+
+/** The answer to CONNECT, a forward proxy's method. */
+export const CONNECT_REFUSAL = 'CONNECT is not supported: this is a reverse proxy';
+export const CONNECT_ALLOW = 'allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n';
 
 /** A JSON error answer on a socket that Node's HTTP server handed over (upgrade, CONNECT). */
 export function writeRawError(socket: Duplex, status: number, type: string, message: string, extra = ''): void {

@@ -90,7 +90,7 @@ export function recordUnopened(ins: Instruments, labels: RequestLabels, start: n
   const m = new RequestMeter(ins, new MessagesAdapter(), labels, start, meter);
   m.responseStart(status, undefined, undefined);
   // A status of 400 and above is its own error type; a 200 or a 302 answer is no open socket either.
-  m.finish(performance.now(), errorType ?? (status >= 400 ? undefined : 'upgrade_declined'));
+  m.finish(performance.now(), errorType ?? (status >= 400 ? undefined : ERROR_TYPE.upgradeDeclined));
 }
 
 /** One response being measured; `finish` ends it (and counts it for the log line). */

@@ -409,18 +409,25 @@ describe('requests the proxy does not forward', () => {
     });
   }
 
-  it('answers its own refusals with one request log line each, and a 1.0 request with Transfer-Encoding or two Host fields with a 400 and a close', async () => {
+  it('answers its own refusals (upgrades and CONNECT too) with one request log line each, and a 1.0 request with Transfer-Encoding or two Host fields with a 400 and a close', async () => {
     const up = await upstream((_req, res) => res.end('ok'));
     cleanups.push(up.close);
     const logLines: Record<string, unknown>[] = [];
     proxy = await startTestProxy(undefined, { routes: [{ prefix: '/v1', upstream: up.url }] }, { logLevel: 'info', logLines });
     const after = 'GET /v1/after HTTP/1.1\r\nHost: x\r\n\r\n'; // pipelined behind each: must not be forwarded
+    const ws = 'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
     const cases: [string, string, number, string][] = [
       ['no route', 'GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 404, 'no_route'],
       ['dot segment', 'GET /v1/%2e%2e/x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 400, 'invalid_path'],
       ['gzip coding', 'POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n' + after, 501, 'unsupported_transfer_encoding'],
       ['TE in 1.0', 'POST /v1/x HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n' + after, 400, 'invalid_framing'],
       ['two hosts', 'GET /v1/x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n' + after, 400, 'invalid_host'],
+      // A credential in an absolute-form target (RFC 3986 §3.2.1) is never logged.
+      ['userinfo', 'GET http://user:s3cret@h/nowhere HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n', 404, 'no_route'],
+      ['upgrade, no route', `GET /nowhere HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 404, 'no_route'],
+      ['upgrade, dot segment', `GET /v1/../x HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 400, 'invalid_path'],
+      ['upgrade with a body', `GET /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n${ws}\r\n{}`, 400, 'invalid_upgrade'],
+      ['CONNECT', 'CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n', 405, 'method_not_allowed'],
     ];
     for (const [name, bytes, status, type] of cases) {
       const r = await exchange(proxy.proxyUrl, bytes);
@@ -433,6 +440,9 @@ describe('requests the proxy does not forward', () => {
     for (let i = 0; i < 100 && logLines.length < cases.length + 3; i++) await sleep(20);
     const lines = logLines.filter((l) => l.msg === 'request');
     expect(lines.filter((l) => l.outcome === 'refused').map((l) => [l.status, l.errorType])).toEqual(cases.map(([, , status, type]) => [status, type]));
+    expect(JSON.stringify(logLines)).not.toContain('s3cret');
+    expect(lines.find((l) => l.errorType === 'no_route' && l.method === 'GET' && String(l.path).startsWith('http'))?.path).toBe('http://h/nowhere');
+    expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(3);
     // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
     expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(3).fill(['/after', 'cancelled', undefined]));
   });

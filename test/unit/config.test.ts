@@ -72,6 +72,11 @@ describe('config', () => {
     // An empty listen address would listen on every interface.
     expect(errorOf(() => hostOf('--host', ''))).toMatch(/^--host: must not be empty/);
     expect(hostOf('--host', '0.0.0.0')).toBe('0.0.0.0');
+    // ... from a variable or the file too (a blank one failed later as a name lookup).
+    expect(errorOf(() => envOverrides({ LLM_PROXY_HOST: ' ' }))).toMatch(/^LLM_PROXY_HOST: must not be empty/);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_METRICS_HOST: '\t' }))).toMatch(/^LLM_PROXY_METRICS_HOST: must not be empty/);
+    expect(errorOf(() => buildConfig({ listen: { host: ' ' } }, {}))).toMatch(/listen\.host: must not be empty/);
+    expect(errorOf(() => buildConfig({ metrics: { host: '' } }, {}))).toMatch(/metrics\.host: must not be empty/);
     // Credentials in an upstream URL would be dropped silently.
     expect(errorOf(() => upstreamOf('--upstream', 'http://user:secret@vllm:8000'))).toMatch(/^--upstream: must not contain user:password/);
     expect(errorOf(() => upstreamOf('LLM_PROXY_UPSTREAM', 'https://user:s3cret@api.example.com/v1'))).not.toMatch(/s3cret/); // not echoed back

@@ -255,7 +255,8 @@ describe('WebSocket upgrades', () => {
       });
     });
     await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
-    const p = await startTestProxy(`http://127.0.0.1:${(up.address() as AddressInfo).port}`);
+    const logLines: Record<string, unknown>[] = [];
+    const p = await startTestProxy(`http://127.0.0.1:${(up.address() as AddressInfo).port}`, {}, { logLevel: 'info', logLines });
     try {
       const port = Number(new URL(p.proxyUrl).port);
       const connect = (model: string, giveUpMs?: number) =>
@@ -278,6 +279,13 @@ describe('WebSocket upgrades', () => {
       expect([failed('429', '429'), failed('302', 'upgrade_declined'), failed('hang', 'client_cancelled')]).toEqual([1, 1, 1]);
       expect(hist(m, 'gen_ai_client_operation_duration_seconds').count).toBe(3);
       expect(hist(m, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(0);
+      // The log lines say what the metrics say.
+      const tunnels = logLines.filter((l) => l.msg === 'tunnel').map((l) => [l.status, l.outcome, l.errorType]);
+      expect(tunnels).toEqual([
+        [429, 'error', '429'],
+        [302, 'error', 'upgrade_declined'],
+        [undefined, 'cancelled', 'client_cancelled'],
+      ]);
     } finally {
       await p.close();
       await new Promise((r) => up.close(r));
