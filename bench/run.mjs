@@ -27,11 +27,48 @@ const opt = (name, def) => {
   return a ? a.slice(name.length + 3) : def;
 };
 
+const KNOWN_PATHS = ['direct', 'proxy', 'proxy-nometrics', 'proxy-alt', 'nginx', 'http-proxy', 'portkey'];
+const KNOWN_PHASES = ['ttft', 'gap', 'sustain', 'mem', 'cancel'];
+const USAGE = `usage: node bench/run.mjs [options]      (npm run bench [-- options])
+  --quick                 CI smoke run: 1 repetition, short scenarios (< 2 min)
+  --reps=N                repetitions (default 3, 1 with --quick)
+  --paths=a,b,...         of ${KNOWN_PATHS.join(', ')} (direct is always run)
+  --phases=a,b,...        of ${KNOWN_PHASES.join(', ')} (default all; sustain needs gap)
+  --gap=DxC,...           only these gap scenarios (Δ ms × streams), e.g. 1.4x100,20x1000
+  --mem=N1xN2             the memory ramp's two stream counts
+  --out=DIR               where latest.md/.json and added-gap.svg go (default bench/results)
+  --profile=DIR           this proxy's paths under node --cpu-prof, profiles written to DIR
+  --quiet-budget=MS       how long to wait for a quiet machine before the run (default 240000)
+  --help                  this text
+Environment: BENCH_KEEP_TMP, BENCH_PROXY_NODE_FLAGS, BENCH_ALT_CLI, BENCH_ALT_ARGS, BENCH_ALT_NODE_FLAGS,
+BENCH_HEAP_SNAPSHOT_DIR (bench/README.md).`;
+if (flag('help') || flag('h') || argv.includes('-h')) {
+  process.stdout.write(`${USAGE}\n`);
+  process.exit(0);
+}
+// A misspelt option must not silently start a 22-minute run of everything.
+const KNOWN = new Set(['quick', 'reps', 'paths', 'phases', 'gap', 'mem', 'out', 'profile', 'quiet-budget']);
+const bad = argv.filter((a) => {
+  const m = /^--([a-z-]+)(=.*)?$/.exec(a);
+  return !m || !KNOWN.has(m[1]) || (m[1] === 'quick') !== (m[2] === undefined);
+});
+if (bad.length > 0) {
+  process.stderr.write(`bench: unknown or malformed option ${bad.map((a) => JSON.stringify(a)).join(', ')}\n${USAGE}\n`);
+  process.exit(2);
+}
+
 const QUICK = flag('quick');
 const ALL_PATHS = ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
 const PATHS = opt('paths', ALL_PATHS.join(',')).split(',').filter(Boolean);
 if (!PATHS.includes('direct')) PATHS.unshift('direct');
-const PHASES = opt('phases', 'ttft,gap,sustain,mem,cancel').split(',');
+const PHASES = opt('phases', KNOWN_PHASES.join(',')).split(',');
+for (const [what, given, known] of [['path', PATHS, KNOWN_PATHS], ['phase', PHASES, KNOWN_PHASES]]) {
+  const unknown = given.filter((x) => !known.includes(x));
+  if (unknown.length > 0) {
+    process.stderr.write(`bench: unknown ${what} ${unknown.join(', ')} (one of ${known.join(', ')})\n`);
+    process.exit(2);
+  }
+}
 const REPS = Number(opt('reps', QUICK ? 1 : 3));
 const OUT = path.resolve(opt('out', path.join(HERE, 'results')));
 // --profile=DIR: start this proxy's two paths with node --cpu-prof (written on exit)

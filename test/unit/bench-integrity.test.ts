@@ -1,6 +1,7 @@
 // The benchmark's integrity check (bench/lib/sse.mjs, used by the load client): every fault a
 // path can make to a stream is counted once, as what it is, wherever it happens and however
 // the bytes are split into reads.
+import { spawnSync } from 'node:child_process';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: the bench is plain JavaScript, with no types
@@ -117,5 +118,32 @@ describe('bench integrity check', () => {
   it('the request tag travels in the body and is read back from it', () => {
     for (const tag of [1, 42, 1_000_000]) expect(parseTag(buildRequestBody({ user: tagOf(tag) }))).toBe(tag);
     expect(parseTag(buildRequestBody())).toBeUndefined();
+  });
+});
+
+describe('bench/run.mjs options', () => {
+  const run = (...args: string[]) => spawnSync(process.execPath, ['bench/run.mjs', ...args], { encoding: 'utf8', timeout: 20_000 });
+
+  it('--help prints the options and starts nothing', () => {
+    const r = run('--help');
+    expect(r.status).toBe(0);
+    expect(r.stdout).toMatch(/^usage: node bench\/run\.mjs/);
+    for (const o of ['--quick', '--reps=N', '--paths=', '--phases=', '--gap=', '--mem=', '--out=', '--profile=', '--quiet-budget=']) expect(r.stdout).toContain(o);
+  });
+
+  it('a misspelt option, path or phase is refused before anything starts (exit 2)', () => {
+    for (const [args, message] of [
+      [['--path=proxy'], /unknown or malformed option "--path=proxy"/],
+      [['--reps'], /unknown or malformed option "--reps"/],
+      [['--quick=1'], /unknown or malformed option "--quick=1"/],
+      [['quick'], /unknown or malformed option "quick"/],
+      [['--paths=direct,prxy'], /unknown path prxy \(one of direct, proxy,/],
+      [['--phases=gap,sustained'], /unknown phase sustained/],
+    ] as const) {
+      const r = run(...args);
+      expect(r.status, args.join(' ')).toBe(2);
+      expect(r.stderr, args.join(' ')).toMatch(message);
+      expect(r.stderr).not.toMatch(/\[bench/); // no progress line: nothing was started
+    }
   });
 });
