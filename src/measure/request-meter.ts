@@ -381,11 +381,11 @@ export class RequestMeter {
     // An error status wins over the body's own error type, however the body is framed: a 429
     // is "429" whether its body is JSON or an SSE error event. The adapter's own `errorType`
     // last: a JSON body's, or an error a stream reported before its final usage (LM Studio).
-    const err =
-      errorType ??
-      (this.status >= 400 ? String(this.status) : undefined) ??
-      this.inbandError ??
-      adapter.errorType;
+    const upstreamErr = (this.status >= 400 ? String(this.status) : undefined) ?? this.inbandError ?? adapter.errorType;
+    // A client that hangs up after the upstream reported an error did not cancel a working
+    // request: the OpenAI and Anthropic SDKs abort on an in-band error event, and cancel a
+    // 429/5xx body before they retry. The upstream's error is what happened.
+    const err = (errorType === ERROR_TYPE.clientCancelled ? (upstreamErr ?? errorType) : errorType) ?? upstreamErr;
     const outcome = err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error';
 
     const usage = adapter.usage;

@@ -230,6 +230,34 @@ describe('RequestMeter with a controllable clock', () => {
     expect(s.contentEvents).toBe(1);
   });
 
+  it('an upstream error the client hung up on is the upstream\'s error, not a cancellation', async () => {
+    t = testInstruments();
+    // The OpenAI/Anthropic SDKs abort the stream on an in-band error event...
+    const m1 = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m1.responseStart(200, 'text/event-stream', undefined);
+    m1.chunk(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"error":{"type":"server_error"}}\n\n'), 5);
+    expect([m1.finish(40, 'client_cancelled')!.outcome, (await t.histogram(METRIC.duration)).attributes[0]!['error.type']]).toEqual(['error', 'server_error']);
+    // ... and cancel a 429/503 body they will retry, before or after its first byte.
+    for (const body of [undefined, '{"error":']) {
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+      m.responseStart(503, 'application/json', undefined);
+      if (body) m.chunk(Buffer.from(body), 5);
+      const s = m.finish(12, 'client_cancelled')!;
+      expect([s.outcome, s.errorType]).toEqual(['error', '503']);
+    }
+    expect(await t.sumValue(METRIC.streams, { outcome: 'cancelled' })).toBe(0);
+    expect(await t.sumValue(METRIC.streams, { outcome: 'error' })).toBe(3);
+    // A healthy stream the client gives up on is still a cancellation; other failures keep their type.
+    const m4 = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m4.responseStart(200, 'text/event-stream', undefined);
+    m4.chunk(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 5);
+    expect(m4.finish(9, 'client_cancelled')!.outcome).toBe('cancelled');
+    const m5 = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+    m5.responseStart(200, 'text/event-stream', undefined);
+    m5.chunk(Buffer.from('data: {"error":{"type":"server_error"}}\n\n'), 5);
+    expect(m5.finish(9, 'timeout')!.errorType).toBe('timeout');
+  });
+
   it('does not parse a compressed body (forwarded untouched, timed only)', async () => {
     t = testInstruments();
     const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
