@@ -3,7 +3,7 @@ import type { Server } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Config } from './config.js';
-import type { Logger } from './log.js';
+import { droppedLogLines, type Logger } from './log.js';
 import { drainAfterIo } from './measure/after-io.js';
 import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
 import { Instruments } from './metrics/instruments.js';
@@ -138,7 +138,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       for (const f of left) f.abort(ERROR_TYPE.shutdownDeadline);
       proxy.server.closeAllConnections();
       await stopped;
-      const drainLog = { cut, ...(unsent > 0 ? { unsent } : {}), ms: Math.round(performance.now() - started) };
+      const dropped = droppedLogLines(); // a log reader that did not keep up (log.ts)
+      const drainLog = { cut, ...(unsent > 0 ? { unsent } : {}), ...(dropped > 0 ? { logLinesDropped: dropped } : {}), ms: Math.round(performance.now() - started) };
       if (left.length > 0) log.warn(drainLog, 'drain deadline reached: cut streams');
       else log.info(drainLog, 'drained');
       await closeAll();

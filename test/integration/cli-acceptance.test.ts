@@ -214,6 +214,19 @@ describe('acceptance: separate processes, official client', () => {
     expect(code).toBe(0);
   });
 
+  it('SIGTERM ends the process when its log reader is there but does not read (a full stdout pipe)', async () => {
+    const p = spawnCli(['--upstream', 'http://127.0.0.1:1', '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+    procs.push(p);
+    const { proxyUrl } = (await p.waitFor((l) => l.msg === 'listening')) as { proxyUrl: string };
+    // A stalled log shipper: the pipe stays open, nothing reads it. Each refused upstream below
+    // writes two log lines (~0.7 KB): 600 requests overfill the pipe and this end's buffer.
+    p.child.stdout!.pause();
+    for (let i = 0; i < 30; i++) await Promise.all(Array.from({ length: 20 }, () => fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{}' }).then((r) => r.arrayBuffer())));
+    p.child.kill('SIGTERM');
+    const code = await Promise.race([p.exited, new Promise<string>((r) => setTimeout(() => r('still running after 10 s'), 10_000))]);
+    expect(code).toBe(0);
+  });
+
   it('two signals in a row end the process with a code, never by the signal itself', async () => {
     for (const args of [['--upstream', 'http://127.0.0.1:1', '--port', '0', '--metrics-port', '0'], ['simulate', '--port', '0']]) {
       const p = spawnCli(args);

@@ -1,9 +1,12 @@
-import { mkdtempSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { closeSync, constants, mkdtempSync, openSync, readSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, expect, it, vi } from 'vitest';
-import { createLogger, exitAfterLogs } from '../../src/log.js';
+import { createLogger, droppedLogLines, exitAfterLogs, stdoutDestination } from '../../src/log.js';
+
+type SonicBoom = { _len: number; destroy(): void };
 
 afterEach(() => {
   vi.useRealTimers(); // drops exitAfterLogs' fallback timer with the fake clock
@@ -24,4 +27,57 @@ it('exitAfterLogs exits once, without throwing, also when the log stream is alre
   // The destroyed stream's close event comes later; the real process.exit must not meet it.
   dest.removeAllListeners('close');
   dest.removeAllListeners('error');
+});
+
+it('a log reader that does not read holds at most maxLength bytes; the rest is dropped and counted', async () => {
+  // A FIFO opened read-write and never read: stdout's pipe behind a stalled log shipper.
+  const fifo = join(mkdtempSync(join(tmpdir(), 'llp-log-')), 'fifo');
+  execFileSync('mkfifo', [fifo]);
+  const fd = openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK);
+  const maxLength = 256 * 1024;
+  const dest = stdoutDestination(fd, maxLength) as unknown as SonicBoom;
+  const log = createLogger('info', dest as never);
+  const before = droppedLogLines();
+  const line = 'x'.repeat(1000);
+  for (let i = 0; i < 2000; i++) log.info({ i, line }, 'request'); // ~2 MB: the pipe takes 64 KiB
+  await new Promise((r) => setTimeout(r, 50));
+  expect(dest._len).toBeLessThanOrEqual(maxLength);
+  expect(dest._len).toBeGreaterThan(maxLength / 2);
+  expect(droppedLogLines() - before).toBeGreaterThan(1000);
+  // Lines are taken again once the reader catches up: read the pipe empty.
+  const sink = Buffer.alloc(1 << 20);
+  for (let t = 0; t < 200 && dest._len > 0; t++) {
+    try {
+      readSync(fd, sink);
+    } catch {
+      /* EAGAIN: nothing to read now */
+    }
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  expect(dest._len).toBe(0);
+  const dropped = droppedLogLines();
+  log.info('after');
+  await new Promise((r) => setTimeout(r, 20));
+  expect(droppedLogLines()).toBe(dropped);
+  expect(readSync(fd, sink)).toBeGreaterThan(0);
+  dest.destroy();
+  closeSync(fd);
+});
+
+it('exitAfterLogs exits after its grace period when the reader never reads, with the rest of the log dropped', async () => {
+  vi.resetModules(); // a fresh module: the test above has used its one exit
+  const fresh = await import('../../src/log.js');
+  vi.useFakeTimers();
+  const exit = vi.spyOn(process, 'exit').mockImplementation((() => undefined) as never);
+  const dest = pino.destination({ dest: join(mkdtempSync(join(tmpdir(), 'llp-log-')), 'log'), sync: true });
+  const log = fresh.createLogger('info', dest);
+  const end = vi.spyOn(dest, 'end').mockImplementation(() => undefined); // a full pipe: the end never comes
+  fresh.exitAfterLogs(log, 0, 2000);
+  expect(end).toHaveBeenCalledTimes(1);
+  expect(exit).not.toHaveBeenCalled();
+  vi.advanceTimersByTime(2000);
+  expect(exit).toHaveBeenCalledWith(0);
+  // The synchronous flush at exit, which sonic-boom retries every 100 ms while the pipe is full, is a no-op.
+  expect(() => dest.flushSync()).not.toThrow();
+  expect((dest as unknown as { muted?: boolean }).muted).toBe(true);
 });
