@@ -72,10 +72,15 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     e.message = `${what}: ${e.message}`;
     throw e;
   };
-  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, cfg.timeouts.keepAlive, (req, socket, head) => forwarder.upgrade(req, socket, head), (req, socket) => forwarder.refuseConnect(req, socket)).catch(
+  const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, {
+    keepAliveSeconds: cfg.timeouts.keepAlive,
+    onUpgrade: (req, socket, head) => forwarder.upgrade(req, socket, head),
+    onConnect: (req, socket) => forwarder.refuseConnect(req, socket),
+    onRequestError: (err) => forwarder.refuseUnparsed(err),
+  }).catch(
     which('proxy port'),
   );
-  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, cfg.timeouts.keepAlive).catch(
+  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive }).catch(
     async (e: Error) => {
       await new Promise((r) => proxy.server.close(r)); // not left listening while main() reports the error
       return which('metrics port')(e);

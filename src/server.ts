@@ -1,4 +1,4 @@
-import { serve, type HttpBindings } from '@hono/node-server';
+import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono } from 'hono';
 import { createServer, IncomingMessage, type Server, type ServerOptions } from 'node:http';
@@ -98,33 +98,37 @@ function refuseConnect(_req: IncomingMessage, socket: Duplex): void {
   writeRawError(socket, 405, 'method_not_allowed', CONNECT_REFUSAL, CONNECT_ALLOW);
 }
 
-/**
- * Starts a Hono app on Node; resolves with the server and its URL once listening. With
- * `onUpgrade`, WebSocket upgrades go there; `onConnect` answers CONNECT (by default a 405).
- */
+export interface ListenOptions {
+  keepAliveSeconds?: number;
+  /** WebSocket upgrades go here. */
+  onUpgrade?: UpgradeHandler;
+  /** Answers CONNECT (by default a 405). */
+  onConnect?: (req: IncomingMessage, socket: Duplex) => void;
+  /**
+   * Answers a request the HTTP adapter refuses before the app sees it (a Host it cannot parse, a
+   * backslash in the path: a `RequestError`); by default its empty 400.
+   */
+  onRequestError?: (err: Error) => Response;
+}
+
+/** Starts a Hono app on Node; resolves with the server and its URL once listening. */
 export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
   port: number,
   host: string,
-  keepAliveSeconds?: number,
-  onUpgrade?: UpgradeHandler,
-  onConnect: (req: IncomingMessage, socket: Duplex) => void = refuseConnect,
+  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError }: ListenOptions = {},
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
-    const server = serve(
-      {
-        fetch: app.fetch as never,
-        port,
-        hostname: host,
-        autoCleanupIncoming: false,
-        overrideGlobalObjects: false,
-        serverOptions: onUpgrade ? upgradeOptions : {},
-      },
-      (info: AddressInfo) => {
-        const h = info.family === 'IPv6' ? `[${info.address}]` : info.address;
-        resolve({ server: server as Server, url: `http://${h}:${info.port}` });
-      },
-    ) as Server;
+    // What @hono/node-server's serve() does, plus the adapter's error handler, which serve() does
+    // not pass on.
+    const listener = getRequestListener(app.fetch as never, {
+      hostname: host,
+      autoCleanupIncoming: false,
+      overrideGlobalObjects: false,
+      // Only the adapter's own refusals: the app's errors keep the adapter's answer (a 500).
+      ...(onRequestError ? { errorHandler: (e: unknown) => (e instanceof RequestError ? onRequestError(e) : new Response(null, { status: 500 })) } : {}),
+    });
+    const server = createServer(onUpgrade ? upgradeOptions : {}, listener);
     // Node closes idle keep-alive connections after 5 s, so a client reusing one at
     // that moment gets ECONNRESET; the proxy keeps them longer than clients do.
     if (keepAliveSeconds !== undefined) server.keepAliveTimeout = keepAliveSeconds * 1000;
@@ -140,5 +144,10 @@ export function listen(
     if (onUpgrade) server.on('upgrade', onUpgrade);
     server.on('connect', onConnect);
     server.once('error', reject);
+    server.listen(port, host, () => {
+      const info = server.address() as AddressInfo;
+      const h = info.family === 'IPv6' ? `[${info.address}]` : info.address;
+      resolve({ server, url: `http://${h}:${info.port}` });
+    });
   });
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
@@ -121,7 +121,29 @@ export class Forwarder {
   /** CONNECT: this is a reverse proxy, not a forward one; say so instead of dropping the connection. */
   refuseConnect(req: IncomingMessage, socket: Duplex): void {
     socket.on('error', ignore);
+    if (this.pipelinedBehindAnswer(req, socket)) return;
     this.refuseRaw(req, socket, performance.now(), 405, 'method_not_allowed', CONNECT_REFUSAL, CONNECT_ALLOW);
+  }
+
+  /**
+   * A request the HTTP adapter refused before the router saw it (a Host it cannot parse, a
+   * backslash in the path): the adapter does not say which request, so the line has its reason.
+   */
+  refuseUnparsed(err: Error): Response {
+    this.deps.log.info({ status: 400, outcome: 'refused', errorType: 'invalid_request', err: err.message }, 'request');
+    return new Response(errorBody('invalid_request', err.message), { status: 400, headers: { 'content-type': 'application/json', connection: 'close' } });
+  }
+
+  /**
+   * An upgrade or CONNECT pipelined behind a request whose answer is still being written: an
+   * answer of its own would land inside that one's body. No client does this; the connection
+   * is closed (the answer ahead is cut with it).
+   */
+  private pipelinedBehindAnswer(req: IncomingMessage, socket: Duplex): boolean {
+    if (!(socket as { _httpMessage?: unknown })._httpMessage) return false;
+    this.deps.log.warn({ method: req.method, path: safePath(req.url) }, `${req.method === 'CONNECT' ? 'CONNECT' : 'upgrade'} pipelined behind an unfinished answer: connection closed`);
+    socket.destroy();
+    return true;
   }
 
   private logRefusal(req: IncomingMessage, start: number, status: number, type: string): void {
@@ -143,13 +165,7 @@ export class Forwarder {
     const start = performance.now();
     // Node's server dropped its own error listener when it handed the socket over.
     socket.on('error', ignore);
-    if ((socket as { _httpMessage?: unknown })._httpMessage) {
-      // Pipelined behind a request whose answer is still being written: the two answers would
-      // mix on the socket. No client does this; the connection is closed.
-      this.deps.log.warn({ path: safePath(req.url) }, 'upgrade pipelined behind an unfinished answer: connection closed');
-      socket.destroy();
-      return;
-    }
+    if (this.pipelinedBehindAnswer(req, socket)) return;
     if (this.draining) return this.refuseRaw(req, socket, start, 503, 'draining', 'the proxy is shutting down; retry the request');
     if (hasDotSegment(req.url ?? '')) return this.refuseRaw(req, socket, start, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
     if (countRaw(req.rawHeaders, 'host') > 1) return this.refuseRaw(req, socket, start, 400, 'invalid_host', 'more than one Host field');
@@ -765,6 +781,11 @@ export function sendError(res: ServerResponse, status: number, type: string, mes
     return;
   }
   const body = errorBody(type, message);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
+  try {
+    // The standard reason phrase: one left by a failed writeHead (onHead) would fail again.
+    res.writeHead(status, STATUS_CODES[status] ?? 'Error', { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  } catch {
+    res.destroy(); // no answer Node can write: a close, and the caller still completes the request
+  }
 }

@@ -428,6 +428,9 @@ describe('requests the proxy does not forward', () => {
       ['upgrade, dot segment', `GET /v1/../x HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 400, 'invalid_path'],
       ['upgrade with a body', `GET /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n${ws}\r\n{}`, 400, 'invalid_upgrade'],
       ['CONNECT', 'CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n', 405, 'method_not_allowed'],
+      // Refused by the HTTP adapter before the router: a Host no URL can hold, a backslash in the path.
+      ['unparsable Host', 'GET /v1/x HTTP/1.1\r\nHost: a b\r\n\r\n' + after, 400, 'invalid_request'],
+      ['backslash', 'GET /v1\\x HTTP/1.1\r\nHost: x\r\n\r\n' + after, 400, 'invalid_request'],
     ];
     for (const [name, bytes, status, type] of cases) {
       const r = await exchange(proxy.proxyUrl, bytes);
@@ -437,14 +440,15 @@ describe('requests the proxy does not forward', () => {
       expect(r.text.match(/^HTTP\/1\.1 /gm), name).toHaveLength(1);
     }
     expect(up.seen).toEqual([]);
-    for (let i = 0; i < 100 && logLines.length < cases.length + 3; i++) await sleep(20);
+    for (let i = 0; i < 100 && logLines.length < cases.length + 5; i++) await sleep(20);
     const lines = logLines.filter((l) => l.msg === 'request');
     expect(lines.filter((l) => l.outcome === 'refused').map((l) => [l.status, l.errorType])).toEqual(cases.map(([, , status, type]) => [status, type]));
     expect(JSON.stringify(logLines)).not.toContain('s3cret');
     expect(lines.find((l) => l.errorType === 'no_route' && l.method === 'GET' && String(l.path).startsWith('http'))?.path).toBe('http://h/nowhere');
     expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(3);
     // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
-    expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(3).fill(['/after', 'cancelled', undefined]));
+    expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(5).fill(['/after', 'cancelled', undefined]));
+    expect(lines.filter((l) => l.errorType === 'invalid_request').map((l) => l.err)).toEqual(['Invalid URL', 'Backslash in request path']);
   });
 
   it('the upstream gets exactly one X-Request-Id, the one the proxy logs, whatever the client sent', async () => {
@@ -945,7 +949,10 @@ describe('graceful shutdown', () => {
       const c = rawConnection(p.proxyUrl);
       c.s.write(post('/stream') + post('/queued') + last);
       await c.closed; // the proxy closes a connection handed over behind an unfinished answer
+      // ... and writes no answer of its own into the stream's body (a CONNECT's 405 did).
+      expect(c.state.text, last).not.toMatch(/HTTP\/1\.1 [45]\d\d/);
     }
+    expect(logLines.filter((l) => String(l.msg).endsWith('pipelined behind an unfinished answer: connection closed')).map((l) => l.method)).toEqual(['GET', 'CONNECT']);
     const t0 = performance.now();
     await p.shutdown(20);
     proxy = undefined;

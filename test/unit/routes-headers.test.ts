@@ -1,7 +1,10 @@
 import fc from 'fast-check';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { endToEndHeaders, isName, rawHeader } from '../../src/proxy/headers.js';
 import { originForm, Router } from '../../src/proxy/routes.js';
+import { sendError } from '../../src/proxy/forward.js';
 import { providerNameForHost } from '../../src/providers/detect.js';
 import { RequestBodyTap } from '../../src/proxy/request-info.js';
 import { CardinalityLimiter, OTHER } from '../../src/metrics/labels.js';
@@ -203,5 +206,33 @@ describe('Prometheus names (as the Collector writes them)', () => {
     expect(prometheusBaseName('gen_ai.client.token.usage', '{token}')).toBe('gen_ai_client_token_usage');
     expect(prometheusBaseName('x.duration_seconds', 's')).toBe('x_duration_seconds');
     expect(prometheusBaseName('process.memory', 'By')).toBe('process_memory_bytes');
+  });
+});
+
+describe('sendError', () => {
+  it('answers with the standard reason phrase after a writeHead that failed, and closes when it cannot answer at all', async () => {
+    const seen: string[] = [];
+    const server = http.createServer((req, res) => {
+      if (req.url === '/after-bad-reason') {
+        // A writeHead Node refused (an upstream reason phrase with a control character) leaves its
+        // reason on the response: a second writeHead without one threw the same error again.
+        expect(() => res.writeHead(502, 'bad\u0001reason')).toThrow();
+        sendError(res, 502, 'upstream_protocol_error', 'x');
+      } else {
+        res.setHeader('x-bad', 'ok');
+        res.writeHead(200).write('partial'); // headers sent: the answer can only be cut
+        sendError(res, 502, 'upstream_reset', 'x');
+      }
+      res.once('close', () => seen.push(req.url!));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as AddressInfo).port;
+    try {
+      const r = await fetch(`http://127.0.0.1:${port}/after-bad-reason`);
+      expect([r.status, r.statusText, ((await r.json()) as { error: { type: string } }).error.type]).toEqual([502, 'Bad Gateway', 'upstream_protocol_error']);
+      await expect(fetch(`http://127.0.0.1:${port}/cut`).then((x) => x.text())).rejects.toThrow();
+    } finally {
+      await new Promise((r) => server.close(r));
+    }
   });
 });
