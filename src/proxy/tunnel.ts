@@ -52,6 +52,8 @@ export class Tunnel {
   /** Upstream bytes until the end of a final response head. */
   private head: Buffer[] = [];
   private status: number | undefined;
+  /** The proxy's own answer, when it answered for the upstream (fail). */
+  private ownStatus: number | undefined;
   /** Client bytes that came before the 101. */
   private held: Buffer[] = [];
   /** Arrival of each held buffer. */
@@ -300,6 +302,7 @@ export class Tunnel {
       return;
     }
     this.opts.log.warn({ reqId: this.opts.requestId, err: message }, 'upstream upgrade failed');
+    this.ownStatus = status;
     writeRawError(this.client, status, errorType, message);
     if (status >= 500) this.recordFailure(status, errorType); // not the client's own 400
     this.close(errorType, true);
@@ -337,9 +340,9 @@ export class Tunnel {
       if (!clientAnswered) cut(this.client);
     }
     this.opts.onDone(this);
-    // A declined upgrade that ended cleanly is still a failed request, as its metrics say
-    // (ws/session.ts recordUnopened): its status, or upgrade_declined for a 1xx-3xx.
-    const declined = errorType === undefined && this.status !== undefined && this.status !== 101;
+    // A declined upgrade is a failed request, as its metrics recorded when its head came
+    // (recordUnopened): its status, or upgrade_declined for a 1xx-3xx, however it then ended.
+    const declined = this.status !== undefined && this.status !== 101;
     const logged = declined ? (this.status! >= 400 ? String(this.status) : ERROR_TYPE.upgradeDeclined) : errorType;
     // A session cut at the shutdown deadline is lost output: at warn, as an HTTP request's line.
     this.opts.log[errorType === ERROR_TYPE.shutdownDeadline ? 'warn' : 'info'](
@@ -348,7 +351,7 @@ export class Tunnel {
         method: this.req.method,
         path: safePath(this.opts.path),
         upgrade: this.req.headers.upgrade,
-        status: this.status,
+        status: this.status ?? this.ownStatus,
         outcome: logged === undefined ? 'ok' : logged === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error',
         errorType: logged,
         bytesUp: this.bytesUp,

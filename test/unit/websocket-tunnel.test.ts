@@ -245,13 +245,15 @@ describe('WebSocket upgrades', () => {
       '429': 'HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
       '302': 'HTTP/1.1 302 Found\r\nLocation: /elsewhere\r\nContent-Length: 0\r\n\r\n',
       hang: undefined, // never answers: the client gives up
+      // declined, and the client goes away while the 429's body is still coming
+      '429cut': 'HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"error":',
     };
     const up = net.createServer((s) => {
       s.on('error', () => {});
       s.once('data', (d: Buffer) => {
         const which = /model=(\w+)/.exec(d.toString('latin1'))?.[1] ?? '';
         const a = answers[which];
-        if (a !== undefined) s.end(a);
+        if (a !== undefined) (which === '429cut' ? s.write(a) : s.end(a));
       });
     });
     await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
@@ -272,12 +274,13 @@ describe('WebSocket upgrades', () => {
       expect(await connect('429')).toMatch(/^HTTP\/1\.1 429 /);
       expect(await connect('302')).toMatch(/^HTTP\/1\.1 302 /);
       expect(await connect('hang', 100)).toBe('');
+      expect(await connect('429cut', 100)).toMatch(/^HTTP\/1\.1 429 /);
       await new Promise((r) => setTimeout(r, 50));
       const m = await scrape(p.metricsUrl);
       const failed = (model: string, error_type: string) =>
         hist(m, 'gen_ai_client_operation_duration_seconds', { gen_ai_operation_name: 'realtime', gen_ai_request_model: model, error_type }).count;
-      expect([failed('429', '429'), failed('302', 'upgrade_declined'), failed('hang', 'client_cancelled')]).toEqual([1, 1, 1]);
-      expect(hist(m, 'gen_ai_client_operation_duration_seconds').count).toBe(3);
+      expect([failed('429', '429'), failed('302', 'upgrade_declined'), failed('hang', 'client_cancelled'), failed('429cut', '429')]).toEqual([1, 1, 1, 1]);
+      expect(hist(m, 'gen_ai_client_operation_duration_seconds').count).toBe(4);
       expect(hist(m, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(0);
       // The log lines say what the metrics say.
       const tunnels = logLines.filter((l) => l.msg === 'tunnel').map((l) => [l.status, l.outcome, l.errorType]);
@@ -285,6 +288,7 @@ describe('WebSocket upgrades', () => {
         [429, 'error', '429'],
         [302, 'error', 'upgrade_declined'],
         [undefined, 'cancelled', 'client_cancelled'],
+        [429, 'error', '429'],
       ]);
     } finally {
       await p.close();
@@ -484,7 +488,8 @@ describe('WebSocket upgrades', () => {
     await new Promise<void>((r) => dead.listen(0, '127.0.0.1', r));
     const deadPort = (dead.address() as AddressInfo).port;
     await new Promise((r) => dead.close(r));
-    const other = await startTestProxy(undefined, { routes: [{ prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}` }] });
+    const logLines: Record<string, unknown>[] = [];
+    const other = await startTestProxy(undefined, { routes: [{ prefix: '/dead', upstream: `http://127.0.0.1:${deadPort}` }] }, { logLevel: 'info', logLines });
     try {
       const port = Number(new URL(other.proxyUrl).port);
       const ask = (path: string) =>
@@ -506,6 +511,9 @@ describe('WebSocket upgrades', () => {
       const m = await scrape(other.metricsUrl);
       expect(hist(m, 'gen_ai_client_operation_duration_seconds', { gen_ai_operation_name: 'realtime', error_type: 'upstream_unreachable' }).count).toBe(1);
       expect(hist(m, 'gen_ai_client_operation_duration_seconds').count).toBe(1); // the 404 is the client's: not recorded
+      // Each has its log line, with the status the client got.
+      expect(logLines.filter((l) => l.msg === 'tunnel').map((l) => [l.status, l.outcome, l.errorType])).toEqual([[502, 'error', 'upstream_unreachable']]);
+      expect(logLines.filter((l) => l.msg === 'request').map((l) => [l.status, l.outcome, l.errorType, l.upgrade])).toEqual([[404, 'refused', 'no_route', 'websocket']]);
     } finally {
       await other.close();
     }
