@@ -388,18 +388,18 @@ export function alertRules(p) {
   {
     const c = a.proxyDown;
     const name = 'LLMProxyDown';
-    const inst = p.instanceLabels;
-    const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
     rules.push({
       ...common(name, c),
-      // `up` carries no label of the proxy's own: a target is a proxy if it exported the proxy's
-      // event-loop series within `lookback` (any job name, and never another exporter's target).
-      expr: `up == 0\nand on (${by(inst)})\nmax_over_time(${METRICS.loopP99}${sel(p)}[${c.lookback}])`,
+      // `up` carries no label of the proxy's own: a target is one if it exported the proxy's
+      // event-loop series within `lookback` (any job name; another exporter's target never).
+      // Joined on the target's own labels, whatever `instanceLabels` says: `up` is per target,
+      // and a pod's other, failing target must not stand for its proxy.
+      expr: `up == 0\nand on (job, instance)\nmax_over_time(${METRICS.loopP99}${sel(p)}[${c.lookback}])`,
       annotations: {
-        summary: `Proxy ${instWho} is down: Prometheus cannot scrape it`,
+        summary: `Proxy metrics target {{ $labels.job }}/{{ $labels.instance }} is down: Prometheus cannot scrape it`,
         description:
-          `The scrape of proxy ${instWho} has failed (up = {{ $value }}) for ${c.for}; it exported the proxy's metrics within the last ${c.lookback}. ` +
-          `While it is down the streams it carried are neither forwarded nor measured, so no latency alert can fire for them.`,
+          `The scrape of {{ $labels.job }}/{{ $labels.instance }} has failed (up = {{ $value }}) for ${c.for}; it exported the proxy's metrics within the last ${c.lookback} ` +
+          `(the proxy itself, or an OpenTelemetry Collector that relays them). Until it is back the latency of the traffic measured there is not seen, and no latency alert can fire for it.`,
         runbook_url: runbook(p, name),
       },
     });
