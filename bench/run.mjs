@@ -39,6 +39,7 @@ const USAGE = `usage: node bench/run.mjs [options]      (npm run bench [-- optio
   --out=DIR               where latest.md/.json and added-gap.svg go (default bench/results)
   --profile=DIR           this proxy's paths under node --cpu-prof, profiles written to DIR
   --quiet-budget=MS       how long to wait for a quiet machine before the run (default 240000)
+  --dry-run               print what would run (mode, paths, phases, repetitions, output) and exit
   --help                  this text
 Environment: BENCH_KEEP_TMP, BENCH_PROXY_NODE_FLAGS, BENCH_ALT_CLI, BENCH_ALT_ARGS, BENCH_ALT_NODE_FLAGS,
 BENCH_HEAP_SNAPSHOT_DIR (bench/README.md).`;
@@ -47,10 +48,15 @@ if (flag('help') || flag('h') || argv.includes('-h')) {
   process.exit(0);
 }
 // A misspelt option must not silently start a 22-minute run of everything.
-const KNOWN = new Set(['quick', 'reps', 'paths', 'phases', 'gap', 'mem', 'out', 'profile', 'quiet-budget']);
+const KNOWN = new Set(['quick', 'dry-run', 'reps', 'paths', 'phases', 'gap', 'mem', 'out', 'profile', 'quiet-budget']);
+// Values too: a number where one is asked for, nothing empty, no option given twice.
+const VALUE = { reps: /^[1-9]\d*$/, 'quiet-budget': /^\d+$/, gap: /^\d+(\.\d+)?x\d+(,\d+(\.\d+)?x\d+)*$/, mem: /^\d+x\d+$/ };
+const seen = new Set();
 const bad = argv.filter((a) => {
-  const m = /^--([a-z-]+)(=.*)?$/.exec(a);
-  return !m || !KNOWN.has(m[1]) || (m[1] === 'quick') !== (m[2] === undefined);
+  const m = /^--([a-z-]+)(?:=(.*))?$/.exec(a);
+  if (!m || !KNOWN.has(m[1]) || (m[1] === 'quick' || m[1] === 'dry-run') !== (m[2] === undefined) || seen.has(m[1])) return true;
+  seen.add(m[1]);
+  return m[2] !== undefined && (m[2] === '' || (VALUE[m[1]] !== undefined && !VALUE[m[1]].test(m[2])));
 });
 if (bad.length > 0) {
   process.stderr.write(`bench: unknown or malformed option ${bad.map((a) => JSON.stringify(a)).join(', ')}\n${USAGE}\n`);
@@ -252,6 +258,10 @@ function pathCpu(p) {
 // quiet: foreign CPU < 0.2 cores over 300 ms. Full mode only; total budget
 // QUIET_BUDGET_MS per bench run. The foreign load during the run is recorded.
 const QUIET_BUDGET_MS = QUICK ? 0 : Number(opt('quiet-budget', 240_000));
+if (flag('dry-run')) {
+  process.stdout.write(`${JSON.stringify({ mode: QUICK ? 'quick' : 'full', paths: PATHS, phases: PHASES, reps: REPS, out: OUT, gap: GAP_ONLY, mem: MEM_ONLY, profile: PROFILE_DIR, quietBudgetMs: QUIET_BUDGET_MS })}\n`);
+  process.exit(0);
+}
 let quietSpent = 0;
 async function waitQuiet(ownPids, maxMs = 6000) {
   const t0 = performance.now();

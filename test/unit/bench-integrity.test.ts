@@ -139,11 +139,31 @@ describe('bench/run.mjs options', () => {
       [['quick'], /unknown or malformed option "quick"/],
       [['--paths=direct,prxy'], /unknown path prxy \(one of direct, proxy,/],
       [['--phases=gap,sustained'], /unknown phase sustained/],
+      [['--reps=three'], /malformed option "--reps=three"/],
+      [['--reps=0'], /malformed option "--reps=0"/],
+      [['--profile='], /malformed option "--profile="/],
+      [['--quiet-budget=abc'], /malformed option "--quiet-budget=abc"/],
+      [['--gap=1.4'], /malformed option "--gap=1.4"/],
+      [['--paths=proxy', '--paths=nginx'], /malformed option "--paths=nginx"/], // given twice: which one?
     ] as const) {
       const r = run(...args);
       expect(r.status, args.join(' ')).toBe(2);
       expect(r.stderr, args.join(' ')).toMatch(message);
       expect(r.stderr).not.toMatch(/\[bench/); // no progress line: nothing was started
     }
+  });
+
+  it('every invocation the docs show parses as meant (--dry-run)', () => {
+    const plan = (...args: string[]) => {
+      const r = run('--dry-run', ...args);
+      expect(r.status, `${args.join(' ')}: ${r.stderr}`).toBe(0);
+      return JSON.parse(r.stdout) as { mode: string; paths: string[]; phases: string[]; reps: number; gap: string | null; profile: string | null };
+    };
+    expect(plan()).toMatchObject({ mode: 'full', reps: 3, paths: ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'], phases: ['ttft', 'gap', 'sustain', 'mem', 'cancel'] });
+    expect(plan('--quick')).toMatchObject({ mode: 'quick', reps: 1 });
+    expect(plan('--paths=direct,proxy,nginx', '--phases=ttft,gap', '--reps=3', '--out=/tmp/x')).toMatchObject({ paths: ['direct', 'proxy', 'nginx'], phases: ['ttft', 'gap'], reps: 3 });
+    expect(plan('--paths=proxy,proxy-alt', '--phases=ttft', '--reps=5')).toMatchObject({ paths: ['direct', 'proxy', 'proxy-alt'], reps: 5 });
+    expect(plan('--phases=gap', '--gap=20x250,1.4x100')).toMatchObject({ gap: '20x250,1.4x100' });
+    expect(plan('--quick', '--phases=gap', '--profile=/tmp/prof')).toMatchObject({ profile: '/tmp/prof' });
   });
 });
