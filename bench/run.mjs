@@ -64,7 +64,7 @@ if (bad.length > 0) {
 }
 
 const QUICK = flag('quick');
-const ALL_PATHS = ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
+const ALL_PATHS = KNOWN_PATHS.filter((p) => p !== 'proxy-alt'); // proxy-alt only when asked for
 const PATHS = opt('paths', ALL_PATHS.join(',')).split(',').filter(Boolean);
 if (!PATHS.includes('direct')) PATHS.unshift('direct');
 const PHASES = opt('phases', KNOWN_PHASES.join(',')).split(',');

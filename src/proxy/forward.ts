@@ -13,7 +13,7 @@ import { ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
 import { genericStream } from '../providers/generic.js';
 import type { ApiDescriptor } from '../providers/types.js';
-import { endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
+import { countRaw, endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
@@ -71,11 +71,11 @@ export class Forwarder {
       // A request on a keep-alive connection opened before the shutdown: the client retries it
       // elsewhere (the SDKs retry a 503 by themselves), and is told to close the connection.
       res.shouldKeepAlive = false;
-      return this.refuse(req, res, start, 503, 'draining', 'the proxy is shutting down; retry the request');
+      return this.refuse(req, res, start, ...REFUSAL.draining);
     }
     if (hasDotSegment(req.url ?? '')) {
       // The upstream would resolve it, possibly out of the route's base path; no LLM API uses one.
-      return this.refuse(req, res, start, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
+      return this.refuse(req, res, start, ...REFUSAL.dotSegment);
     }
     const te = req.headers['transfer-encoding'];
     if (te !== undefined && req.httpVersionMinor === 0) {
@@ -93,7 +93,7 @@ export class Forwarder {
     if (countRaw(req.rawHeaders, 'host') > 1) {
       // RFC 9112 §3.2: a 400. Node keeps the first; X-Forwarded-Host would name it.
       res.shouldKeepAlive = false;
-      return this.refuse(req, res, start, 400, 'invalid_host', 'more than one Host field');
+      return this.refuse(req, res, start, ...REFUSAL.twoHosts);
     }
     const match = this.router.match(req.url ?? '');
     if (!match) return this.refuse(req, res, start, 404, 'no_route', `no route for ${safePath(req.url)}`);
@@ -166,9 +166,9 @@ export class Forwarder {
     // Node's server dropped its own error listener when it handed the socket over.
     socket.on('error', ignore);
     if (this.pipelinedBehindAnswer(req, socket)) return;
-    if (this.draining) return this.refuseRaw(req, socket, start, 503, 'draining', 'the proxy is shutting down; retry the request');
-    if (hasDotSegment(req.url ?? '')) return this.refuseRaw(req, socket, start, 400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded');
-    if (countRaw(req.rawHeaders, 'host') > 1) return this.refuseRaw(req, socket, start, 400, 'invalid_host', 'more than one Host field');
+    if (this.draining) return this.refuseRaw(req, socket, start, ...REFUSAL.draining);
+    if (hasDotSegment(req.url ?? '')) return this.refuseRaw(req, socket, start, ...REFUSAL.dotSegment);
+    if (countRaw(req.rawHeaders, 'host') > 1) return this.refuseRaw(req, socket, start, ...REFUSAL.twoHosts);
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
       // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
       return this.refuseRaw(req, socket, start, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
@@ -332,7 +332,7 @@ class InFlight implements ExchangeHandler {
         this.done = true;
         this.fwd.inFlight.delete(this);
         this.res.shouldKeepAlive = false;
-        this.fwd.refuse(this.req, this.res, this.start, 503, 'draining', 'the proxy is shutting down; retry the request');
+        this.fwd.refuse(this.req, this.res, this.start, ...REFUSAL.draining);
         return;
       }
       this.queued = false;
@@ -714,12 +714,12 @@ function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: str
   if (req.headers['x-request-id'] !== requestId || countRaw(headers, 'x-request-id') !== 1) replaceRaw(headers, 'x-request-id', requestId);
 }
 
-function countRaw(raw: readonly string[], lowerName: string): number {
-  let n = 0;
-  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) n++;
-  return n;
-}
-
+/** The proxy's own refusals that a request and an upgrade share: status, error type, message. */
+const REFUSAL = {
+  draining: [503, 'draining', 'the proxy is shutting down; retry the request'],
+  dotSegment: [400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded'],
+  twoHosts: [400, 'invalid_host', 'more than one Host field'],
+} as const;
 
 function round(v: number | undefined): number | undefined {
   return v === undefined ? undefined : Math.round(v * 1000) / 1000;

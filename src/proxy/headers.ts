@@ -50,6 +50,13 @@ export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<strin
   return out;
 }
 
+/** How many fields of this name the head has. */
+export function countRaw(raw: readonly string[], lowerName: string): number {
+  let n = 0;
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) n++;
+  return n;
+}
+
 /** First value of a header in a flat raw array. */
 export function rawHeader(raw: readonly string[], lowerName: string): string | undefined {
   for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) return raw[i + 1];
