@@ -77,6 +77,9 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     onUpgrade: (req, socket, head) => forwarder.upgrade(req, socket, head),
     onConnect: (req, socket) => forwarder.refuseConnect(req, socket),
     onRequestError: (err) => forwarder.refuseUnparsed(err),
+    onClientError: (err, socket) => forwarder.refuseClientError(err, socket),
+    onExpectation: (req, res) => forwarder.refuseExpectation(req, res),
+    deferContinue: true,
   }).catch(
     which('proxy port'),
   );

@@ -1,11 +1,12 @@
 import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-server';
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono } from 'hono';
-import { createServer, IncomingMessage, type Server, type ServerOptions } from 'node:http';
+import { createServer, IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Telemetry } from './metrics/exporter.js';
 import type { Forwarder } from './proxy/forward.js';
+import { deferContinue } from './proxy/server-answers.js';
 import { CONNECT_ALLOW, CONNECT_REFUSAL, writeRawError } from './proxy/tunnel.js';
 
 /**
@@ -109,6 +110,15 @@ export interface ListenOptions {
    * backslash in the path: a `RequestError`); by default its empty 400.
    */
   onRequestError?: (err: Error) => Response;
+  /** Takes over Node's answer to HTTP its parser refuses (and to a connection error). */
+  onClientError?: (err: Error, socket: Duplex) => void;
+  /** Answers an `Expect` other than `100-continue` (by default Node's empty 417). */
+  onExpectation?: (req: IncomingMessage, res: ServerResponse) => void;
+  /**
+   * A request that expects `100 Continue` is handled without it; the handler sends it
+   * (`sendDeferredContinue`) if it reads the body.
+   */
+  deferContinue?: boolean;
 }
 
 /** Starts a Hono app on Node; resolves with the server and its URL once listening. */
@@ -116,7 +126,7 @@ export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
   port: number,
   host: string,
-  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError }: ListenOptions = {},
+  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer }: ListenOptions = {},
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     // What @hono/node-server's serve() does, plus the adapter's error handler, which serve() does
@@ -143,6 +153,14 @@ export function listen(
     server.requestTimeout = 0;
     if (onUpgrade) server.on('upgrade', onUpgrade);
     server.on('connect', onConnect);
+    if (onClientError) server.on('clientError', onClientError);
+    if (onExpectation) server.on('checkExpectation', onExpectation);
+    if (defer) {
+      server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+        deferContinue(res);
+        void listener(req, res);
+      });
+    }
     server.once('error', reject);
     server.listen(port, host, () => {
       const info = server.address() as AddressInfo;

@@ -17,6 +17,7 @@ import { countRaw, endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './he
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
+import { answerClientError, sendDeferredContinue } from './server-answers.js';
 import { Router, safePath, type RouteMatch } from './routes.js';
 import { CONNECT_ALLOW, CONNECT_REFUSAL, errorBody, Tunnel, writeRawError } from './tunnel.js';
 import { deflateAccepted } from '../ws/messages.js';
@@ -132,6 +133,29 @@ export class Forwarder {
   refuseUnparsed(err: Error): Response {
     this.deps.log.info({ status: 400, outcome: 'refused', errorType: 'invalid_request', err: err.message }, 'request');
     return new Response(errorBody('invalid_request', err.message), { status: 400, headers: { 'content-type': 'application/json', connection: 'close' } });
+  }
+
+  /**
+   * HTTP Node's parser refused (a head over 16 KiB, bytes that are not HTTP, a head that did not
+   * arrive in time): answered with Node's status, the connection closed, one line. Nothing was
+   * parsed, so the line has the reason but no method or path.
+   */
+  refuseClientError(err: Error, socket: Duplex): void {
+    const answering = Boolean((socket as { _httpMessage?: unknown })._httpMessage);
+    const answer = answerClientError(err, socket);
+    if (answer === undefined) return;
+    // A client that closes in the middle of a request being answered: that request's own line says so.
+    if (answer.status === undefined && answering) return;
+    const log = this.deps.log;
+    if (!log.isLevelEnabled('info')) return;
+    const outcome = answer.status === undefined ? 'cancelled' : 'refused';
+    log.info({ status: answer.status, outcome, errorType: answer.type, err: answer.message, answerCut: answering || undefined }, 'request');
+  }
+
+  /** An `Expect` other than `100-continue`: 417, as from Node, with a line. */
+  refuseExpectation(req: IncomingMessage, res: ServerResponse): void {
+    const expect = String(req.headers.expect ?? '').slice(0, 100);
+    this.refuse(req, res, performance.now(), 417, 'expectation_failed', `Expect "${expect}" cannot be met; only 100-continue is`);
   }
 
   /**
@@ -416,6 +440,8 @@ class InFlight implements ExchangeHandler {
     // Whatever needs the meter earlier (the response head, the end) sets it up
     // then: `bodySeen` stands for "not set up yet".
     if (deps.instruments) afterIo(() => this.setUpMeter());
+    // Only a request that is forwarded asks the client for its body.
+    sendDeferredContinue(res);
   }
 
   /**

@@ -451,6 +451,78 @@ describe('requests the proxy does not forward', () => {
     expect(lines.filter((l) => l.errorType === 'invalid_request').map((l) => l.err)).toEqual(['Invalid URL', 'Backslash in request path']);
   });
 
+  it("what Node's parser refuses gets Node's status in the proxy's JSON and one log line, and nothing goes upstream", async () => {
+    const up = await upstream((_req, res) => res.end('ok'));
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(undefined, { routes: [{ prefix: '/v1', upstream: up.url }] }, { logLevel: 'info', logLines });
+    const after = 'GET /v1/after HTTP/1.1\r\nHost: x\r\n\r\n'; // behind each: never parsed, never forwarded
+    const clientHello = Buffer.from('160301002c010000280303', 'hex').toString('latin1') + 'x'.repeat(40);
+    const cases: [string, string, number, string, RegExp][] = [
+      ['not HTTP', 'HELLO WORLD\r\n\r\n' + after, 400, 'invalid_http', /Invalid method/],
+      ['TLS on the plain port', clientHello, 400, 'invalid_http', /TLS handshake/],
+      ['HTTP/2 prior knowledge', 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 400, 'invalid_http', /HTTP\/2/],
+      ['two lengths', 'POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}' + after, 400, 'invalid_http', /Duplicate Content-Length/],
+      ['head over 16 KiB', `GET /v1/x HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n` + after, 431, 'header_too_large', /16384 bytes/],
+    ];
+    for (const [name, bytes, status, type] of cases) {
+      const r = await exchange(proxy.proxyUrl, bytes);
+      expect(r.text, name).toMatch(new RegExp(`^HTTP/1\\.1 ${status} `));
+      expect(JSON.parse(r.text.slice(r.text.indexOf('\r\n\r\n') + 4)).error.type, name).toBe(type);
+      expect(r.closed, name).toBe(true);
+      expect(r.text.match(/^HTTP\/1\.1 /gm), name).toHaveLength(1);
+    }
+    // A client that closes half-way through its head: nothing to answer, a cancelled line.
+    const half = await new Promise<string>((resolve) => {
+      const u = new URL(proxy!.proxyUrl);
+      const s = net.connect(Number(u.port), u.hostname, () => s.end('GET /v1/x HTTP/1.1\r\nHost: x\r\n'));
+      let text = '';
+      s.on('data', (d: Buffer) => (text += d.toString('latin1')));
+      s.on('error', () => {});
+      s.on('close', () => resolve(text));
+    });
+    expect(half).toBe('');
+    expect(up.seen).toEqual([]);
+    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < cases.length + 1; i++) await sleep(20);
+    const lines = logLines.filter((l) => l.msg === 'request');
+    expect(lines.map((l) => [l.status, l.outcome, l.errorType])).toEqual([...cases.map(([, , status, type]) => [status, 'refused', type]), [undefined, 'cancelled', 'client_cancelled']]);
+    cases.forEach(([name, , , , reason], i) => expect(lines[i]!.err, name).toMatch(reason));
+  });
+
+  it('an Expect other than 100-continue gets a 417 with a line; 100 Continue is sent only to a request that is forwarded', async () => {
+    const up = await upstream((_req, res) => res.end('ok'));
+    cleanups.push(up.close);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(undefined, { routes: [{ prefix: '/v1', upstream: up.url }] }, { logLevel: 'info', logLines });
+    const odd = await exchange(proxy.proxyUrl, 'POST /v1/x HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\nContent-Length: 0\r\nConnection: close\r\n\r\n');
+    expect(odd.text).toMatch(/^HTTP\/1\.1 417 Expectation Failed\r\n/);
+    expect(odd.text).toContain('"type":"expectation_failed"');
+    // No route: refused at once, without first asking for a body it would throw away.
+    const refused = await exchange(proxy.proxyUrl, 'POST /nowhere HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n');
+    expect(refused.text).toMatch(/^HTTP\/1\.1 404 /);
+    expect(refused.closed).toBe(true); // the body may or may not follow: Node closes
+    // Forwarded: 100 Continue, then the body goes upstream.
+    const u = new URL(proxy.proxyUrl);
+    const forwarded = await new Promise<string>((resolve) => {
+      const s = net.connect(Number(u.port), u.hostname, () => s.write('POST /v1/x HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n'));
+      let text = '';
+      s.on('data', (d: Buffer) => {
+        text += d.toString('latin1');
+        if (text === 'HTTP/1.1 100 Continue\r\n\r\n') s.write('{}');
+      });
+      s.on('error', () => {});
+      s.on('close', () => resolve(text));
+    });
+    expect(forwarded).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nok$/);
+    expect(up.seen.map((x) => [x.url, x.body.toString()])).toEqual([['/x', '{}']]);
+    const lines = logLines.filter((l) => l.msg === 'request');
+    expect(lines.map((l) => [l.method, l.path, l.status, l.errorType])).toEqual([
+      ['POST', '/v1/x', 417, 'expectation_failed'],
+      ['POST', '/nowhere', 404, 'no_route'],
+      ['POST', '/x', 200, undefined],
+    ]);
+  });
+
   it('the upstream gets exactly one X-Request-Id, the one the proxy logs, whatever the client sent', async () => {
     const up = await upstream((_req, res) => res.end('ok'));
     cleanups.push(up.close);
@@ -928,6 +1000,29 @@ describe('graceful shutdown', () => {
     expect(second).toMatch(/^HTTP\/1\.1 503 [^]*\r\nconnection: close\r\n/i);
     expect(up.seen.map((x) => x.url)).toEqual(['/stream']);
     expect(outcomes(logLines)).toEqual(['/queued refused', '/stream ok']);
+  });
+
+  it('a request queued behind a stream that expects 100 Continue gets its 503 without one when its turn comes in a shutdown', async () => {
+    const up = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let k = 0; k < 4; k++) {
+        res.write(`data: {"choices":[{"delta":{"content":"t${k}"}}]}\n\n`);
+        await sleep(60);
+      }
+      res.end('data: [DONE]\n\n');
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const p = proxy;
+    const one = rawConnection(p.proxyUrl);
+    one.s.write(post('/stream') + 'POST /queued HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\ncontent-length: 2\r\n\r\n');
+    await until(() => one.state.text.includes('t0'));
+    await Promise.all([p.shutdown(20), one.closed]);
+    proxy = undefined;
+    const [first, second] = one.state.text.split(/(?=HTTP\/1\.1 )/);
+    expect(first).toMatch(/^HTTP\/1\.1 200 [^]*data: \[DONE\]\n\n\r\n0\r\n\r\n$/);
+    expect(second).toMatch(/^HTTP\/1\.1 503 [^]*\r\nconnection: close\r\n/i);
+    expect(up.seen.map((x) => x.url)).toEqual(['/stream']);
   });
 
   it('at the drain deadline, a request queued behind the cut stream is logged as cancelled and not counted as cut', async () => {
