@@ -3,61 +3,30 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS } from './metrics/semconv.js';
 import { API_BY_NAME } from './providers/detect.js';
+import {
+  ConfigError,
+  DEFAULT_METRICS_HOST,
+  DEFAULT_METRICS_PORT,
+  envOverrides,
+  httpUrlProblem,
+  LOG_LEVELS,
+  logLevelOf,
+  MAX_TIMER_SECONDS,
+  upstreamOf,
+  type Overrides,
+} from './config-values.js';
 
-/** A configuration problem: the message names the offending key. Exit code 2. */
-export class ConfigError extends Error {
-  override name = 'ConfigError';
-}
+export * from './config-values.js';
 
-const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
-
-/** A log level given by a flag or variable (named `source` in the error), checked. */
-export function logLevelOf(source: string, v: string | undefined): string | undefined {
-  if (v === undefined || LOG_LEVELS.includes(v as (typeof LOG_LEVELS)[number])) return v;
-  throw new ConfigError(`${source}: expected one of ${LOG_LEVELS.join(', ')}, got "${v}"`);
-}
-
-/** An upstream URL given by a flag or variable (named `source` in the error), checked. */
-export function upstreamOf(source: string, v: string | undefined): string | undefined {
-  if (v === undefined) return v;
-  const u = httpUrl.safeParse(v);
-  // The value is echoed to help, but not a password in it (stderr often reaches a log system).
-  if (!u.success) throw new ConfigError(`${source}: ${u.error.issues[0]?.message ?? 'invalid'} (got "${v.replace(/\/\/[^/@]*@/, '//…@')}")`);
-  return v;
-}
-
-/** A listen address given by a flag (an empty one would mean every interface), checked. */
-export function hostOf(source: string, v: string | undefined): string | undefined {
-  if (v !== undefined && v.trim() === '') throw new ConfigError(`${source}: must not be empty (0.0.0.0 or :: listens on every interface)`);
-  return v;
-}
-/** Node timers hold at most 2^31 − 1 ms (~24.8 days); a longer one fires after 1 ms. */
-export const MAX_TIMER_SECONDS = 2_147_483;
+const httpUrl = z.string().superRefine((s, ctx) => {
+  const problem = httpUrlProblem(s);
+  if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+});
 const TIMER_LIMIT = `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node timers cannot be longer)`;
 const seconds = z.number().positive().max(MAX_TIMER_SECONDS, TIMER_LIMIT);
 const port = z.number().int().min(0).max(65535);
 /** A listen address; blank would mean every interface, or fail later as a name lookup. */
 const listenHost = z.string().refine((v) => v.trim() !== '', 'must not be empty (0.0.0.0 or :: listens on every interface)');
-const httpUrl = z
-  .string()
-  .refine((s) => {
-    try {
-      const u = new URL(s);
-      return (u.protocol === 'http:' || u.protocol === 'https:') && u.hostname !== '';
-    } catch {
-      return false;
-    }
-  }, 'must be an absolute http:// or https:// URL')
-  .refine((s) => !s.includes('?') && !s.includes('#'), 'must not contain a query or fragment')
-  // Credentials in the URL would not be sent (the client's own Authorization is forwarded).
-  .refine((s) => {
-    try {
-      const u = new URL(s);
-      return u.username === '' && u.password === '';
-    } catch {
-      return true;
-    }
-  }, 'must not contain user:password (not sent; the client\'s own Authorization header is forwarded)');
 const boundaries = z
   .array(z.number().positive())
   .min(1)
@@ -216,23 +185,6 @@ export interface Config {
   };
 }
 
-/** Values from flags or the environment; they win over the file. */
-export interface Overrides {
-  config?: string;
-  upstream?: string;
-  host?: string;
-  port?: number;
-  metricsHost?: string;
-  metricsPort?: number;
-  metricsEnabled?: boolean;
-  logLevel?: string;
-  /** From OTEL_METRICS_EXPORTER: which exporters run. */
-  exporters?: { prometheus: boolean; otlp: boolean };
-  otlpIntervalMs?: number;
-  /** OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set: it wins over the file's `otlp.endpoint`. */
-  otlpEndpointFromEnv?: boolean;
-  drainTimeout?: number;
-}
 
 function formatIssues(issues: readonly z.core.$ZodIssue[], source: string): string {
   const lines = issues.flatMap((i) => {
@@ -308,8 +260,8 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     port: overrides.port ?? f.listen?.port ?? 8080,
     metrics: Object.freeze({
       enabled: overrides.metricsEnabled ?? m.enabled ?? true,
-      host: overrides.metricsHost ?? m.host ?? '127.0.0.1',
-      port: overrides.metricsPort ?? m.port ?? 9464,
+      host: overrides.metricsHost ?? m.host ?? DEFAULT_METRICS_HOST,
+      port: overrides.metricsPort ?? m.port ?? DEFAULT_METRICS_PORT,
       maxModelValues: m.maxModelValues ?? 100,
       perTokenItl: m.perTokenItl ?? false,
       identityEncoding: m.identityEncoding ?? true,
@@ -361,61 +313,8 @@ function normalizePrefix(p: string): string {
   return p.length > 1 && p.endsWith('/') ? p.replace(/\/+$/, '') || '/' : p;
 }
 
-function envInt(env: NodeJS.ProcessEnv, name: string, max = 65535): number | undefined {
-  const v = env[name];
-  if (v === undefined || v === '') return undefined;
-  if (!/^\d+$/.test(v) || Number(v) > max) throw new ConfigError(`${name}: expected an integer from 0 to ${max}, got "${v}"`);
-  return Number(v);
-}
 
-function envSeconds(env: NodeJS.ProcessEnv, name: string): number | undefined {
-  const v = env[name];
-  if (v === undefined || v === '') return undefined;
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < 0 || n > MAX_TIMER_SECONDS) {
-    throw new ConfigError(`${name}: expected a number of seconds from 0 to ${MAX_TIMER_SECONDS} (~24.8 days), got "${v}"`);
-  }
-  return n;
-}
 
-/** Overrides from `LLM_PROXY_*` environment variables. */
-export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
-  const o: Overrides = {};
-  const set = <K extends keyof Overrides>(k: K, v: Overrides[K] | undefined) => {
-    if (v !== undefined) o[k] = v;
-  };
-  set('config', env.LLM_PROXY_CONFIG || undefined);
-  set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM || undefined));
-  set('host', hostOf('LLM_PROXY_HOST', env.LLM_PROXY_HOST || undefined));
-  set('port', envInt(env, 'LLM_PROXY_PORT'));
-  set('metricsHost', hostOf('LLM_PROXY_METRICS_HOST', env.LLM_PROXY_METRICS_HOST || undefined));
-  set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
-  set('logLevel', logLevelOf('LLM_PROXY_LOG_LEVEL', env.LLM_PROXY_LOG_LEVEL || undefined));
-  set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
-  // The standard OpenTelemetry variables: OTEL_METRICS_EXPORTER=otlp,prometheus|none, OTEL_METRIC_EXPORT_INTERVAL (ms).
-  const exp = env.OTEL_METRICS_EXPORTER;
-  if (exp !== undefined && exp.trim() !== '') {
-    const names = exp.split(',').map((x) => x.trim().toLowerCase()).filter((x) => x !== '');
-    const bad = names.find((n) => !['otlp', 'prometheus', 'none'].includes(n));
-    if (bad !== undefined) throw new ConfigError(`OTEL_METRICS_EXPORTER: unknown exporter "${bad}" (use otlp, prometheus or none)`);
-    o.exporters = { prometheus: names.includes('prometheus'), otlp: names.includes('otlp') };
-  }
-  if ((env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT ?? '').trim() !== '' || (env.OTEL_EXPORTER_OTLP_ENDPOINT ?? '').trim() !== '') o.otlpEndpointFromEnv = true;
-  const interval = env.OTEL_METRIC_EXPORT_INTERVAL;
-  if (interval !== undefined && interval !== '') {
-    const n = Number(interval);
-    if (!Number.isInteger(n) || n <= 0 || n > MAX_TIMER_SECONDS * 1000) {
-      throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 1 to ${MAX_TIMER_SECONDS * 1000}, got "${interval}"`);
-    }
-    o.otlpIntervalMs = n;
-  }
-  const metrics = env.LLM_PROXY_METRICS;
-  if (metrics !== undefined && metrics !== '') {
-    if (!/^(true|false|on|off|1|0)$/i.test(metrics)) throw new ConfigError(`LLM_PROXY_METRICS: expected true or false, got "${metrics}"`);
-    o.metricsEnabled = /^(true|on|1)$/i.test(metrics);
-  }
-  return o;
-}
 
 /** Flags win over the environment, which wins over the file. */
 export function loadConfig(flags: Overrides, env: NodeJS.ProcessEnv): Config {

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { isIPv6 } from 'node:net';
-import type { Config } from './config.js';
 
 /**
  * `llm-latency-proxy healthcheck`: GET /healthz on the metrics port of a proxy running with the
@@ -37,8 +36,7 @@ export function pid1Cmdline(path = '/proc/1/cmdline'): string[] | undefined {
 }
 
 /** The health URL of a proxy with this configuration, as seen from the same host. */
-export function healthUrl(config: Config): string {
-  const { host, port } = config.metrics;
+export function healthUrl({ host, port }: { host: string; port: number }): string {
   if (port === 0) throw new Error('the metrics port is 0 (any free port): give the health check the port the proxy got, with --metrics-port');
   // A wildcard address listens on loopback too; `::` on IPv4's as well (dual stack, Node's
   // default), which is there even where IPv6 is disabled.

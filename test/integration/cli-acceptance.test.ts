@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -283,10 +283,18 @@ describe('acceptance: separate processes, official client', () => {
     const proxy = spawnCli(['--upstream', 'http://127.0.0.1:1', '--port', '0'], { LLM_PROXY_CONFIG: cfg });
     procs.push(proxy);
     await proxy.waitFor((l) => l.msg === 'listening');
-    const ok = await check([], { LLM_PROXY_CONFIG: cfg });
+    // Which modules each check loads: the file's schema (zod, yaml) only when there is a file.
+    const imports = (name: string) => ({ NODE_OPTIONS: `--import=${new URL('../helpers/record-imports.mjs', import.meta.url).href}`, RECORD_IMPORTS: join(dir, name) });
+    const loaded = (name: string) => readFileSync(join(dir, name), 'utf8');
+    const ok = await check([], { LLM_PROXY_CONFIG: cfg, ...imports('with-file') });
     expect(ok.code, ok.err).toBe(0);
     expect(ok.out).toContain(`http://127.0.0.1:${port}/healthz: 200`);
-    expect((await check(['--metrics-port', String(port)])).code).toBe(0);
+    expect(loaded('with-file')).toMatch(/\/node_modules\/zod\/[^]*\/node_modules\/yaml\/|\/node_modules\/yaml\/[^]*\/node_modules\/zod\//);
+    const byFlag = await check(['--metrics-port', String(port)], imports('by-flag'));
+    expect(byFlag.code, byFlag.err).toBe(0);
+    expect(loaded('by-flag')).toContain('/dist/healthcheck.js');
+    expect(loaded('by-flag')).not.toMatch(/\/node_modules\/(zod|yaml)\/|\/dist\/config\.js/);
+    expect((await check([], { LLM_PROXY_METRICS_PORT: String(port) })).code).toBe(0);
     expect((await check(['--metrics-host', '0.0.0.0', '--metrics-port', String(port)])).code).toBe(0);
 
     // A port nobody serves: 1, not Docker's reserved 2, and why.

@@ -31,7 +31,7 @@ describe('healthcheck: which proxy it checks', () => {
   });
 
   it('asks the metrics address, a wildcard as loopback, IPv6 in brackets', () => {
-    const url = (metrics: { host?: string; port?: number }) => healthUrl(buildConfig({ metrics }));
+    const url = (metrics: { host?: string; port?: number }) => healthUrl(buildConfig({ metrics }).metrics);
     expect(url({})).toBe('http://127.0.0.1:9464/healthz');
     expect(url({ host: '0.0.0.0', port: 9000 })).toBe('http://127.0.0.1:9000/healthz');
     expect(url({ host: '::', port: 9000 })).toBe('http://127.0.0.1:9000/healthz'); // dual stack; ::1 may be disabled

@@ -1,0 +1,132 @@
+/**
+ * The configuration's scalars from flags and `LLM_PROXY_*` variables, checked, and the errors
+ * they raise. Apart from config.ts (the file's schema, with zod and yaml) so that the CLI's
+ * `healthcheck`, which a container runs every few seconds, loads neither unless a config file
+ * is involved.
+ */
+
+/** A configuration problem: the message names the offending key. Exit code 2. */
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+
+/** A log level given by a flag or variable (named `source` in the error), checked. */
+export function logLevelOf(source: string, v: string | undefined): string | undefined {
+  if (v === undefined || LOG_LEVELS.includes(v as (typeof LOG_LEVELS)[number])) return v;
+  throw new ConfigError(`${source}: expected one of ${LOG_LEVELS.join(', ')}, got "${v}"`);
+}
+
+const URL_EXPECTED = 'must be an absolute http:// or https:// URL';
+
+/** What is wrong with an upstream or endpoint URL, if anything. */
+export function httpUrlProblem(s: string): string | undefined {
+  let u: URL;
+  try {
+    u = new URL(s);
+  } catch {
+    return URL_EXPECTED;
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '') return URL_EXPECTED;
+  if (s.includes('?') || s.includes('#')) return 'must not contain a query or fragment';
+  // Credentials in the URL would not be sent (the client's own Authorization is forwarded).
+  if (u.username !== '' || u.password !== '') return "must not contain user:password (not sent; the client's own Authorization header is forwarded)";
+  return undefined;
+}
+
+/** An upstream URL given by a flag or variable (named `source` in the error), checked. */
+export function upstreamOf(source: string, v: string | undefined): string | undefined {
+  if (v === undefined) return v;
+  const problem = httpUrlProblem(v);
+  // The value is echoed to help, but not a password in it (stderr often reaches a log system).
+  if (problem !== undefined) throw new ConfigError(`${source}: ${problem} (got "${v.replace(/\/\/[^/@]*@/, '//…@')}")`);
+  return v;
+}
+
+/** A listen address given by a flag (an empty one would mean every interface), checked. */
+export function hostOf(source: string, v: string | undefined): string | undefined {
+  if (v !== undefined && v.trim() === '') throw new ConfigError(`${source}: must not be empty (0.0.0.0 or :: listens on every interface)`);
+  return v;
+}
+
+/** Node timers hold at most 2^31 − 1 ms (~24.8 days); a longer one fires after 1 ms. */
+export const MAX_TIMER_SECONDS = 2_147_483;
+
+/** Where /metrics, /healthz and /readyz listen unless told otherwise. */
+export const DEFAULT_METRICS_HOST = '127.0.0.1';
+export const DEFAULT_METRICS_PORT = 9464;
+
+/** Values from flags or the environment; they win over the file. */
+export interface Overrides {
+  config?: string;
+  upstream?: string;
+  host?: string;
+  port?: number;
+  metricsHost?: string;
+  metricsPort?: number;
+  metricsEnabled?: boolean;
+  logLevel?: string;
+  /** From OTEL_METRICS_EXPORTER: which exporters run. */
+  exporters?: { prometheus: boolean; otlp: boolean };
+  otlpIntervalMs?: number;
+  /** OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set: it wins over the file's `otlp.endpoint`. */
+  otlpEndpointFromEnv?: boolean;
+  drainTimeout?: number;
+}
+
+function envInt(env: NodeJS.ProcessEnv, name: string, max = 65535): number | undefined {
+  const v = env[name];
+  if (v === undefined || v === '') return undefined;
+  if (!/^\d+$/.test(v) || Number(v) > max) throw new ConfigError(`${name}: expected an integer from 0 to ${max}, got "${v}"`);
+  return Number(v);
+}
+
+function envSeconds(env: NodeJS.ProcessEnv, name: string): number | undefined {
+  const v = env[name];
+  if (v === undefined || v === '') return undefined;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0 || n > MAX_TIMER_SECONDS) {
+    throw new ConfigError(`${name}: expected a number of seconds from 0 to ${MAX_TIMER_SECONDS} (~24.8 days), got "${v}"`);
+  }
+  return n;
+}
+
+/** Overrides from `LLM_PROXY_*` environment variables. */
+export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
+  const o: Overrides = {};
+  const set = <K extends keyof Overrides>(k: K, v: Overrides[K] | undefined) => {
+    if (v !== undefined) o[k] = v;
+  };
+  set('config', env.LLM_PROXY_CONFIG || undefined);
+  set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM || undefined));
+  set('host', hostOf('LLM_PROXY_HOST', env.LLM_PROXY_HOST || undefined));
+  set('port', envInt(env, 'LLM_PROXY_PORT'));
+  set('metricsHost', hostOf('LLM_PROXY_METRICS_HOST', env.LLM_PROXY_METRICS_HOST || undefined));
+  set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
+  set('logLevel', logLevelOf('LLM_PROXY_LOG_LEVEL', env.LLM_PROXY_LOG_LEVEL || undefined));
+  set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
+  // The standard OpenTelemetry variables: OTEL_METRICS_EXPORTER=otlp,prometheus|none, OTEL_METRIC_EXPORT_INTERVAL (ms).
+  const exp = env.OTEL_METRICS_EXPORTER;
+  if (exp !== undefined && exp.trim() !== '') {
+    const names = exp.split(',').map((x) => x.trim().toLowerCase()).filter((x) => x !== '');
+    const bad = names.find((n) => !['otlp', 'prometheus', 'none'].includes(n));
+    if (bad !== undefined) throw new ConfigError(`OTEL_METRICS_EXPORTER: unknown exporter "${bad}" (use otlp, prometheus or none)`);
+    o.exporters = { prometheus: names.includes('prometheus'), otlp: names.includes('otlp') };
+  }
+  if ((env.OTEL_EXPORTER_OTLP_METRICS_ENDPOINT ?? '').trim() !== '' || (env.OTEL_EXPORTER_OTLP_ENDPOINT ?? '').trim() !== '') o.otlpEndpointFromEnv = true;
+  const interval = env.OTEL_METRIC_EXPORT_INTERVAL;
+  if (interval !== undefined && interval !== '') {
+    const n = Number(interval);
+    if (!Number.isInteger(n) || n <= 0 || n > MAX_TIMER_SECONDS * 1000) {
+      throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 1 to ${MAX_TIMER_SECONDS * 1000}, got "${interval}"`);
+    }
+    o.otlpIntervalMs = n;
+  }
+  const metrics = env.LLM_PROXY_METRICS;
+  if (metrics !== undefined && metrics !== '') {
+    if (!/^(true|false|on|off|1|0)$/i.test(metrics)) throw new ConfigError(`LLM_PROXY_METRICS: expected true or false, got "${metrics}"`);
+    o.metricsEnabled = /^(true|on|1)$/i.test(metrics);
+  }
+  return o;
+}
