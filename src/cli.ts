@@ -12,6 +12,7 @@ import {
   type Overrides,
 } from './config-values.js';
 import { checkHealth, healthUrl, pid1Cmdline, proxyArgsOf } from './healthcheck.js';
+import { PLAN_KEYS, planValueError, scheduleError } from './simulate/schedule.js';
 import { VERSION } from './version.js';
 
 const USAGE = `llm-latency-proxy ${VERSION}: a transparent streaming proxy that measures LLM TTFT and inter-token latency
@@ -85,6 +86,13 @@ async function runSimulate(args: string[]): Promise<void> {
     tokens: num('tokens', values.tokens, { int: true, min: 1 }) ?? 200,
     jitter: num('jitter', values.jitter, { min: 0, max: 1 }) ?? 0.1,
   };
+  // The limits /_sim/config keeps (a timer past ~24.8 days would fire at once, again and again).
+  for (const k of PLAN_KEYS) {
+    const problem = planValueError(k, plan[k]);
+    if (problem !== undefined) throw new ConfigError(`--${k}: ${problem}`);
+  }
+  const tooLong = scheduleError(plan);
+  if (tooLong !== undefined) throw new ConfigError(`--ttft/--itl/--tokens: ${tooLong}`);
   const seed = num('seed', values.seed, { int: true });
   const sim = createSimulator({ ...plan, ...(seed !== undefined ? { seed } : {}) });
   // Handlers first: a signal right after the 'listening' line must not meet the default action.

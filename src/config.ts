@@ -3,6 +3,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS } from './metrics/semconv.js';
 import { API_BY_NAME } from './providers/detect.js';
+import { PLAN_KEYS, planValueError, scheduleError } from './simulate/schedule.js';
 import {
   ConfigError,
   DEFAULT_METRICS_HOST,
@@ -51,15 +52,29 @@ const routeSchema = z
   })
   .strict();
 
+/** A simulator plan value, checked as the simulator's own `/_sim/config` checks it. */
+const planValue = (key: (typeof PLAN_KEYS)[number], fallback: number) =>
+  z
+    .number()
+    .superRefine((v, ctx) => {
+      const problem = planValueError(key, v);
+      if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .default(fallback);
+
 const simulatorSchema = z
   .object({
-    ttft: z.number().min(0).default(0.25),
-    itl: z.number().min(0).default(0.0014),
-    tokens: z.number().int().min(1).default(200),
-    jitter: z.number().min(0).max(1).default(0.1),
+    ttft: planValue('ttft', 0.25),
+    itl: planValue('itl', 0.0014),
+    tokens: planValue('tokens', 200),
+    jitter: planValue('jitter', 0.1),
     seed: z.number().int().optional(),
   })
-  .strict();
+  .strict()
+  .superRefine((p, ctx) => {
+    const problem = scheduleError(p);
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem, path: ['tokens'] });
+  });
 
 const fileSchema = z
   .object({

@@ -1,3 +1,4 @@
+import { MAX_TIMER_SECONDS } from '../config-values.js';
 import { performance } from 'node:perf_hooks';
 
 /** A generation plan, in seconds. */
@@ -7,6 +8,24 @@ export interface Plan {
   tokens: number;
   /** Each token's time moves by up to ±jitter/2 of one ITL (so order is kept). */
   jitter: number;
+}
+
+export const PLAN_KEYS = ['ttft', 'itl', 'tokens', 'jitter'] as const;
+export const MAX_TOKENS = 1_000_000;
+
+/** What is wrong with one value of a plan, if anything. */
+export function planValueError(key: (typeof PLAN_KEYS)[number], v: number): string | undefined {
+  if (!Number.isFinite(v) || v < 0) return 'expected a non-negative number';
+  if (key === 'tokens' && (!Number.isInteger(v) || v < 1 || v > MAX_TOKENS)) return `expected an integer from 1 to ${MAX_TOKENS}`;
+  if (key === 'jitter' && v > 1) return 'expected a number from 0 to 1 (a fraction of one ITL, which keeps the tokens in order)';
+  if ((key === 'ttft' || key === 'itl') && v > MAX_TIMER_SECONDS) return `expected at most ${MAX_TIMER_SECONDS} seconds`;
+  return undefined;
+}
+
+/** A delay longer than Node's longest timer fires after 1 ms, again and again. */
+export function scheduleError(p: Plan): string | undefined {
+  const last = p.ttft + p.tokens * p.itl * (1 + p.jitter);
+  return last > MAX_TIMER_SECONDS ? `the last token would be due after ${Math.round(last)} s (ttft + tokens × itl): at most ${MAX_TIMER_SECONDS} s` : undefined;
 }
 
 /** Deterministic PRNG (mulberry32) so a seeded run is reproducible. */

@@ -3,7 +3,6 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
-import { MAX_TIMER_SECONDS } from '../config.js';
 import { anthropicFormat } from './formats/anthropic.js';
 import { bedrockFormat } from './formats/bedrock.js';
 import { geminiFormat } from './formats/gemini.js';
@@ -12,7 +11,7 @@ import { openaiChatFormat } from './formats/openai-chat.js';
 import { openaiResponsesFormat } from './formats/openai-responses.js';
 import type { WireFormat } from './formats/types.js';
 import { handleRealtimeUpgrade } from './realtime.js';
-import { rng, tokenTimes, type Plan } from './schedule.js';
+import { PLAN_KEYS, planValueError, rng, scheduleError, tokenTimes, type Plan } from './schedule.js';
 
 export interface SimulatorOptions extends Plan {
   seed?: number;
@@ -28,7 +27,6 @@ export interface Simulator {
 }
 
 const MAX_BODY = 8 * 1024 * 1024;
-const PLAN_KEYS = ['ttft', 'itl', 'tokens', 'jitter'] as const;
 
 /** Every wire format the simulator speaks, at the provider's own paths. */
 export const DEFAULT_FORMATS: readonly WireFormat[] = [
@@ -180,22 +178,6 @@ function overrideFromHeader(req: IncomingMessage, name: string, key: (typeof PLA
   if (bad !== undefined) return `${name}: ${bad} (got "${v}")`;
   set(n);
   return undefined;
-}
-
-const MAX_TOKENS = 1_000_000;
-
-function planValueError(key: (typeof PLAN_KEYS)[number], v: number): string | undefined {
-  if (!Number.isFinite(v) || v < 0) return 'expected a non-negative number';
-  if (key === 'tokens' && (!Number.isInteger(v) || v < 1 || v > MAX_TOKENS)) return `expected an integer from 1 to ${MAX_TOKENS}`;
-  if (key === 'jitter' && v > 1) return 'expected a number from 0 to 1 (a fraction of one ITL, which keeps the tokens in order)';
-  if ((key === 'ttft' || key === 'itl') && v > MAX_TIMER_SECONDS) return `expected at most ${MAX_TIMER_SECONDS} seconds`;
-  return undefined;
-}
-
-/** A delay longer than Node's longest timer fires after 1 ms, again and again. */
-function scheduleError(p: Plan): string | undefined {
-  const last = p.ttft + p.tokens * p.itl * (1 + p.jitter);
-  return last > MAX_TIMER_SECONDS ? `the last token would be due after ${Math.round(last)} s (ttft + tokens × itl): at most ${MAX_TIMER_SECONDS} s` : undefined;
 }
 
 function parseJson(text: string | undefined): Record<string, unknown> | undefined {

@@ -182,6 +182,10 @@ describe('acceptance: separate processes, official client', () => {
       // Past Node's longest timer: named at the flag, with the range.
       [['--drain-timeout', '3000000', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --drain-timeout: invalid value "3000000" \(expected a number from 0 to 2147483\)/],
       [['simulate', '--port', '0'], { LLM_PROXY_LOG_LEVEL: 'bogus' }, /^llm-latency-proxy: LLM_PROXY_LOG_LEVEL: expected one of/],
+      // The simulator's limits at its own flags, as /_sim/config keeps them.
+      [['simulate', '--port', '0', '--tokens', '1000001'], {}, /^llm-latency-proxy: --tokens: expected an integer from 1 to 1000000/],
+      [['simulate', '--port', '0', '--ttft', '3000000'], {}, /^llm-latency-proxy: --ttft: expected at most 2147483 seconds/],
+      [['simulate', '--port', '0', '--tokens', '1000000', '--itl', '10'], {}, /^llm-latency-proxy: --ttft\/--itl\/--tokens: the last token would be due after/],
     ];
     for (const [args, env, message] of cases) {
       const p = spawnCli(args, env);

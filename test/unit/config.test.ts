@@ -26,6 +26,17 @@ describe('config', () => {
     expect(buildConfig({ metrics: { loopDelayResolutionMs: 10 } }).metrics.loopDelayResolutionMs).toBe(10);
   });
 
+  it("refuses a simulator plan the simulator's /_sim/config would refuse, naming the key", () => {
+    expect(buildConfig({ simulator: { tokens: 1_000_000, itl: 0.001 } }).simulator.tokens).toBe(1_000_000);
+    expect(errorOf(() => buildConfig({ simulator: { tokens: 1_000_001 } }))).toMatch(/simulator\.tokens: expected an integer from 1 to 1000000/);
+    expect(errorOf(() => buildConfig({ simulator: { tokens: 2.5 } }))).toMatch(/simulator\.tokens: expected an integer/);
+    expect(errorOf(() => buildConfig({ simulator: { ttft: 3_000_000 } }))).toMatch(/simulator\.ttft: expected at most 2147483 seconds/);
+    expect(errorOf(() => buildConfig({ simulator: { jitter: 1.5 } }))).toMatch(/simulator\.jitter: expected a number from 0 to 1/);
+    expect(errorOf(() => buildConfig({ simulator: { itl: -1 } }))).toMatch(/simulator\.itl: expected a non-negative number/);
+    // Each value allowed, their schedule not: the last token past Node's longest timer.
+    expect(errorOf(() => buildConfig({ simulator: { tokens: 1_000_000, itl: 10 } }))).toMatch(/simulator\.tokens: the last token would be due after/);
+  });
+
   it('reads several routes from YAML', () => {
     const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
     const file = join(dir, 'c.yaml');
