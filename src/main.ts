@@ -76,7 +76,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     keepAliveSeconds: cfg.timeouts.keepAlive,
     onUpgrade: (req, socket, head) => forwarder.upgrade(req, socket, head),
     onConnect: (req, socket) => forwarder.refuseConnect(req, socket),
-    onRequestError: (err) => forwarder.refuseUnparsed(err),
+    onRequestError: (err, req) => forwarder.refuseUnparsed(err, req),
     onClientError: (err, socket) => forwarder.refuseClientError(err, socket),
     onExpectation: (req, res) => forwarder.refuseExpectation(req, res),
     deferContinue: true,

@@ -109,7 +109,7 @@ export interface ListenOptions {
    * Answers a request the HTTP adapter refuses before the app sees it (a Host it cannot parse, a
    * backslash in the path: a `RequestError`); by default its empty 400.
    */
-  onRequestError?: (err: Error) => Response;
+  onRequestError?: (err: Error, req: IncomingMessage | undefined) => Response;
   /** Takes over Node's answer to HTTP its parser refuses (and to a connection error). */
   onClientError?: (err: Error, socket: Duplex) => void;
   /** Answers an `Expect` other than `100-continue` (by default Node's empty 417). */
@@ -131,13 +131,24 @@ export function listen(
   return new Promise((resolve, reject) => {
     // What @hono/node-server's serve() does, plus the adapter's error handler, which serve() does
     // not pass on.
-    const listener = getRequestListener(app.fetch as never, {
+    // The adapter calls its error handler with the error only, and for a request it refuses
+    // (a RequestError) before its first await: the request being handled is the current one.
+    let current: IncomingMessage | undefined;
+    const adapter = getRequestListener(app.fetch as never, {
       hostname: host,
       autoCleanupIncoming: false,
       overrideGlobalObjects: false,
       // Only the adapter's own refusals: the app's errors keep the adapter's answer (a 500).
-      ...(onRequestError ? { errorHandler: (e: unknown) => (e instanceof RequestError ? onRequestError(e) : new Response(null, { status: 500 })) } : {}),
+      ...(onRequestError ? { errorHandler: (e: unknown) => (e instanceof RequestError ? onRequestError(e, current) : new Response(null, { status: 500 })) } : {}),
     });
+    const listener = (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+      current = req;
+      try {
+        return adapter(req, res);
+      } finally {
+        current = undefined;
+      }
+    };
     const server = createServer(onUpgrade ? upgradeOptions : {}, listener);
     // Node closes idle keep-alive connections after 5 s, so a client reusing one at
     // that moment gets ECONNRESET; the proxy keeps them longer than clients do.

@@ -128,10 +128,14 @@ export class Forwarder {
 
   /**
    * A request the HTTP adapter refused before the router saw it (a Host it cannot parse, a
-   * backslash in the path): the adapter does not say which request, so the line has its reason.
+   * backslash in the path): one line with the adapter's reason.
    */
-  refuseUnparsed(err: Error): Response {
-    this.deps.log.info({ status: 400, outcome: 'refused', errorType: 'invalid_request', err: err.message }, 'request');
+  refuseUnparsed(err: Error, req: IncomingMessage | undefined): Response {
+    const log = this.deps.log;
+    if (log.isLevelEnabled('info')) {
+      const which = req === undefined ? {} : { reqId: requestIdOf(req), method: req.method, path: safePath(req.url) };
+      log.info({ ...which, status: 400, outcome: 'refused', errorType: 'invalid_request', err: err.message }, 'request');
+    }
     return new Response(errorBody('invalid_request', err.message), { status: 400, headers: { 'content-type': 'application/json', connection: 'close' } });
   }
 

@@ -448,7 +448,10 @@ describe('requests the proxy does not forward', () => {
     expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(3);
     // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
     expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(5).fill(['/after', 'cancelled', undefined]));
-    expect(lines.filter((l) => l.errorType === 'invalid_request').map((l) => l.err)).toEqual(['Invalid URL', 'Backslash in request path']);
+    expect(lines.filter((l) => l.errorType === 'invalid_request').map((l) => [l.err, l.method, l.path, typeof l.reqId])).toEqual([
+      ['Invalid URL', 'GET', '/v1/x', 'string'],
+      ['Backslash in request path', 'GET', '/v1\\x', 'string'],
+    ]);
   });
 
   it("what Node's parser refuses gets Node's status in the proxy's JSON and one log line, and nothing goes upstream", async () => {
