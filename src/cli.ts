@@ -92,7 +92,7 @@ async function runSimulate(args: string[]): Promise<void> {
     if (problem !== undefined) throw new ConfigError(`--${k}: ${problem}`);
   }
   const tooLong = scheduleError(plan);
-  if (tooLong !== undefined) throw new ConfigError(`--ttft/--itl/--tokens: ${tooLong}`);
+  if (tooLong !== undefined) throw new ConfigError(`--ttft, --itl, --tokens, --jitter: ${tooLong}`);
   const seed = num('seed', values.seed, { int: true });
   const sim = createSimulator({ ...plan, ...(seed !== undefined ? { seed } : {}) });
   // Handlers first: a signal right after the 'listening' line must not meet the default action.

@@ -72,8 +72,10 @@ const simulatorSchema = z
   })
   .strict()
   .superRefine((p, ctx) => {
+    // The plan as a whole, once each value is one the simulator keeps.
+    if (PLAN_KEYS.some((k) => planValueError(k, p[k]) !== undefined)) return;
     const problem = scheduleError(p);
-    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem, path: ['tokens'] });
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
   });
 
 const fileSchema = z

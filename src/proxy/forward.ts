@@ -145,15 +145,20 @@ export class Forwarder {
    * parsed, so the line has the reason but no method or path.
    */
   refuseClientError(err: Error, socket: Duplex): void {
-    const answering = Boolean((socket as { _httpMessage?: unknown })._httpMessage);
+    const s = socket as { _httpMessage?: { headersSent?: boolean } | null; parser?: { incoming?: { complete?: boolean } | null } | null };
+    const current = s._httpMessage;
+    // A request whose head Node had parsed and whose body had not all come: handed to the proxy,
+    // which logs it (answered, refused or cancelled).
+    const handedOver = Boolean(current) || s.parser?.incoming?.complete === false;
+    const cut = current?.headersSent === true;
     const answer = answerClientError(err, socket);
     if (answer === undefined) return;
-    // A client that closes in the middle of a request being answered: that request's own line says so.
-    if (answer.status === undefined && answering) return;
+    // A client that closes in the middle of such a request: that request's own line says so.
+    if (answer.status === undefined && handedOver) return;
     const log = this.deps.log;
     if (!log.isLevelEnabled('info')) return;
     const outcome = answer.status === undefined ? 'cancelled' : 'refused';
-    log.info({ status: answer.status, outcome, errorType: answer.type, err: answer.message, answerCut: answering || undefined }, 'request');
+    log.info({ status: answer.status, outcome, errorType: answer.type, err: answer.message, answerCut: cut || undefined }, 'request');
   }
 
   /** An `Expect` other than `100-continue`: 417, as from Node, with a line. */

@@ -25,7 +25,9 @@ export function planValueError(key: (typeof PLAN_KEYS)[number], v: number): stri
 /** A delay longer than Node's longest timer fires after 1 ms, again and again. */
 export function scheduleError(p: Plan): string | undefined {
   const last = p.ttft + p.tokens * p.itl * (1 + p.jitter);
-  return last > MAX_TIMER_SECONDS ? `the last token would be due after ${Math.round(last)} s (ttft + tokens × itl): at most ${MAX_TIMER_SECONDS} s` : undefined;
+  if (!(last > MAX_TIMER_SECONDS)) return undefined;
+  const due = last < MAX_TIMER_SECONDS + 1 ? last.toFixed(3) : String(Math.floor(last));
+  return `the last token could be due after ${due} s (ttft + tokens × itl × (1 + jitter)): at most ${MAX_TIMER_SECONDS} s`;
 }
 
 /** Deterministic PRNG (mulberry32) so a seeded run is reproducible. */

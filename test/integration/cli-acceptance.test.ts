@@ -185,7 +185,7 @@ describe('acceptance: separate processes, official client', () => {
       // The simulator's limits at its own flags, as /_sim/config keeps them.
       [['simulate', '--port', '0', '--tokens', '1000001'], {}, /^llm-latency-proxy: --tokens: expected an integer from 1 to 1000000/],
       [['simulate', '--port', '0', '--ttft', '3000000'], {}, /^llm-latency-proxy: --ttft: expected at most 2147483 seconds/],
-      [['simulate', '--port', '0', '--tokens', '1000000', '--itl', '10'], {}, /^llm-latency-proxy: --ttft\/--itl\/--tokens: the last token would be due after/],
+      [['simulate', '--port', '0', '--tokens', '1000000', '--itl', '10'], {}, /^llm-latency-proxy: --ttft, --itl, --tokens, --jitter: the last token could be due after/],
     ];
     for (const [args, env, message] of cases) {
       const p = spawnCli(args, env);

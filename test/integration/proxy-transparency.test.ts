@@ -488,8 +488,68 @@ describe('requests the proxy does not forward', () => {
     expect(up.seen).toEqual([]);
     for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < cases.length + 1; i++) await sleep(20);
     const lines = logLines.filter((l) => l.msg === 'request');
-    expect(lines.map((l) => [l.status, l.outcome, l.errorType])).toEqual([...cases.map(([, , status, type]) => [status, 'refused', type]), [undefined, 'cancelled', 'client_cancelled']]);
+    expect(lines.map((l) => [l.status, l.outcome, l.errorType, l.answerCut])).toEqual([
+      ...cases.map(([, , status, type]) => [status, 'refused', type, undefined]),
+      [undefined, 'cancelled', 'client_cancelled', undefined],
+    ]);
     cases.forEach(([name, , , , reason], i) => expect(lines[i]!.err, name).toMatch(reason));
+  });
+
+  it('a client that closes half-way through a body, or sends what is not HTTP behind a request, adds no line of its own to the request it cut', async () => {
+    // Answers as soon as the head is in (the test helper's upstream waits for the whole body).
+    const early = http.createServer((req, res) => {
+      req.resume();
+      if (req.url === '/early') return void res.writeHead(413, { 'content-type': 'application/json' }).end('{"error":"too big"}');
+      if (req.url === '/stream') {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
+      }
+    });
+    await new Promise<void>((r) => early.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { early.closeAllConnections(); early.close(() => r()); }));
+    const up = { url: `http://127.0.0.1:${(early.address() as AddressInfo).port}` };
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(undefined, { routes: [{ prefix: '/v1', upstream: up.url }] }, { logLevel: 'info', logLines });
+    const u = new URL(proxy.proxyUrl);
+    /** Writes `first`, then, once `ready(text)`, either half-closes (FIN) or writes `then`. */
+    const session = (first: string, ready: (text: string) => boolean, then?: string) =>
+      new Promise<string>((resolve) => {
+        const s = net.connect(Number(u.port), u.hostname, () => s.write(first));
+        let text = '';
+        let sent = false;
+        const check = () => {
+          if (sent || !ready(text)) return;
+          sent = true;
+          if (then === undefined) s.end();
+          else s.write(then);
+        };
+        s.on('data', (d: Buffer) => ((text += d.toString('latin1')), check()));
+        s.on('error', () => {});
+        s.on('close', () => resolve(text));
+        setTimeout(check, 100);
+        setTimeout(() => s.destroy(), 3000);
+      });
+    const upload = (path: string) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789`;
+    // Refused (no route), then the client gives up the rest of its body.
+    expect(await session(upload('/nowhere'), (t) => t.includes('no_route'))).toMatch(/^HTTP\/1\.1 404 /);
+    // Answered early by the upstream (413), then the same.
+    expect(await session(upload('/v1/early'), (t) => t.includes('too big'))).toMatch(/^HTTP\/1\.1 413 /);
+    // The body stops while the upstream has the request: the request is cancelled, one line.
+    await session(upload('/v1/hold'), () => true);
+    // Bytes that are not HTTP behind a request whose answer has begun: that answer is cut.
+    const cutText = await session('POST /v1/stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}', (t) => t.includes('"a"'), 'GARBAGE\r\n\r\n');
+    expect(cutText).toMatch(/^HTTP\/1\.1 200 /);
+    expect(cutText).not.toContain('invalid_http'); // never written into the answer
+    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < 5; i++) await sleep(20);
+    await sleep(100);
+    const lines = logLines.filter((l) => l.msg === 'request').map((l) => [l.path, l.status, l.outcome, l.errorType, l.answerCut]);
+    expect(lines).toEqual([
+      ['/nowhere', 404, 'refused', 'no_route', undefined],
+      ['/early', 413, 'ok', undefined, undefined], // not an API the proxy reads: the transport's outcome
+      ['/hold', undefined, 'cancelled', 'client_cancelled', undefined],
+      [undefined, 400, 'refused', 'invalid_http', true],
+      ['/stream', 200, 'cancelled', 'client_cancelled', undefined],
+    ]);
   });
 
   it('an Expect other than 100-continue gets a 417 with a line; 100 Continue is sent only to a request that is forwarded', async () => {

@@ -34,7 +34,10 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ simulator: { jitter: 1.5 } }))).toMatch(/simulator\.jitter: expected a number from 0 to 1/);
     expect(errorOf(() => buildConfig({ simulator: { itl: -1 } }))).toMatch(/simulator\.itl: expected a non-negative number/);
     // Each value allowed, their schedule not: the last token past Node's longest timer.
-    expect(errorOf(() => buildConfig({ simulator: { tokens: 1_000_000, itl: 10 } }))).toMatch(/simulator\.tokens: the last token would be due after/);
+    expect(errorOf(() => buildConfig({ simulator: { tokens: 1_000_000, itl: 2, jitter: 0.1 } }))).toMatch(/\n  simulator: the last token could be due after 2200000 s \(ttft \+ tokens × itl × \(1 \+ jitter\)\)/);
+    expect(errorOf(() => buildConfig({ simulator: { ttft: 2_147_483 } }))).toMatch(/due after 2147483\.308 s/);
+    // A value already refused is the one message.
+    expect(errorOf(() => buildConfig({ simulator: { tokens: 1_000_001, itl: 5 } })).split('\n').filter((l) => l.includes('simulator'))).toHaveLength(1);
   });
 
   it('reads several routes from YAML', () => {
