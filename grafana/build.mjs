@@ -661,7 +661,7 @@ export function renderDashboard(p) {
   row('Proxy health (is the proxy itself the bottleneck?)');
   panel({
     title: 'In-flight streams (count)',
-    description: `Streams currently open through the proxy (${METRICS.active}, an up-down counter), per provider, operation (a Realtime or Live response counts while it is being answered) and upstream server_address.`,
+    description: `Requests currently in flight through the proxy (${METRICS.active}, an up-down counter), from their arrival (also while the upstream has not answered: requests that hang pile up here) to their end, per provider, operation (a Realtime or Live response counts while it is being answered) and upstream server_address.`,
     unit: 'short',
     min: 0,
     targets: [

@@ -147,6 +147,24 @@ export class RequestMeter {
   ) {
     this.clock = new StreamClock(start);
     this.defer = opts.defer ?? runNow;
+    // Active from the request on, so that requests waiting for a response head (a provider that
+    // hangs) are counted too.
+    const l = requestLabels;
+    const active = (this.activeLabels = ins.labels.of(ATTR.provider, l.provider, ATTR.operation, l.operation, ATTR.serverAddress, l.serverAddress, ATTR.serverPort, l.serverPort));
+    ins.streamsActive.add(1, active);
+  }
+
+  /** Dropped without a record (its set-up failed): no longer active. */
+  discard(): void {
+    this.finished = true;
+    this.inactive();
+  }
+
+  /** No longer counted as active (finished, or found not to be measured). */
+  private inactive(): void {
+    if (this.activeLabels === undefined) return;
+    this.ins.streamsActive.add(-1, this.activeLabels);
+    this.activeLabels = undefined;
   }
 
   /** Response headers arrived. */
@@ -157,6 +175,7 @@ export class RequestMeter {
       // Not an LLM API we know (or a path that also serves other models), and not a stream:
       // no gen_ai metrics (e.g. GET /v1/models).
       this.disabled = true;
+      this.inactive();
       return;
     }
     this.streamed = kind !== undefined;
@@ -203,12 +222,9 @@ export class RequestMeter {
     this.startRecording();
   }
 
-  /** The request's labels are fixed, and it counts as active until finish(). */
+  /** The request's labels are fixed. */
   private startRecording(): void {
-    const l = this.requestLabels;
     this.labels = this.requestOnlyLabels();
-    const active = (this.activeLabels = this.ins.labels.of(ATTR.provider, l.provider, ATTR.operation, l.operation, ATTR.serverAddress, l.serverAddress, ATTR.serverPort, l.serverPort));
-    this.defer(() => this.ins.streamsActive.add(1, active));
   }
 
   /** A content message arrived at `arrival` (ms): TTFT or a gap. */
@@ -357,6 +373,7 @@ export class RequestMeter {
   finish(end: number, errorType?: string): MeterSummary | undefined {
     if (this.finished) return undefined;
     this.finished = true;
+    this.inactive();
     if (this.disabled || (this.adapter.generic === true && !this.streamed)) return undefined;
     const adapter = this.adapter;
     if (this.framing === 'ndjson' && errorType === undefined) {
@@ -441,7 +458,6 @@ export class RequestMeter {
     const durationMs = this.opts.unknownStart === true ? undefined : this.clock.durationMs(end);
     if (durationMs !== undefined) this.ins.duration.record(durationMs / 1000, durationLabels);
     this.ins.streams.add(1, sets.with(sets.with(base, ATTR.outcome, outcome), ATTR.tokenCountSource, source));
-    if (this.activeLabels) this.ins.streamsActive.add(-1, this.activeLabels);
 
     return {
       status: this.status,

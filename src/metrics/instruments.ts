@@ -138,7 +138,7 @@ export class Instruments {
       return monotonic ? meter.createCounter(name, { unit, description }) : meter.createUpDownCounter(name, { unit, description });
     };
     this.streams = sum(METRIC.streams, '{stream}', 'Measured requests that finished, by outcome and by where the output token count came from.', true);
-    this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'Measured requests in flight.', false);
+    this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'Requests in flight to an API the proxy reads, from their arrival.', false);
 
     // Event-loop delay: a saturated proxy shows here, so it is not blamed on the provider.
     const resolutionMs = opts.loopDelayResolutionMs ?? DEFAULT_LOOP_RESOLUTION_MS;

@@ -476,6 +476,7 @@ class InFlight implements ExchangeHandler {
     } catch (e) {
       // Measurement only: a throw must not end the process (afterIo) or fail the request (onHead).
       // The request goes on unmeasured.
+      this.meter?.discard();
       this.meter = undefined;
       this.tap = undefined;
       this.deps.log.error({ reqId: this.requestId, err: (e as Error).message }, 'measurement set-up failed');

@@ -870,6 +870,33 @@ describe('failures', () => {
     expect(n).toBe(1);
   });
 
+  it('counts a request as active from its arrival, also while the upstream has not answered, and not once its answer shows it is not measured', async () => {
+    let release: (() => void) | undefined;
+    const up = await upstream((req, res) => {
+      if (req.url === '/v1/models') return void res.writeHead(200, { 'content-type': 'application/json' }).end('{"data":[]}');
+      release = () => res.writeHead(200, { 'content-type': 'text/event-stream' }).end('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: [DONE]\n\n');
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    const active = async () => total(await scrape(proxy!.metricsUrl), 'llm_proxy_streams_active');
+    const answered = fetch(`${proxy.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"model":"m-hang","stream":true}',
+    }).then((r) => r.text());
+    for (let i = 0; i < 150 && release === undefined; i++) await sleep(20);
+    let seen = 0;
+    for (let i = 0; i < 50 && seen === 0; i++, await sleep(20)) seen = await active();
+    expect(seen).toBe(1); // no response head yet: a provider that hangs shows here
+    release!();
+    expect(await answered).toContain('[DONE]');
+    // A listing on a generation API's host: counted until its head shows a plain JSON answer.
+    expect(await (await fetch(`${proxy.proxyUrl}/v1/models`)).text()).toBe('{"data":[]}');
+    let left = -1;
+    for (let i = 0; i < 50 && left !== 0; i++, await sleep(20)) left = await active();
+    expect(left).toBe(0);
+  });
+
   it('returns 404 JSON for a path no route covers', async () => {
     const up = await upstream((_req, res) => res.end('x'));
     cleanups.push(up.close);
