@@ -358,7 +358,7 @@ export function alertRules(p) {
         description:
           `The p99 event-loop delay of proxy ${instWho} averaged {{ $value | humanizeDuration }} over the last ${p.window} (threshold ${c.eventLoopP99Seconds}s). ` +
           `Every timestamp it takes can be late by that much, so its TTFT/ITL figures are inflated by the proxy itself, not the provider. ` +
-          `In-flight streams: {{ with query (printf \`sum(${METRICS.active}${instMatch})\` ${instArgs}) }}{{ . | first | value | printf "%.0f" }}{{ else }}n/a{{ end }}.`,
+          `In-flight requests (also those waiting for the provider): {{ with query (printf \`sum(${METRICS.active}${instMatch})\` ${instArgs}) }}{{ . | first | value | printf "%.0f" }}{{ else }}n/a{{ end }}.`,
         runbook_url: runbook(p, name),
       },
     });

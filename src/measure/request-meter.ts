@@ -23,10 +23,10 @@ export interface MeterOptions {
   /** Largest non-streamed JSON body kept for usage parsing. */
   maxBodyBytes: number;
   /**
-   * Runs the once-per-request instrument calls of the stream's start (active
-   * streams, TTFB, TTFT); the proxy passes `afterIo`. Default: at once. A
-   * caller that defers must defer `finish()` through the same queue too (the
-   * proxy does), or the active-streams count can dip below zero for a moment.
+   * Runs the once-per-request instrument calls of the stream's start (TTFB,
+   * TTFT) and the queued events; the proxy passes `afterIo`. Default: at once.
+   * A caller that defers must defer `finish()` through the same queue too (the
+   * proxy does), so that they come before the end's records.
    */
   defer?: (fn: () => void) => void;
   /** Caps the distinct values of `gen_ai.response.model` (the upstream controls it). Default: none. */
