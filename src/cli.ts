@@ -190,6 +190,16 @@ async function runProxy(args: string[]): Promise<void> {
       () => undefined, // the start failed: main() says so and exits
     );
   };
+  // A bug that escaped every handler: Node would print a bare stack trace and exit 1. The same
+  // exit, with a fatal log line a log shipper can alert on and the usual prefix on stderr.
+  const crashed = (kind: string) => (e: unknown): void => {
+    const err = e instanceof Error ? e : new Error(String(e));
+    process.stderr.write(`llm-latency-proxy: fatal: ${kind}: ${err.stack ?? err.message}\n`);
+    log.fatal({ err: err.message, stack: err.stack }, `${kind}: exiting`);
+    exit(1);
+  };
+  process.on('uncaughtException', crashed('uncaught exception'));
+  process.on('unhandledRejection', crashed('unhandled rejection'));
   process.on('SIGTERM', () => stop('SIGTERM'));
   process.on('SIGINT', () => stop('SIGINT'));
   // A closed terminal or SSH session (or an init that forwards it): drain like SIGTERM rather

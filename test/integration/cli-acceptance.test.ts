@@ -231,6 +231,24 @@ describe('acceptance: separate processes, official client', () => {
     expect(code).toBe(0);
   });
 
+  it('a bug that escapes every handler after start-up ends the process with code 1, a fatal log line and the stderr prefix', async () => {
+    for (const [kind, code] of [
+      ['uncaught exception', 'setTimeout(() => { throw new Error("boom-after-start"); }, 1000)'],
+      ['unhandled rejection', 'setTimeout(() => { Promise.reject(new Error("boom-after-start")); }, 1000)'],
+    ]) {
+      const p = spawnCli(['--upstream', 'http://127.0.0.1:1', '--port', '0', '--metrics-port', '0'], {
+        NODE_OPTIONS: `--import=data:text/javascript,${encodeURIComponent(code!)}`,
+      });
+      procs.push(p);
+      await p.waitFor((l) => l.msg === 'listening');
+      const line = await p.waitFor((l) => l.level === 60, 10_000);
+      expect(line.msg, kind).toBe(`${kind}: exiting`);
+      expect(line.err, kind).toBe('boom-after-start');
+      expect(await p.exited, kind).toBe(1);
+      expect(p.stderr, kind).toMatch(new RegExp(`^llm-latency-proxy: fatal: ${kind}: Error: boom-after-start`));
+    }
+  });
+
   it('two signals in a row end the process with a code, never by the signal itself', async () => {
     for (const args of [['--upstream', 'http://127.0.0.1:1', '--port', '0', '--metrics-port', '0'], ['simulate', '--port', '0']]) {
       const p = spawnCli(args);
