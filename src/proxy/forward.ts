@@ -17,7 +17,7 @@ import { countRaw, endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './he
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { RequestBodyTap } from './request-info.js';
-import { answerClientError, sendDeferredContinue } from './server-answers.js';
+import { answerClientError, answerInProgress, sendDeferredContinue } from './server-answers.js';
 import { Router, safePath, type RouteMatch } from './routes.js';
 import { CONNECT_ALLOW, CONNECT_REFUSAL, errorBody, Tunnel, writeRawError } from './tunnel.js';
 import { deflateAccepted } from '../ws/messages.js';
@@ -145,11 +145,11 @@ export class Forwarder {
    * parsed, so the line has the reason but no method or path.
    */
   refuseClientError(err: Error, socket: Duplex): void {
-    const s = socket as { _httpMessage?: { headersSent?: boolean } | null; parser?: { incoming?: { complete?: boolean } | null } | null };
-    const current = s._httpMessage;
+    const current = answerInProgress(socket);
     // A request whose head Node had parsed and whose body had not all come: handed to the proxy,
     // which logs it (answered, refused or cancelled).
-    const handedOver = Boolean(current) || s.parser?.incoming?.complete === false;
+    const parser = (socket as { parser?: { incoming?: { complete?: boolean } | null } | null }).parser;
+    const handedOver = Boolean(current) || parser?.incoming?.complete === false;
     const cut = current?.headersSent === true;
     const answer = answerClientError(err, socket);
     if (answer === undefined) return;
@@ -173,7 +173,7 @@ export class Forwarder {
    * is closed (the answer ahead is cut with it).
    */
   private pipelinedBehindAnswer(req: IncomingMessage, socket: Duplex): boolean {
-    if (!(socket as { _httpMessage?: unknown })._httpMessage) return false;
+    if (!answerInProgress(socket)) return false;
     this.deps.log.warn({ method: req.method, path: safePath(req.url) }, `${req.method === 'CONNECT' ? 'CONNECT' : 'upgrade'} pipelined behind an unfinished answer: connection closed`);
     socket.destroy();
     return true;

@@ -4,9 +4,9 @@
  * `Expect` it cannot meet (417), and `100 Continue`, which Node sends the moment it parses the
  * head, before the proxy decides whether the request is forwarded at all.
  */
-import { maxHeaderSize, STATUS_CODES, type ServerResponse } from 'node:http';
+import { maxHeaderSize, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { errorBody } from './tunnel.js';
+import { rawErrorResponse } from './tunnel.js';
 
 export interface ClientErrorAnswer {
   /** Undefined when there is nothing to answer (the client closed in the middle of its request). */
@@ -16,6 +16,11 @@ export interface ClientErrorAnswer {
 }
 
 type ParseError = Error & { code?: unknown; rawPacket?: unknown };
+
+/** The answer Node's server is writing on this connection, if any (an internal Node field). */
+export function answerInProgress(socket: Duplex): { headersSent?: boolean } | null | undefined {
+  return (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
+}
 
 /**
  * What a connection error from Node's server means for the client, with Node's own choice of
@@ -51,11 +56,9 @@ export function clientErrorAnswer(err: ParseError): ClientErrorAnswer | undefine
  */
 export function answerClientError(err: ParseError, socket: Duplex): ClientErrorAnswer | undefined {
   const answer = clientErrorAnswer(err);
-  const current = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage;
-  if (answer?.status !== undefined && socket.writable && !current?.headersSent) {
-    const body = errorBody(answer.type, answer.message);
+  if (answer?.status !== undefined && socket.writable && !answerInProgress(socket)?.headersSent) {
     try {
-      socket.write(`HTTP/1.1 ${answer.status} ${STATUS_CODES[answer.status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      socket.write(rawErrorResponse(answer.status, answer.type, answer.message));
     } catch {
       // closed under us: nothing to answer
     }

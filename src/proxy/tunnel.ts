@@ -1,4 +1,4 @@
-import type { IncomingMessage } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Duplex } from 'node:stream';
@@ -398,8 +398,6 @@ function cut(s: Duplex): void {
   }
 }
 
-const REASONS: Record<number, string> = { 400: 'Bad Request', 404: 'Not Found', 405: 'Method Not Allowed', 502: 'Bad Gateway', 503: 'Service Unavailable', 504: 'Gateway Timeout' };
-
 /**
  * Ends our half of a socket Node's HTTP server handed over. Its sockets allow half-open
  * connections, so one whose peer never closes its half would stay open (and hold up the
@@ -421,12 +419,14 @@ export function errorBody(type: string, message: string): string {
 export const CONNECT_REFUSAL = 'CONNECT is not supported: this is a reverse proxy';
 export const CONNECT_ALLOW = 'allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n';
 
+/** The proxy's JSON error answer as raw HTTP/1.1, for a socket no ServerResponse writes to; `extra` is header lines. */
+export function rawErrorResponse(status: number, type: string, message: string, extra = ''): string {
+  const body = errorBody(type, message);
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`;
+}
+
 /** A JSON error answer on a socket that Node's HTTP server handed over (upgrade, CONNECT). */
 export function writeRawError(socket: Duplex, status: number, type: string, message: string, extra = ''): void {
   if (socket.destroyed || socket.writableEnded) return;
-  const body = errorBody(type, message);
-  endSocket(
-    socket,
-    `HTTP/1.1 ${status} ${REASONS[status] ?? 'Error'}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
-  );
+  endSocket(socket, rawErrorResponse(status, type, message, extra));
 }
