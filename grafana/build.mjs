@@ -27,6 +27,11 @@ export const METRICS = Object.freeze({
   loopP50: 'nodejs_eventloop_delay_p50_seconds',
   loopP99: 'nodejs_eventloop_delay_p99_seconds',
   loopMax: 'nodejs_eventloop_delay_max_seconds',
+  loopTime: 'nodejs_eventloop_time_seconds_total',
+  cpu: 'process_cpu_time_seconds_total',
+  rss: 'process_memory_usage_bytes',
+  heapUsed: 'v8js_memory_heap_used_bytes',
+  gc: 'v8js_gc_duration_seconds',
 });
 
 /** Bucket boundaries of the per-gap ITL and TPOT histograms (docs/interfaces.md). */
@@ -680,6 +685,49 @@ export function renderDashboard(p) {
       target(`${METRICS.loopP50}{${f.proc}}`, 'p50 {{instance}}'),
       target(`${METRICS.loopP99}{${f.proc}}`, 'p99 {{instance}}'),
       target(`${METRICS.loopMax}{${f.proc}}`, 'max {{instance}}'),
+    ],
+  });
+  panel({
+    title: 'Proxy CPU and event-loop utilisation (100% = one core / a loop always busy)',
+    description: `CPU used by the proxy process (rate of ${METRICS.cpu}, user + system: 100% is one core; more means its helper threads, GC and I/O, work too) and the share of time its event loop was running callbacks (rate of ${METRICS.loopTime} active). A loop near 100% is saturated: it cannot take a timestamp on time, and its TTFT/ITL figures run late; scale out. CPU far below the loop's share points at CPU throttling or a noisy neighbour.`,
+    unit: 'percentunit',
+    min: 0,
+    w: 8,
+    targets: [
+      target(`sum by (job, instance) (rate(${METRICS.cpu}{${f.proc}}[${ri}]))`, 'CPU {{instance}}'),
+      target(`sum by (job, instance) (rate(${METRICS.loopTime}{${f.proc}, nodejs_eventloop_state="active"}[${ri}]))`, 'event loop busy {{instance}}'),
+    ],
+  });
+  panel({
+    title: 'Proxy memory: resident and V8 heap in use (bytes)',
+    description: `Resident memory of the proxy process (${METRICS.rss}: the heap, the buffers of streams in flight, the code) and the V8 heap in use (${METRICS.heapUsed}, all spaces). Resident memory that grows with in-flight streams and falls with them is expected (a few tens of KiB per open stream); growth with a flat stream count is a leak.`,
+    unit: 'bytes',
+    min: 0,
+    w: 8,
+    targets: [
+      target(`sum by (job, instance) (${METRICS.rss}{${f.proc}})`, 'resident {{instance}}'),
+      target(`sum by (job, instance) (${METRICS.heapUsed}{${f.proc}})`, 'heap in use {{instance}}'),
+    ],
+  });
+  panel({
+    title: 'Proxy GC: share of time paused, and p99 pause (seconds, right axis)',
+    description: `Garbage collection in the proxy process (${METRICS.gc}). The event loop waits during a pause, so a pause of 20 ms delays every event in flight by up to 20 ms: it shows as a gap in the ITL of every stream at once. Left axis: share of time spent in GC, by kind (minor = scavenge, major = mark-compact); right axis: p99 pause.`,
+    w: 8,
+    fieldConfig: {
+      defaults: { unit: 'percentunit', min: 0, custom: { drawStyle: 'line', lineWidth: 1, fillOpacity: 0, showPoints: 'never', spanNulls: false } },
+      overrides: [
+        {
+          matcher: { id: 'byRegexp', options: '^p99 pause' },
+          properties: [
+            { id: 'unit', value: 's' },
+            { id: 'custom.axisPlacement', value: 'right' },
+          ],
+        },
+      ],
+    },
+    targets: [
+      target(`sum by (job, instance, v8js_gc_type) (rate(${METRICS.gc}_sum{${f.proc}}[${ri}]))`, 'in GC {{v8js_gc_type}} {{instance}}'),
+      target(`histogram_quantile(0.99, sum by (le, job, instance) (rate(${METRICS.gc}_bucket{${f.proc}}[${ri}])))`, 'p99 pause {{instance}}'),
     ],
   });
 

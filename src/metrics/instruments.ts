@@ -1,8 +1,8 @@
 import type { Attributes, Meter } from '@opentelemetry/api';
-import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import { FastHistogram, FastSum, type FastMetricProducer } from './fast-metrics.js';
 import { LabelSets } from './label-sets.js';
-import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS, METRIC, type BucketName } from './semconv.js';
+import { RuntimeMetrics } from './runtime.js';
+import { DEFAULT_BUCKETS, METRIC, type BucketName } from './semconv.js';
 
 /** What the request path needs of a histogram. */
 export interface Recorder {
@@ -59,7 +59,7 @@ export class Instruments {
   readonly serverDuration: Recorder;
   readonly streams: Adder;
   readonly streamsActive: Adder;
-  private readonly loopDelay: IntervalHistogram;
+  private readonly runtime: RuntimeMetrics;
 
   constructor(meter: Meter, buckets: Buckets = DEFAULT_BUCKETS, opts: InstrumentOptions = {}) {
     const sdkHist = (name: string, unit: string, description: string, b: readonly number[]) =>
@@ -140,40 +140,11 @@ export class Instruments {
     this.streams = sum(METRIC.streams, '{stream}', 'Measured requests that finished, by outcome and by where the output token count came from.', true);
     this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'Requests in flight to an API the proxy reads, from their arrival.', false);
 
-    // Event-loop delay: a saturated proxy shows here, so it is not blamed on the provider.
-    const resolutionMs = opts.loopDelayResolutionMs ?? DEFAULT_LOOP_RESOLUTION_MS;
-    this.loopDelay = monitorEventLoopDelay({ resolution: resolutionMs });
-    this.loopDelay.enable();
-    const p50 = meter.createObservableGauge(METRIC.eventLoopDelayP50, {
-      unit: 's',
-      description: 'Event-loop delay of the proxy process, median since the previous collection.',
-    });
-    const p99 = meter.createObservableGauge(METRIC.eventLoopDelayP99, {
-      unit: 's',
-      description: 'Event-loop delay of the proxy process, 99th percentile since the previous collection.',
-    });
-    const max = meter.createObservableGauge(METRIC.eventLoopDelayMax, {
-      unit: 's',
-      description: 'Event-loop delay of the proxy process, maximum since the previous collection.',
-    });
-    meter.addBatchObservableCallback(
-      (obs) => {
-        const h = this.loopDelay;
-        if (h.count > 0) {
-          // Samples are the sampling timer's full period: subtract the period to get the delay.
-          const delay = (ns: number) => Math.max(0, ns / 1e9 - resolutionMs / 1000);
-          obs.observe(p50, delay(h.percentile(50)));
-          obs.observe(p99, delay(h.percentile(99)));
-          obs.observe(max, delay(h.max));
-        }
-        h.reset();
-      },
-      [p50, p99, max],
-    );
+    this.runtime = new RuntimeMetrics(meter, opts.loopDelayResolutionMs);
   }
 
   shutdown(): void {
-    this.loopDelay.disable();
+    this.runtime.shutdown();
   }
 }
 

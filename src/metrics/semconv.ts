@@ -32,6 +32,12 @@ export const METRIC = {
   eventLoopDelayP50: 'nodejs.eventloop.delay.p50',
   eventLoopDelayP99: 'nodejs.eventloop.delay.p99',
   eventLoopDelayMax: 'nodejs.eventloop.delay.max',
+  eventLoopTime: 'nodejs.eventloop.time',
+  processCpuTime: 'process.cpu.time',
+  processMemoryUsage: 'process.memory.usage',
+  heapUsed: 'v8js.memory.heap.used',
+  heapSpaceSize: 'v8js.memory.heap.space.size',
+  gcDuration: 'v8js.gc.duration',
 } as const;
 
 export const ATTR = {
@@ -91,6 +97,14 @@ export const DEFAULT_BUCKETS = {
   ],
   tokens: [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304],
 } as const;
+
+/**
+ * GC pause buckets, seconds. The convention advises 0.01, 0.1, 1, 10, which would put
+ * every pause of this process (scavenges of 0.2-3 ms, the odd mark-compact of
+ * 5-50 ms) in the first bucket; these keep those boundaries and resolve the
+ * milliseconds that show in the ITL of the fastest providers.
+ */
+export const GC_DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 10] as const;
 
 export type BucketName = keyof typeof DEFAULT_BUCKETS;
 

@@ -61,5 +61,5 @@ export function testInstruments(opts: InstrumentOptions = {}) {
     const { resourceMetrics } = await reader.collect();
     return resourceMetrics.scopeMetrics.flatMap((sm) => sm.metrics.map((m) => m.descriptor.name));
   }
-  return { instruments, histogram, sumValue, gaugeValue, names, shutdown: () => { instruments.shutdown(); return provider.shutdown(); } };
+  return { instruments, histogram, sumValue, gaugeValue, names, collect: () => reader.collect(), shutdown: () => { instruments.shutdown(); return provider.shutdown(); } };
 }

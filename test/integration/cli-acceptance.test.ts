@@ -99,6 +99,12 @@ describe('acceptance: separate processes, official client', () => {
       llm_proxy_streams_total: 'counter',
       llm_proxy_streams_active: 'gauge',
       nodejs_eventloop_delay_p99_seconds: 'gauge',
+      nodejs_eventloop_time_seconds_total: 'counter',
+      process_cpu_time_seconds_total: 'counter',
+      process_memory_usage_bytes: 'gauge',
+      v8js_memory_heap_used_bytes: 'gauge',
+      v8js_memory_heap_space_size_bytes: 'gauge',
+      v8js_gc_duration_seconds: 'histogram',
       target_info: 'gauge',
     });
     const s = parseProm(text);
