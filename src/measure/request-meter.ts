@@ -53,6 +53,8 @@ export interface MeterSummary {
   streamed: boolean;
   ttftMs: number | undefined;
   tpotMs: number | undefined;
+  /** The longest gap between two content events; undefined with fewer than two. */
+  maxGapMs: number | undefined;
   /** Undefined when the start was not known. */
   durationMs: number | undefined;
   contentEvents: number;
@@ -464,6 +466,7 @@ export class RequestMeter {
       streamed,
       ttftMs: this.opts.unknownStart === true ? undefined : this.clock.ttftMs,
       tpotMs: tpot,
+      maxGapMs: this.clock.maxGapMs,
       durationMs,
       contentEvents: this.clock.contentEvents,
       outputTokens,

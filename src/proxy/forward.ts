@@ -715,6 +715,7 @@ class InFlight implements ExchangeHandler {
           errorType: summary?.errorType ?? errorType,
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),
+          maxGapMs: round(summary?.maxGapMs),
           outputTokens: summary?.outputTokens,
           tokenSource: summary?.tokenCountSource,
           durationMs: round(end - this.start),

@@ -9,10 +9,13 @@
  *  - TPOT = (last content event - first content event) / (output tokens - 1),
  *           only when output tokens >= 2 and there were >= 2 content events
  *  - duration = end (last byte, error or cancel) - request arrival
+ *  - longest gap = the largest of the gaps (the request log's `maxGapMs`: a stall
+ *    longer than the gap histogram's last bucket still has its length)
  */
 export class StreamClock {
   private first = -1;
   private last = -1;
+  private maxGap = -1;
   contentEvents = 0;
 
   constructor(readonly start: number) {}
@@ -30,7 +33,13 @@ export class StreamClock {
     }
     const gap = t - this.last;
     this.last = t;
+    if (gap > this.maxGap) this.maxGap = gap;
     return gap;
+  }
+
+  /** The longest gap between two content events in ms, or undefined before the second. */
+  get maxGapMs(): number | undefined {
+    return this.maxGap < 0 ? undefined : this.maxGap;
   }
 
   get ttftMs(): number | undefined {

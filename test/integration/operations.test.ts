@@ -295,6 +295,40 @@ describe('logs', () => {
 });
 
 describe('logs, continued', () => {
+  it('the request line of a stream carries its TTFT, TPOT and longest gap, a stall included', async () => {
+    // OpenAI chunks: the first after 50 ms, then 20 ms apart, with one 400 ms stall in the middle.
+    const chunk = (text: string) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: 'm', choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
+    const delays = [50, 20, 20, 400, 20, 20];
+    const up = http.createServer(async (req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (const [i, d] of delays.entries()) {
+        await sleep(d);
+        res.write(chunk(`t${i}`));
+      }
+      res.end('data: [DONE]\n\n');
+    });
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => (up.closeAllConnections(), up.close(() => r()))));
+    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+    procs.push(p);
+    const l = await p.waitFor((x) => x.msg === 'listening');
+    const r = await fetch(`${l.proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
+    await r.text();
+    const line = await p.waitFor((x) => x.msg === 'request');
+    expect(line).toMatchObject({ status: 200, outcome: 'ok', outputTokens: 6, tokenSource: 'events' });
+    const [ttftMs, tpotMs, maxGapMs, durationMs] = (['ttftMs', 'tpotMs', 'maxGapMs', 'durationMs'] as const).map((k) => {
+      expect(typeof line[k], k).toBe('number');
+      return line[k] as number;
+    }) as [number, number, number, number];
+    // Timers fire no earlier than asked; a loaded machine makes them later, not earlier.
+    expect(ttftMs).toBeGreaterThanOrEqual(49);
+    expect(maxGapMs).toBeGreaterThanOrEqual(399);
+    expect(maxGapMs).toBeLessThanOrEqual(durationMs - ttftMs);
+    // TPOT spreads the stall over the 5 gaps; the longest gap keeps it whole.
+    expect(tpotMs).toBeGreaterThanOrEqual(480 / 5 - 1);
+    expect(maxGapMs).toBeGreaterThan(tpotMs);
+  });
   it('the request line of an answer the proxy gave itself (502) carries that status', async () => {
     const up = net.createServer((s) => s.destroy()); // reachable, answers nothing
     await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));

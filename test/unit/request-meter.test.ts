@@ -49,6 +49,7 @@ describe('RequestMeter with a controllable clock', () => {
     expect(s.outputTokens).toBe(23);
     expect(s.tokenCountSource).toBe('usage');
     expect(s.tpotMs).toBeCloseTo(20, 9);
+    expect(s.maxGapMs).toBe(20); // the role chunk and the trailing events are not content
 
     const ttft = await t.histogram(METRIC.ttft);
     expect(ttft.count).toBe(1);

@@ -24,6 +24,20 @@ describe('StreamClock (fake clock)', () => {
     expect(c.tpotMs(2)).toBe(10);
   });
 
+  it('keeps the longest gap, none before the second content event', () => {
+    const c = new StreamClock(0);
+    expect(c.maxGapMs).toBeUndefined();
+    c.content(100);
+    expect(c.maxGapMs).toBeUndefined();
+    c.content(105);
+    expect(c.maxGapMs).toBe(5);
+    c.content(3105); // a 3 s stall, past the gap histogram's last bucket (2.5 s)
+    c.content(3106);
+    expect(c.maxGapMs).toBe(3000);
+    c.content(3106); // same read: a gap of 0
+    expect(c.maxGapMs).toBe(3000);
+  });
+
   it('has no TTFT before the first content event', () => {
     expect(new StreamClock(5).ttftMs).toBeUndefined();
   });
