@@ -700,7 +700,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Proxy memory: resident and V8 heap in use (bytes)',
-    description: `Resident memory of the proxy process (${METRICS.rss}: the heap, the buffers of streams in flight, the code) and the V8 heap in use (${METRICS.heapUsed}, all spaces). Resident memory that grows with in-flight streams and falls with them is expected (a few tens of KiB per open stream); growth with a flat stream count is a leak.`,
+    description: `Resident memory of the proxy process (${METRICS.rss}: the heap, the buffers of streams in flight, the code) and the V8 heap in use (${METRICS.heapUsed}, all spaces). Resident memory rises with in-flight streams (a few tens of KiB per open stream) and then stays near its high-water mark, as freed memory is kept for reuse; a leak is heap in use that keeps rising across collections with a flat stream count.`,
     unit: 'bytes',
     min: 0,
     w: 8,
@@ -711,7 +711,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Proxy GC: share of time paused, and p99 pause (seconds, right axis)',
-    description: `Garbage collection in the proxy process (${METRICS.gc}). The event loop waits during a pause, so a pause of 20 ms delays every event in flight by up to 20 ms: it shows as a gap in the ITL of every stream at once. Left axis: share of time spent in GC, by kind (minor = scavenge, major = mark-compact); right axis: p99 pause.`,
+    description: `Garbage collection in the proxy process (${METRICS.gc}). The event loop waits during a pause, so a pause of 20 ms delays every event in flight by up to 20 ms: it shows as a gap in the ITL of every stream at once. Left axis: share of time spent in GC, by kind (minor = scavenge, major = mark-compact's final pause, incremental = the start of marking); right axis: p99 pause. V8's incremental-marking steps between those are not reported by Node: with a large heap they show only in the event-loop delay.`,
     w: 8,
     fieldConfig: {
       defaults: { unit: 'percentunit', min: 0, custom: { drawStyle: 'line', lineWidth: 1, fillOpacity: 0, showPoints: 'never', spanNulls: false } },

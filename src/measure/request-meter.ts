@@ -53,7 +53,10 @@ export interface MeterSummary {
   streamed: boolean;
   ttftMs: number | undefined;
   tpotMs: number | undefined;
-  /** The longest gap between two content events; undefined with fewer than two. */
+  /**
+   * The longest gap between two content events; for a stream cancelled or failed after its
+   * first, also the time from its last content event to its end. Undefined before a gap.
+   */
   maxGapMs: number | undefined;
   /** Undefined when the start was not known. */
   durationMs: number | undefined;
@@ -466,7 +469,7 @@ export class RequestMeter {
       streamed,
       ttftMs: this.opts.unknownStart === true ? undefined : this.clock.ttftMs,
       tpotMs: tpot,
-      maxGapMs: this.clock.maxGapMs,
+      maxGapMs: outcome === 'ok' ? this.clock.maxGapMs : this.clock.maxGapOpenMs(end),
       durationMs,
       contentEvents: this.clock.contentEvents,
       outputTokens,

@@ -10,7 +10,9 @@
  *           only when output tokens >= 2 and there were >= 2 content events
  *  - duration = end (last byte, error or cancel) - request arrival
  *  - longest gap = the largest of the gaps (the request log's `maxGapMs`: a stall
- *    longer than the gap histogram's last bucket still has its length)
+ *    longer than the gap histogram's last bucket still has its length); for a
+ *    stream that did not end well, also the open gap from its last content event
+ *    to its end (the stall a client gave up in is the one that matters)
  */
 export class StreamClock {
   private first = -1;
@@ -40,6 +42,11 @@ export class StreamClock {
   /** The longest gap between two content events in ms, or undefined before the second. */
   get maxGapMs(): number | undefined {
     return this.maxGap < 0 ? undefined : this.maxGap;
+  }
+
+  /** As `maxGapMs`, counting the gap still open at `end`; undefined before the first content event. */
+  maxGapOpenMs(end: number): number | undefined {
+    return this.last < 0 ? undefined : Math.max(this.maxGap, end - this.last);
   }
 
   get ttftMs(): number | undefined {

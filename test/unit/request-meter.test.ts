@@ -49,7 +49,7 @@ describe('RequestMeter with a controllable clock', () => {
     expect(s.outputTokens).toBe(23);
     expect(s.tokenCountSource).toBe('usage');
     expect(s.tpotMs).toBeCloseTo(20, 9);
-    expect(s.maxGapMs).toBe(20); // the role chunk and the trailing events are not content
+    expect(s.maxGapMs).toBe(20); // the role chunk and the trailing events (110 ms after the last content) are not content
 
     const ttft = await t.histogram(METRIC.ttft);
     expect(ttft.count).toBe(1);
@@ -209,6 +209,8 @@ describe('RequestMeter with a controllable clock', () => {
     for (let i = 0; i < 6; i++) m.chunk(chunks[i]!, 10 * i);
     const s = m.finish(100, 'client_cancelled')!;
     expect(s.outcome).toBe('cancelled');
+    // Content 10 ms apart until 50, cancelled at 100: the stall the client gave up in is the longest gap.
+    expect(s.maxGapMs).toBe(50);
     const dur = await t.histogram(METRIC.duration);
     expect(dur.attributes[0]!['error.type']).toBe('client_cancelled');
     expect(await t.sumValue(METRIC.streams, { outcome: 'cancelled' })).toBe(1);

@@ -36,6 +36,13 @@ describe('StreamClock (fake clock)', () => {
     expect(c.maxGapMs).toBe(3000);
     c.content(3106); // same read: a gap of 0
     expect(c.maxGapMs).toBe(3000);
+    // A stream that ends badly counts the gap still open at its end, when it is the longest.
+    expect(c.maxGapOpenMs(3200)).toBe(3000);
+    expect(c.maxGapOpenMs(7106)).toBe(4000);
+    expect(new StreamClock(0).maxGapOpenMs(10)).toBeUndefined();
+    const one = new StreamClock(0);
+    one.content(5);
+    expect(one.maxGapOpenMs(2005)).toBe(2000);
   });
 
   it('has no TTFT before the first content event', () => {
