@@ -556,13 +556,27 @@ export function renderDashboard(p) {
     title: 'Failed requests by error_type (req/s)',
     description: `Requests per second that ended with an error_type label on ${METRICS.duration} (client_cancelled, upstream_reset, timeout, upstream_unreachable, upstream_protocol_error, an HTTP status, or the provider's in-band error type).`,
     unit: 'reqps',
-    w: 24,
+    w: 12,
     h: 7,
     targets: [
       target(
         `sum by (gen_ai_request_model, error_type) (rate(${METRICS.duration}_count{${f.all}, error_type!=""}[${ri}]))`,
         '{{gen_ai_request_model}} {{error_type}}',
       ),
+    ],
+  });
+  const meanDuration = (sel, labels) =>
+    `sum by (${labels}) (rate(${METRICS.duration}_sum{${f.all}, ${sel}}[${ri}])) / sum by (${labels}) (rate(${METRICS.duration}_count{${f.all}, ${sel}}[${ri}]))`;
+  panel({
+    title: 'Mean request duration: completed, and by error_type (seconds)',
+    description: `Mean duration (${METRICS.duration}, request arrival to the last byte, the failure or the cancellation) of the requests that ended without an error_type, per provider/model, and of the failed or cancelled ones per error_type. Cancelled requests whose mean sits at a round figure (2 s, 30 s, 60 s) are mostly one client's timeout giving up; a timeout error sits at timeouts.response. A mean, not a quantile: the histogram's doubling buckets would put a 10 s timeout at 7.7 s.`,
+    unit: 's',
+    min: 0,
+    w: 12,
+    h: 7,
+    targets: [
+      target(meanDuration('error_type=""', pm), `completed ${pmLegend}`),
+      target(meanDuration('error_type!=""', 'gen_ai_request_model, error_type'), '{{gen_ai_request_model}} {{error_type}}'),
     ],
   });
 

@@ -123,6 +123,10 @@ describe('grafana/dashboards/llm-latency-proxy.json', () => {
     expect(shifted.some((e) => e.endsWith(`offset ${params.comparison.week}`))).toBe(true);
     expect(byMetric(/llm_proxy_streams_active/).length).toBeGreaterThan(0);
     expect(byMetric(/nodejs_eventloop_delay_p99_seconds/).length).toBeGreaterThan(0);
+    // mean duration of completed requests and of failed/cancelled ones by error_type (sum / count, not a bucket quantile)
+    const duration = byMetric(/gen_ai_client_operation_duration_seconds_sum\{[^}]*error_type=""/);
+    expect(duration.length).toBe(1);
+    expect(duration[0]!.targets!.map((t) => t.expr).join('\n')).toMatch(/duration_seconds_sum\{[^}]*error_type!=""[^}]*\}\[[^\]]+\]\)\) \/ sum by \(gen_ai_request_model, error_type\) \(rate\(gen_ai_client_operation_duration_seconds_count/);
     // the process's own health: CPU, event-loop utilisation, memory, GC
     for (const re of [/process_cpu_time_seconds_total/, /nodejs_eventloop_time_seconds_total/, /process_memory_usage_bytes/, /v8js_memory_heap_used_bytes/, /v8js_gc_duration_seconds_sum/, /v8js_gc_duration_seconds_bucket/])
       expect(byMetric(re).length, String(re)).toBeGreaterThan(0);
