@@ -407,7 +407,11 @@ export class RequestMeter {
     // A client that hangs up after the upstream reported an error did not cancel a working
     // request: the OpenAI and Anthropic SDKs abort on an in-band error event, and cancel a
     // 429/5xx body before they retry. The upstream's error is what happened.
-    const err = (errorType === ERROR_TYPE.clientCancelled ? (upstreamErr ?? errorType) : errorType) ?? upstreamErr;
+    // Nor did one that hangs up after the API's last event ([DONE], message_stop) reached it:
+    // clients that stop reading there would otherwise count as cancellations whenever the
+    // server's end of body comes a few ms later.
+    const cancelled = errorType === ERROR_TYPE.clientCancelled ? (upstreamErr ?? (adapter.complete === true ? undefined : errorType)) : undefined;
+    const err = (errorType === ERROR_TYPE.clientCancelled ? cancelled : errorType) ?? upstreamErr;
     const outcome = err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error';
 
     const usage = adapter.usage;

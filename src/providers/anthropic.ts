@@ -25,6 +25,7 @@ export class AnthropicAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  complete = false;
   /** Raw usage fields as last reported; `usage` is derived from them. */
   private input: number | undefined;
   private cacheCreation: number | undefined;
@@ -34,7 +35,11 @@ export class AnthropicAdapter implements ResponseAdapter {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const t = ev.type;
     // The SSE event name equals the payload's `type`: skip parsing what we do not need.
-    if (t === 'ping' || t === 'content_block_stop' || t === 'message_stop') return EventKind.None;
+    if (t === 'message_stop') {
+      this.complete = true;
+      return EventKind.None;
+    }
+    if (t === 'ping' || t === 'content_block_stop') return EventKind.None;
     // A block start is read only for a server-side fallback's hand-over (beta) or redacted thinking.
     if (t === 'content_block_start' && !ev.data.includes('"fallback"') && !ev.data.includes('"redacted_thinking"')) return EventKind.None;
     const o = parseObject(ev.data);
@@ -45,6 +50,9 @@ export class AnthropicAdapter implements ResponseAdapter {
   /** One decoded Anthropic event (also from a Bedrock `chunk`). */
   onObject(type: string, o: Record<string, unknown>): EventKind {
     switch (type) {
+      case 'message_stop': // without an `event:` name, or in a Bedrock chunk
+        this.complete = true;
+        return EventKind.None;
       case 'content_block_delta':
         return deltaHasContent(obj(o.delta)) ? EventKind.Content : EventKind.None;
       case 'content_block_start': {

@@ -19,6 +19,7 @@ export class OllamaAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  complete = false;
   serverTimings: ServerTimings | undefined;
 
   onEvent(ev: SseEvent): EventKind {
@@ -35,7 +36,10 @@ export class OllamaAdapter implements ResponseAdapter {
       return EventKind.Error;
     }
     if (this.responseModel === undefined && typeof o.model === 'string' && o.model !== '') this.responseModel = o.model;
-    if (o.done === true) this.readFinal(o);
+    if (o.done === true) {
+      this.readFinal(o);
+      this.complete = true;
+    }
     const m = obj(o.message);
     if (m) {
       if (nonEmpty(m.content) || nonEmpty(m.thinking)) return EventKind.Content;

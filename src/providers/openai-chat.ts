@@ -33,6 +33,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  complete = false;
   serverTimings: ServerTimings | undefined;
   /** Set by an audio delta (`gpt-4o-audio`): it holds many tokens, so events are no count. */
   multiTokenEvents = false;
@@ -72,7 +73,10 @@ export class OpenAIChatAdapter implements ResponseAdapter {
 
   private classify(data: string): EventKind {
     const chunk = parseObject(data); // `[DONE]`, keep-alives, non-JSON: undefined
-    if (!chunk) return EventKind.None;
+    if (!chunk) {
+      if (data === '[DONE]') this.complete = true;
+      return EventKind.None;
+    }
     if (chunk.error !== undefined && chunk.error !== null) {
       this.errorType = errorTypeOf(chunk.error, chunk.error_type);
       return EventKind.Error;

@@ -40,6 +40,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  complete = false;
   reasoningStreamed = false;
 
   onEvent(ev: SseEvent): EventKind {
@@ -71,6 +72,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     }
     const r = obj(o.response);
     if (r) this.readResponse(r);
+    if (type === 'response.completed' || type === 'response.incomplete') this.complete = true;
     if (type === 'response.failed') {
       const e = r ? obj(r.error) : undefined;
       return this.fail(firstString(e?.code, e?.type) ?? 'response_failed');

@@ -113,6 +113,13 @@ export interface ResponseAdapter {
    * answers are measured; a JSON answer records nothing, as for an unknown API.
    */
   readonly streamsOnly?: boolean;
+  /**
+   * True once the API's own last event of a finished answer was read (OpenAI's `[DONE]`,
+   * Anthropic's `message_stop`, Responses' `response.completed`/`incomplete`, Ollama's
+   * `done: true`): a client that hangs up after it had its whole answer did not cancel it.
+   * Undefined for the APIs that do not track it.
+   */
+  readonly complete?: boolean;
 }
 
 /** The API family of a request: decides the adapter and the semconv names. */

@@ -712,7 +712,8 @@ class InFlight implements ExchangeHandler {
           status: summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
           // A request never sent upstream (queued behind another answer) was cancelled, whatever ended it.
           outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled || this.queued ? 'cancelled' : 'error'),
-          errorType: summary?.errorType ?? errorType,
+          // The meter's verdict when it measured: a hang-up after the API's last event is no error.
+          errorType: summary ? summary.errorType : errorType,
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),
           maxGapMs: round(summary?.maxGapMs),

@@ -329,6 +329,35 @@ describe('logs, continued', () => {
     expect(tpotMs).toBeGreaterThanOrEqual(480 / 5 - 1);
     expect(maxGapMs).toBeGreaterThan(tpotMs);
   });
+  it('a client that closes once it has read [DONE], before the upstream ends its body, is logged ok, not cancelled', async () => {
+    const chunk = (text: string) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: 'm', choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
+    const up = http.createServer(async (req, res) => {
+      req.resume();
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      for (let i = 0; i < 4; i++) {
+        res.write(chunk(`t${i}`));
+        await sleep(10);
+      }
+      res.write('data: [DONE]\n\n');
+      await sleep(300); // a server that ends its body in a later write
+      res.end();
+    });
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => (up.closeAllConnections(), up.close(() => r()))));
+    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+    procs.push(p);
+    const l = await p.waitFor((x) => x.msg === 'listening');
+    const ac = new AbortController();
+    const r = await fetch(`${l.proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}', signal: ac.signal });
+    const reader = r.body!.getReader();
+    let text = '';
+    while (!text.includes('[DONE]')) text += new TextDecoder().decode((await reader.read()).value);
+    ac.abort();
+    const line = await p.waitFor((x) => x.msg === 'request');
+    expect(line).toMatchObject({ status: 200, outcome: 'ok', outputTokens: 4 });
+    expect(line.errorType).toBeUndefined();
+    expect(line.durationMs as number).toBeLessThan(300);
+  });
   it('the request line of an answer the proxy gave itself (502) carries that status', async () => {
     const up = net.createServer((s) => s.destroy()); // reachable, answers nothing
     await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));

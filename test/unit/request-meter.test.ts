@@ -6,6 +6,8 @@ import { METRIC } from '../../src/metrics/semconv.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
 import { GeminiAdapter } from '../../src/providers/gemini.js';
+import { AnthropicAdapter } from '../../src/providers/anthropic.js';
+import { OllamaAdapter } from '../../src/providers/ollama.js';
 import type { ResponseAdapter } from '../../src/providers/types.js';
 import { fixture } from '../helpers/fixtures.js';
 import { testInstruments } from '../helpers/metrics.js';
@@ -217,6 +219,32 @@ describe('RequestMeter with a controllable clock', () => {
     // a second finish (e.g. a late close event) records nothing
     expect(m.finish(200)).toBeUndefined();
     expect((await t.histogram(METRIC.duration)).count).toBe(1);
+  });
+
+  // Clients that stop reading at the API's last event and close: the server's end of body may
+  // come a few ms later (a separate write), and the whole answer was already forwarded.
+  it.each([
+    ['OpenAI Chat', () => new OpenAIChatAdapter(), 'openai-chat-usage.sse', 'text/event-stream', 'data: [DONE]'],
+    ['Anthropic', () => new AnthropicAdapter(), 'anthropic-messages.sse', 'text/event-stream', 'message_stop'],
+    ['Responses', () => new OpenAIResponsesAdapter(), 'openai-responses.sse', 'text/event-stream', 'response.completed'],
+    ['Ollama', () => new OllamaAdapter(), 'ollama-chat.ndjson', 'application/x-ndjson', '"done":true'],
+  ] as const)('%s: a client that hangs up after the last event had its answer (ok, with TPOT); before it, cancelled', async (_n, adapter, file, ct, last) => {
+    const bytes = fixture(file);
+    const chunks = ct === 'application/x-ndjson' ? bytes.toString('latin1').split(/(?<=\n)/).map((l) => Buffer.from(l, 'latin1')) : eventChunks(bytes);
+    expect(chunks.at(-1)!.toString()).toContain(last);
+    for (const upTo of [chunks.length, chunks.length - 1]) {
+      t = testInstruments();
+      const m = new RequestMeter(t.instruments, adapter(), { ...labels }, 0, opts);
+      m.responseStart(200, ct, undefined);
+      for (let i = 0; i < upTo; i++) m.chunk(chunks[i]!, 100 + 10 * i);
+      const s = m.finish(100 + 10 * upTo + 5, 'client_cancelled')!;
+      const whole = upTo === chunks.length;
+      expect([s.outcome, s.errorType]).toEqual(whole ? ['ok', undefined] : ['cancelled', 'client_cancelled']);
+      expect(await t.sumValue(METRIC.streams, { outcome: whole ? 'ok' : 'cancelled' })).toBe(1);
+      if (whole) expect((await t.histogram(METRIC.tpot)).count).toBe(1);
+      else expect((await t.histogram(METRIC.tpot)).count).toBe(0);
+      await t.shutdown();
+    }
   });
 
   it('marks an HTTP error status and an in-band error', async () => {
