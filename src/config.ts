@@ -292,8 +292,11 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     }),
     timeouts: Object.freeze({
       connect: f.timeouts?.connect ?? 10,
-      response: f.timeouts?.response ?? 300,
-      idle: f.timeouts?.idle ?? 300,
+      // Longer than the OpenAI and Anthropic SDKs' 600 s read timeout (they announce it in
+      // x-stainless-read-timeout): a slow answer that works direct must not become a 504 the
+      // SDK retries twice, each attempt billed. The client's own timeout decides.
+      response: f.timeouts?.response ?? 610,
+      idle: f.timeouts?.idle ?? 610,
       // Longer than clients' and load balancers' idle timeouts (60 s on AWS ALB),
       // so the proxy is not the side that closes a connection a client is reusing.
       keepAlive: f.timeouts?.keepAlive ?? 65,

@@ -1,6 +1,8 @@
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
+import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { buildConfig, ConfigError, envOverrides, hostOf, loadConfig, logLevelOf, upstreamOf } from '../../src/config.js';
 
@@ -13,6 +15,16 @@ function errorOf(fn: () => unknown): string {
   }
   throw new Error('expected a ConfigError');
 }
+
+describe('default timeouts', () => {
+  it('outlast the official SDKs\' own read timeout, so a slow answer is not cut into a 504 they retry', () => {
+    const t = loadConfig({}, {}).timeouts;
+    for (const sdkMs of [OpenAI.DEFAULT_TIMEOUT, Anthropic.DEFAULT_TIMEOUT]) {
+      expect(t.response * 1000).toBeGreaterThan(sdkMs);
+      expect(t.idle * 1000).toBeGreaterThan(sdkMs);
+    }
+  });
+});
 
 describe('config', () => {
   it('defaults to the built-in simulator when no upstream is given', () => {
