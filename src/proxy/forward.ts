@@ -808,9 +808,19 @@ function removeRaw(raw: string[], lowerName: string): void {
   for (let i = raw.length - 2; i >= 0; i -= 2) if (isName(raw[i]!, lowerName)) raw.splice(i, 2);
 }
 
+/** The field's value in place (its name as the client wrote it, its position kept); repeats removed; appended when absent. */
 function replaceRaw(raw: string[], lowerName: string, value: string): void {
-  removeRaw(raw, lowerName);
-  raw.push(lowerName, value);
+  let first = -1;
+  for (let i = 0; i < raw.length; i += 2) {
+    if (!isName(raw[i]!, lowerName)) continue;
+    if (first < 0) first = i;
+    else {
+      raw.splice(i, 2);
+      i -= 2;
+    }
+  }
+  if (first < 0) raw.push(lowerName, value);
+  else raw[first + 1] = value;
 }
 
 export function sendError(res: ServerResponse, status: number, type: string, message: string): void {

@@ -336,6 +336,11 @@ describe('transparent forwarding', () => {
     expect(acceptSeen()).toEqual(['identity']);
     await post('/v1/chat/completions', {});
     expect(acceptSeen()).toEqual([]);
+    // The rewritten field keeps its place and its name's bytes; repeats become one.
+    await post('/v1/chat/completions', { 'X-First': '1', 'Accept-Encoding': 'gzip, deflate', 'X-Last': '2' });
+    const names = up.seen.at(-1)!.rawHeaders.filter((_, i) => i % 2 === 0);
+    expect(names.filter((n) => ['X-First', 'Accept-Encoding', 'X-Last'].includes(n))).toEqual(['X-First', 'Accept-Encoding', 'X-Last']);
+    expect(acceptSeen()).toEqual(['identity']);
     const sigv4 = 'AWS4-HMAC-SHA256 Credential=AKID/20261130/us-east-1/bedrock/aws4_request, SignedHeaders=accept-encoding;host;x-amz-date, Signature=abc';
     await post('/model/m/converse-stream', { 'accept-encoding': 'gzip', authorization: sigv4 });
     expect(acceptSeen()).toEqual(['gzip']);
