@@ -13,6 +13,27 @@ export interface ClientErrorAnswer {
   status: number | undefined;
   type: string;
   message: string;
+  /** The client spoke HTTP/2 (prior knowledge): answered in HTTP/2, which is all it can read. */
+  http2?: boolean;
+}
+
+const H2_MESSAGE = 'HTTP/2 with prior knowledge is not served: HTTP/1.1 only';
+
+/**
+ * A server connection preface (an empty SETTINGS frame) and a GOAWAY with HTTP_1_1_REQUIRED
+ * (RFC 9113 §3.4, §6.8, §7) whose debug data says why: an HTTP/2 client shows that reason,
+ * where an HTTP/1.1 400 would reach it as a garbled frame.
+ */
+function http2Refusal(message: string): Buffer {
+  const debug = Buffer.from(message, 'latin1');
+  const settings = Buffer.from([0, 0, 0, 0x4, 0, 0, 0, 0, 0]);
+  const goaway = Buffer.alloc(9 + 8 + debug.length);
+  goaway.writeUIntBE(8 + debug.length, 0, 3);
+  goaway[3] = 0x7; // GOAWAY; flags 0, stream 0
+  goaway.writeUInt32BE(0, 9); // last stream id: none was processed
+  goaway.writeUInt32BE(0xd, 13); // HTTP_1_1_REQUIRED
+  debug.copy(goaway, 17);
+  return Buffer.concat([settings, goaway]);
 }
 
 type ParseError = Error & { code?: unknown; rawPacket?: unknown };
@@ -45,7 +66,7 @@ export function clientErrorAnswer(err: ParseError): ClientErrorAnswer | undefine
   if (Buffer.isBuffer(raw) && raw[0] === 0x16 && raw[1] === 0x03) {
     return { status: 400, type: 'invalid_http', message: 'a TLS handshake on a plain-HTTP port: connect with http://, or put TLS in front of the proxy' };
   }
-  if (code === 'HPE_PAUSED_H2_UPGRADE') return { status: 400, type: 'invalid_http', message: 'HTTP/2 with prior knowledge is not served: HTTP/1.1 only' };
+  if (code === 'HPE_PAUSED_H2_UPGRADE') return { status: 400, type: 'invalid_http', message: H2_MESSAGE, http2: true };
   return { status: 400, type: 'invalid_http', message: err.message.slice(0, 200) };
 }
 
@@ -58,7 +79,7 @@ export function answerClientError(err: ParseError, socket: Duplex): ClientErrorA
   const answer = clientErrorAnswer(err);
   if (answer?.status !== undefined && socket.writable && !answerInProgress(socket)?.headersSent) {
     try {
-      socket.write(rawErrorResponse(answer.status, answer.type, answer.message));
+      socket.write(answer.http2 === true ? http2Refusal(answer.message) : rawErrorResponse(answer.status, answer.type, answer.message));
     } catch {
       // closed under us: nothing to answer
     }

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import http2 from 'node:http2';
 import net, { type AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -469,7 +470,6 @@ describe('requests the proxy does not forward', () => {
     const cases: [string, string, number, string, RegExp][] = [
       ['not HTTP', 'HELLO WORLD\r\n\r\n' + after, 400, 'invalid_http', /Invalid method/],
       ['TLS on the plain port', clientHello, 400, 'invalid_http', /TLS handshake/],
-      ['HTTP/2 prior knowledge', 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 400, 'invalid_http', /HTTP\/2/],
       ['two lengths', 'POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n{}' + after, 400, 'invalid_http', /Duplicate Content-Length/],
       ['head over 16 KiB', `GET /v1/x HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n` + after, 431, 'header_too_large', /16384 bytes/],
     ];
@@ -480,6 +480,16 @@ describe('requests the proxy does not forward', () => {
       expect(r.closed, name).toBe(true);
       expect(r.text.match(/^HTTP\/1\.1 /gm), name).toHaveLength(1);
     }
+    // HTTP/2 with prior knowledge (Node's own HTTP/2 client, as httpx's http2=True): answered in
+    // HTTP/2, a GOAWAY with HTTP_1_1_REQUIRED and the reason, which such a client can read.
+    const goaway = await new Promise<{ code: number; reason: string }>((resolve, reject) => {
+      const session = http2.connect(proxy!.proxyUrl);
+      session.on('goaway', (code: number, _last: number, data?: Buffer) => resolve({ code, reason: data?.toString('latin1') ?? '' }));
+      session.on('error', () => {});
+      session.on('close', () => reject(new Error('closed without a GOAWAY')));
+      session.request({ ':path': '/v1/x' }).on('error', () => {});
+    });
+    expect(goaway).toEqual({ code: http2.constants.NGHTTP2_HTTP_1_1_REQUIRED, reason: 'HTTP/2 with prior knowledge is not served: HTTP/1.1 only' });
     // A client that closes half-way through its head: nothing to answer, a cancelled line.
     const half = await new Promise<string>((resolve) => {
       const u = new URL(proxy!.proxyUrl);
@@ -491,12 +501,14 @@ describe('requests the proxy does not forward', () => {
     });
     expect(half).toBe('');
     expect(up.seen).toEqual([]);
-    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < cases.length + 1; i++) await sleep(20);
+    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < cases.length + 2; i++) await sleep(20);
     const lines = logLines.filter((l) => l.msg === 'request');
     expect(lines.map((l) => [l.status, l.outcome, l.errorType, l.answerCut])).toEqual([
       ...cases.map(([, , status, type]) => [status, 'refused', type, undefined]),
+      [400, 'refused', 'invalid_http', undefined],
       [undefined, 'cancelled', 'client_cancelled', undefined],
     ]);
+    expect(lines[cases.length]!.err).toMatch(/HTTP\/2 with prior knowledge/);
     cases.forEach(([name, , , , reason], i) => expect(lines[i]!.err, name).toMatch(reason));
   });
 
