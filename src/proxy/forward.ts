@@ -313,6 +313,8 @@ class InFlight implements ExchangeHandler {
   private bodyFraming: RequestBody = 'none';
   /** The client's body waits for the upstream to take what was written (backpressure). */
   private bodyHeld = false;
+  /** When the request's last byte arrived (the log's `uploadMs`: TTFT counts from the head). */
+  private uploadEnd: number | undefined;
   /** Waiting for the answer ahead on its connection; never sent upstream while set. */
   queued = false;
   private readonly resume = (): void => {
@@ -428,6 +430,7 @@ class InFlight implements ExchangeHandler {
       else this.bodySeen?.push(c);
     });
     req.once('end', () => {
+      this.uploadEnd = performance.now();
       this.exchange!.end();
       this.takeModel();
       // The response timeout counts from the request's last byte (as nginx's proxy_read_timeout
@@ -717,6 +720,8 @@ class InFlight implements ExchangeHandler {
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),
           maxGapMs: round(summary?.maxGapMs),
+          // A request queued behind another answer starts its clock when sent: its body may be in already.
+          uploadMs: this.uploadEnd === undefined ? undefined : round(Math.max(0, this.uploadEnd - this.start)),
           outputTokens: summary?.outputTokens,
           tokenSource: summary?.tokenCountSource,
           durationMs: round(end - this.start),

@@ -329,6 +329,39 @@ describe('logs, continued', () => {
     expect(tpotMs).toBeGreaterThanOrEqual(480 / 5 - 1);
     expect(maxGapMs).toBeGreaterThan(tpotMs);
   });
+  it('the request line says how long the upload took (uploadMs), which TTFT includes', async () => {
+    const up = http.createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        res.end('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\ndata: [DONE]\n\n');
+      });
+    });
+    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise((r) => (up.closeAllConnections(), up.close(() => r()))));
+    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+    procs.push(p);
+    const l = await p.waitFor((x) => x.msg === 'listening');
+    const u = new URL(l.proxyUrl as string);
+    const body = '{"model":"m","stream":true}';
+    // The head, then the body 200 ms later (a client held up by Nagle's algorithm, or a slow upload).
+    await new Promise<void>((resolve, reject) => {
+      const s = net.connect(Number(u.port), u.hostname, async () => {
+        s.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n`);
+        await sleep(200);
+        s.write(body);
+      });
+      s.on('data', () => {});
+      s.on('error', reject);
+      s.on('close', () => resolve());
+    });
+    const line = await p.waitFor((x) => x.msg === 'request');
+    expect(line).toMatchObject({ status: 200, outcome: 'ok' });
+    // 200 ms after the client wrote the head, less the time the head took to reach the proxy.
+    expect(line.uploadMs as number).toBeGreaterThanOrEqual(150);
+    expect(line.uploadMs as number).toBeLessThan(line.durationMs as number);
+    expect(line.ttftMs as number).toBeGreaterThanOrEqual(line.uploadMs as number);
+  });
   it('a client that closes once it has read [DONE], before the upstream ends its body, is logged ok, not cancelled', async () => {
     const chunk = (text: string) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: 'm', choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
     const up = http.createServer(async (req, res) => {
