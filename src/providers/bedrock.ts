@@ -44,6 +44,12 @@ export class BedrockAdapter implements ResponseAdapter {
     return this.anthropic?.responseModel ?? this.modelFromStream;
   }
 
+  /** Converse's last frame (`metadata`, after `messageStop`), or an Anthropic model's `message_stop` chunk. */
+  get complete(): boolean {
+    return this.converseEnded || this.anthropic?.complete === true;
+  }
+  private converseEnded = false;
+
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const messageType = (ev as Partial<EventStreamEvent>).messageType;
@@ -60,6 +66,7 @@ export class BedrockAdapter implements ResponseAdapter {
       case 'metadata': {
         const o = parseObject(ev.data);
         if (o) this.readConverseMetadata(o);
+        this.converseEnded = true;
         return EventKind.None;
       }
       case 'chunk':

@@ -8,6 +8,7 @@ import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js'
 import { GeminiAdapter } from '../../src/providers/gemini.js';
 import { AnthropicAdapter } from '../../src/providers/anthropic.js';
 import { OllamaAdapter } from '../../src/providers/ollama.js';
+import { BedrockAdapter } from '../../src/providers/bedrock.js';
 import type { ResponseAdapter } from '../../src/providers/types.js';
 import { fixture } from '../helpers/fixtures.js';
 import { testInstruments } from '../helpers/metrics.js';
@@ -16,6 +17,13 @@ const labels = { provider: 'openai', operation: 'chat', requestModel: 'gpt-4o-mi
 const opts = { maxEventBytes: 1 << 20, maxBodyBytes: 1 << 20 };
 
 /** Splits a fixture into its SSE events' byte ranges so each can be "delivered" at a chosen time. */
+/** AWS event-stream frames: each starts with its total length (big-endian). */
+function eventStreamFrames(bytes: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  for (let i = 0; i + 4 <= bytes.length; i += bytes.readUInt32BE(i)) out.push(bytes.subarray(i, i + bytes.readUInt32BE(i)));
+  return out;
+}
+
 function eventChunks(bytes: Buffer): Buffer[] {
   const text = bytes.toString('latin1');
   const out: Buffer[] = [];
@@ -228,10 +236,18 @@ describe('RequestMeter with a controllable clock', () => {
     ['Anthropic', () => new AnthropicAdapter(), 'anthropic-messages.sse', 'text/event-stream', 'message_stop'],
     ['Responses', () => new OpenAIResponsesAdapter(), 'openai-responses.sse', 'text/event-stream', 'response.completed'],
     ['Ollama', () => new OllamaAdapter(), 'ollama-chat.ndjson', 'application/x-ndjson', '"done":true'],
+    ['Bedrock Converse', () => new BedrockAdapter(), 'bedrock-converse-stream.bin', 'application/vnd.amazon.eventstream', 'metadata'],
+    ['Bedrock InvokeModel (Anthropic)', () => new BedrockAdapter(), 'bedrock-invoke-anthropic.bin', 'application/vnd.amazon.eventstream', 'message_stop'],
   ] as const)('%s: a client that hangs up after the last event had its answer (ok, with TPOT); before it, cancelled', async (_n, adapter, file, ct, last) => {
     const bytes = fixture(file);
-    const chunks = ct === 'application/x-ndjson' ? bytes.toString('latin1').split(/(?<=\n)/).map((l) => Buffer.from(l, 'latin1')) : eventChunks(bytes);
-    expect(chunks.at(-1)!.toString()).toContain(last);
+    const chunks =
+      ct === 'application/x-ndjson' ? bytes.toString('latin1').split(/(?<=\n)/).map((l) => Buffer.from(l, 'latin1'))
+      : ct === 'application/vnd.amazon.eventstream' ? eventStreamFrames(bytes)
+      : eventChunks(bytes);
+    // The last piece holds the terminal event (an invoke chunk's payload is base64 JSON).
+    const lastText = chunks.at(-1)!.toString('latin1');
+    const b64 = /"bytes":"([^"]+)"/.exec(lastText)?.[1];
+    expect(lastText + (b64 ? Buffer.from(b64, 'base64').toString('utf8') : '')).toContain(last);
     for (const upTo of [chunks.length, chunks.length - 1]) {
       t = testInstruments();
       const m = new RequestMeter(t.instruments, adapter(), { ...labels }, 0, opts);
