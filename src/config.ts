@@ -292,11 +292,12 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     }),
     timeouts: Object.freeze({
       connect: f.timeouts?.connect ?? 10,
-      // Longer than the OpenAI and Anthropic SDKs' 600 s read timeout (they announce it in
+      // Just under the OpenAI and Anthropic SDKs' 600 s read timeout (they announce it in
       // x-stainless-read-timeout): a slow answer that works direct must not become a 504 the
-      // SDK retries twice, each attempt billed. The client's own timeout decides.
-      response: f.timeouts?.response ?? 610,
-      idle: f.timeouts?.idle ?? 610,
+      // SDK retries twice, each attempt billed; yet a provider that hangs is ended here, as a
+      // timeout (an error the alerts page), not by the SDK, as a cancellation.
+      response: f.timeouts?.response ?? 590,
+      idle: f.timeouts?.idle ?? 590,
       // Longer than clients' and load balancers' idle timeouts (60 s on AWS ALB),
       // so the proxy is not the side that closes a connection a client is reusing.
       keepAlive: f.timeouts?.keepAlive ?? 65,
