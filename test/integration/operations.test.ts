@@ -294,26 +294,34 @@ describe('logs', () => {
   });
 });
 
+/** An OpenAI Chat chunk carrying `text`. */
+const chatChunk = (text: string) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: 'm', choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
+
+/** The CLI, logging at info, in front of `up` (listening here on loopback, closed after the test). */
+async function cliInFrontOf(up: http.Server): Promise<{ p: Spawned; proxyUrl: string }> {
+  await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
+  closers.push(() => new Promise((r) => (up.closeAllConnections(), up.close(() => r()))));
+  const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
+  procs.push(p);
+  const l = await p.waitFor((x) => x.msg === 'listening');
+  return { p, proxyUrl: l.proxyUrl as string };
+}
+
 describe('logs, continued', () => {
   it('the request line of a stream carries its TTFT, TPOT and longest gap, a stall included', async () => {
     // OpenAI chunks: the first after 50 ms, then 20 ms apart, with one 400 ms stall in the middle.
-    const chunk = (text: string) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: 'm', choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
     const delays = [50, 20, 20, 400, 20, 20];
     const up = http.createServer(async (req, res) => {
       req.resume();
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       for (const [i, d] of delays.entries()) {
         await sleep(d);
-        res.write(chunk(`t${i}`));
+        res.write(chatChunk(`t${i}`));
       }
       res.end('data: [DONE]\n\n');
     });
-    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
-    closers.push(() => new Promise((r) => (up.closeAllConnections(), up.close(() => r()))));
-    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
-    procs.push(p);
-    const l = await p.waitFor((x) => x.msg === 'listening');
-    const r = await fetch(`${l.proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
+    const { p, proxyUrl } = await cliInFrontOf(up);
+    const r = await fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
     await r.text();
     const line = await p.waitFor((x) => x.msg === 'request');
     expect(line).toMatchObject({ status: 200, outcome: 'ok', outputTokens: 6, tokenSource: 'events' });
@@ -337,12 +345,8 @@ describe('logs, continued', () => {
         res.end('data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: {"choices":[{"index":0,"delta":{"content":"b"}}]}\n\ndata: [DONE]\n\n');
       });
     });
-    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
-    closers.push(() => new Promise((r) => (up.closeAllConnections(), up.close(() => r()))));
-    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
-    procs.push(p);
-    const l = await p.waitFor((x) => x.msg === 'listening');
-    const u = new URL(l.proxyUrl as string);
+    const { p, proxyUrl } = await cliInFrontOf(up);
+    const u = new URL(proxyUrl);
     const body = '{"model":"m","stream":true}';
     // The head, then the body 200 ms later (a client held up by Nagle's algorithm, or a slow upload).
     await new Promise<void>((resolve, reject) => {
@@ -363,25 +367,20 @@ describe('logs, continued', () => {
     expect(line.ttftMs as number).toBeGreaterThanOrEqual(line.uploadMs as number);
   });
   it('a client that closes once it has read [DONE], before the upstream ends its body, is logged ok, not cancelled', async () => {
-    const chunk = (text: string) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: 'm', choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
     const up = http.createServer(async (req, res) => {
       req.resume();
       res.writeHead(200, { 'content-type': 'text/event-stream' });
       for (let i = 0; i < 4; i++) {
-        res.write(chunk(`t${i}`));
+        res.write(chatChunk(`t${i}`));
         await sleep(10);
       }
       res.write('data: [DONE]\n\n');
       await sleep(300); // a server that ends its body in a later write
       res.end();
     });
-    await new Promise<void>((r) => up.listen(0, '127.0.0.1', r));
-    closers.push(() => new Promise((r) => (up.closeAllConnections(), up.close(() => r()))));
-    const p = spawnCli(['--upstream', `http://127.0.0.1:${(up.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0', '--log-level', 'info']);
-    procs.push(p);
-    const l = await p.waitFor((x) => x.msg === 'listening');
+    const { p, proxyUrl } = await cliInFrontOf(up);
     const ac = new AbortController();
-    const r = await fetch(`${l.proxyUrl as string}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}', signal: ac.signal });
+    const r = await fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}', signal: ac.signal });
     const reader = r.body!.getReader();
     let text = '';
     while (!text.includes('[DONE]')) text += new TextDecoder().decode((await reader.read()).value);

@@ -1,16 +1,10 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
+import { blockFor } from '../helpers/busy.js';
 import { testInstruments } from '../helpers/metrics.js';
 
 const P50 = 'nodejs.eventloop.delay.p50';
 const MAX = 'nodejs.eventloop.delay.max';
-
-function blockFor(ms: number): void {
-  const until = performance.now() + ms;
-  while (performance.now() < until) {
-    // a stalled event loop
-  }
-}
 
 describe('event-loop-delay gauges', () => {
   let t: ReturnType<typeof testInstruments> | undefined;

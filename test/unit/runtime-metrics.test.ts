@@ -5,6 +5,7 @@ import { runInNewContext } from 'node:vm';
 import { DataPointType } from '@opentelemetry/sdk-metrics';
 import { afterEach, describe, expect, it } from 'vitest';
 import { GC_DURATION_BUCKETS } from '../../src/metrics/semconv.js';
+import { blockFor } from '../helpers/busy.js';
 import { testInstruments } from '../helpers/metrics.js';
 
 // Ground truth from the kernel, not from the Node APIs the metrics read.
@@ -22,12 +23,6 @@ function spinCpu(seconds: number): void {
   const start = process.cpuUsage();
   while (process.cpuUsage(start).user < seconds * 1e6) {
     // busy
-  }
-}
-function blockFor(ms: number): void {
-  const until = performance.now() + ms;
-  while (performance.now() < until) {
-    // a stalled event loop
   }
 }
 
