@@ -93,15 +93,15 @@ export const DEFAULT_BUCKETS = {
     0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60,
   ],
   duration: [
-    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92, 163.84, 327.68,
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92, 163.84, 327.68, 655.36,
   ],
   tokens: [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304],
 } as const;
 
 /**
  * GC pause buckets, seconds. The convention advises 0.01, 0.1, 1, 10, which would put
- * every pause of this process (scavenges of 0.2-3 ms, the odd mark-compact of
- * 5-50 ms) in the first bucket; these keep those boundaries and resolve the
+ * nearly every pause of this process (scavenges of 0.2-3 ms, the odd mark-compact
+ * of 5-50 ms) in the first bucket; these keep those boundaries and resolve the
  * milliseconds that show in the ITL of the fastest providers.
  */
 export const GC_DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 10] as const;

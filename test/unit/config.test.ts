@@ -26,6 +26,11 @@ describe('default timeouts', () => {
       }
     }
   });
+
+  it('leave a request that runs into them in a finite duration bucket', () => {
+    const c = loadConfig({}, {});
+    expect(c.metrics.buckets.duration.at(-1)).toBeGreaterThan(Math.max(c.timeouts.response, c.timeouts.idle));
+  });
 });
 
 describe('config', () => {
