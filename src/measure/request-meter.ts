@@ -410,8 +410,8 @@ export class RequestMeter {
     // Nor did one that hangs up after the API's last event ([DONE], message_stop) reached it:
     // clients that stop reading there would otherwise count as cancellations whenever the
     // server's end of body comes a few ms later.
-    const cancelled = errorType === ERROR_TYPE.clientCancelled ? (upstreamErr ?? (adapter.complete === true ? undefined : errorType)) : undefined;
-    const err = (errorType === ERROR_TYPE.clientCancelled ? cancelled : errorType) ?? upstreamErr;
+    const err =
+      errorType === ERROR_TYPE.clientCancelled ? (upstreamErr ?? (adapter.complete === true ? undefined : errorType)) : (errorType ?? upstreamErr);
     const outcome = err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error';
 
     const usage = adapter.usage;
