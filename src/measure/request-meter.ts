@@ -66,6 +66,8 @@ export interface MeterSummary {
   tokenCountSource: TokenCountSource;
   responseModel: string | undefined;
   errorType: string | undefined;
+  /** Why the model stopped, per choice, as the API says it; undefined when it said nothing. */
+  finishReasons: string[] | undefined;
   outcome: 'ok' | 'error' | 'cancelled';
 }
 
@@ -481,6 +483,7 @@ export class RequestMeter {
       tokenCountSource: source,
       responseModel: adapter.responseModel,
       errorType: err,
+      finishReasons: adapter.finishReasons?.list(),
       outcome,
     };
   }

@@ -1,4 +1,5 @@
 import type { SseEvent } from '../sse/parser.js';
+import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
 import { EventKind, modelInPath, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
@@ -17,6 +18,7 @@ import { EventKind, modelInPath, nonEmpty, num, obj, parseObject, sumDefined, ty
  * and `message_delta.usage` (cumulative; the last one is the final count;
  * with `usage.iterations`, their sum). A `fallback` block start (server-side
  * fallback) names the model that answers.
+ * Finish reason: `message_delta.delta.stop_reason` (`end_turn`, `max_tokens`, `tool_use`, ...).
  * In-band error: `event: error` with `{"type":"error","error":{"type":...}}`.
  */
 export class AnthropicAdapter implements ResponseAdapter {
@@ -26,6 +28,7 @@ export class AnthropicAdapter implements ResponseAdapter {
   responseModel: string | undefined;
   errorType: string | undefined;
   complete = false;
+  readonly finishReasons = new FinishReasons();
   /** Raw usage fields as last reported; `usage` is derived from them. */
   private input: number | undefined;
   private cacheCreation: number | undefined;
@@ -76,6 +79,7 @@ export class AnthropicAdapter implements ResponseAdapter {
       case 'message_delta': {
         const u = obj(o.usage);
         if (u) this.readUsage(u, true);
+        this.finishReasons.set(0, obj(o.delta)?.stop_reason);
         return EventKind.None;
       }
       case 'error':
@@ -95,6 +99,7 @@ export class AnthropicAdapter implements ResponseAdapter {
     if (typeof o.model === 'string' && o.model !== '') this.responseModel = o.model;
     const u = obj(o.usage);
     if (u) this.readUsage(u, true);
+    this.finishReasons.set(0, o.stop_reason);
   }
 
   private fail(err: unknown): EventKind {

@@ -1,8 +1,8 @@
 import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
 import { AnthropicAdapter } from './anthropic.js';
-import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { FinishReasons } from './finish-reasons.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one
@@ -23,6 +23,10 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject
  * `contentBlockDelta.delta`). The last chunk's
  * `amazon-bedrock-invocationMetrics` gives token counts (used when the model's
  * own usage is missing) and `firstByteLatency` / `invocationLatency`.
+ *
+ * Finish reason: Converse's `messageStop.stopReason`; in an invoke stream the model's own
+ * (Anthropic's `stop_reason`, Llama's `stop_reason`, Titan's `completionReason`, Nova's
+ * `messageStop.stopReason`, `outputs` / `generations` / `choices` entries' reason).
  *
  * In-band errors: frames with `:message-type: exception` (type =
  * `:exception-type`, e.g. `throttlingException`) or `error` (`:error-code`).
@@ -50,6 +54,11 @@ export class BedrockAdapter implements ResponseAdapter {
   }
   private converseEnded = false;
 
+  get finishReasons(): FinishReasons {
+    return this.anthropic?.finishReasons ?? this.finish;
+  }
+  private readonly finish = new FinishReasons();
+
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const messageType = (ev as Partial<EventStreamEvent>).messageType;
@@ -69,10 +78,13 @@ export class BedrockAdapter implements ResponseAdapter {
         this.converseEnded = true;
         return EventKind.None;
       }
+      case 'messageStop':
+        this.finish.set(0, parseObject(ev.data)?.stopReason);
+        return EventKind.None;
       case 'chunk':
         return this.onChunk(ev.data);
       default:
-        // messageStart, contentBlockStart/Stop, messageStop: not output.
+        // messageStart, contentBlockStart/Stop: not output.
         return EventKind.None;
     }
   }
@@ -82,6 +94,7 @@ export class BedrockAdapter implements ResponseAdapter {
     if (!o) return;
     if (obj(o.usage) && ('output' in o || 'stopReason' in o)) {
       this.readConverseMetadata(o); // Converse (non-streamed)
+      this.finish.set(0, o.stopReason);
       return;
     }
     (this.anthropic ??= new AnthropicAdapter()).onBody(body); // InvokeModel with an Anthropic body
@@ -101,6 +114,7 @@ export class BedrockAdapter implements ResponseAdapter {
       if (kind === EventKind.Error) this.errorType = this.anthropic.errorType;
     } else {
       kind = otherModelHasContent(inner) ? EventKind.Content : EventKind.None;
+      readOtherModelFinish(inner, this.finish);
     }
     this.sync();
     return kind;
@@ -177,6 +191,19 @@ function otherModelHasContent(o: Record<string, unknown>): boolean {
     }
   }
   return false;
+}
+
+/** Why another model family's invoke stream stopped (null on the chunks before its last). */
+function readOtherModelFinish(o: Record<string, unknown>, f: FinishReasons): void {
+  f.set(0, o.stop_reason ?? o.completionReason ?? o.finish_reason); // Llama, DeepSeek, Titan, Cohere Command R
+  f.set(0, obj(o.messageStop)?.stopReason); // Nova
+  for (const list of [o.outputs, o.generations, o.choices]) {
+    if (!Array.isArray(list)) continue;
+    list.forEach((x, i) => {
+      const e = obj(x);
+      if (e) f.set(e.index ?? i, e.stop_reason ?? e.finish_reason);
+    });
+  }
 }
 
 const MODEL_IN_PATH = /\/model\/([^/]+)\/(?:converse-stream|converse|invoke-with-response-stream|invoke)$/;

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
-import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { FinishReasons } from './finish-reasons.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Cohere Chat streams: v2 (`POST /v2/chat`, SSE, the event's JSON `type`) and
@@ -17,14 +17,15 @@ import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type Re
  * Usage: `message-end.delta.usage` (v1: `stream-end.response.meta`): `tokens`
  * (what the model read and produced) for TPOT, `billed_units` for token usage
  * (each the other's fallback); `cached_tokens`.
- * The stream names no model. In-band error: a final `finish_reason` of `ERROR`
- * or `TIMEOUT`.
+ * The stream names no model. Finish reason: that final `finish_reason` (`COMPLETE`,
+ * `MAX_TOKENS`, ...); an in-band error when it is `ERROR` or `TIMEOUT`.
  */
 export class CohereAdapter implements ResponseAdapter {
   readonly usage: Usage = {};
   cumulativeOutputTokens: number | undefined;
   readonly responseModel = undefined;
   errorType: string | undefined;
+  readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
@@ -72,12 +73,14 @@ export class CohereAdapter implements ResponseAdapter {
     const o = parseObject(body);
     if (o) {
       this.readUsage(obj(o.usage) ?? obj(o.meta));
+      this.finishReasons.set(0, o.finish_reason);
       return;
     }
     for (const line of body.split('\n')) if (line.trim() !== '') this.onEvent({ type: '', data: line, id: undefined });
   }
 
   private finishReason(reason: unknown): EventKind {
+    this.finishReasons.set(0, reason);
     if (typeof reason !== 'string' || !ERROR_REASONS.has(reason)) return EventKind.None;
     this.errorType = sanitizeErrorType(reason.toLowerCase());
     return EventKind.Error;

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
-import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, firstString, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { FinishReasons } from './finish-reasons.js';
+import { EventKind, firstString, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Gemini Interactions API (`POST /v1beta/interactions` with `stream: true`),
@@ -23,7 +23,8 @@ import { EventKind, firstString, nonEmpty, nonEmptyObject, num, obj, parseObject
  * `total_thought_tokens` (as with `generateContent`, thoughts are reported
  * apart). In-band errors: `error` (`error.code`, a URI: its last segment),
  * an interaction that ends `failed`, `cancelled` or `budget_exceeded`, a
- * model-output step with an `error` (its `google.rpc.Code` by name).
+ * model-output step with an `error` (its `google.rpc.Code` by name). Finish reason: the
+ * interaction's final `status` (`completed`, `incomplete`, `requires_action`, ...).
  */
 export class GeminiInteractionsAdapter implements ResponseAdapter {
   readonly multiTokenEvents = true;
@@ -31,6 +32,7 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
@@ -54,6 +56,7 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
       case 'interaction.status_update': {
         const u = obj(o.usage);
         if (u) this.readUsage(u);
+        if (type === 'interaction.status_update') this.readStatus(o.status);
         return typeof o.status === 'string' && FAILED.has(o.status) ? this.fail(`interaction_${o.status}`) : EventKind.None;
       }
       case 'interaction.created':
@@ -86,7 +89,13 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
     return EventKind.Error;
   }
 
+  /** An interaction's status once it no longer runs. */
+  private readStatus(status: unknown): void {
+    if (status !== 'in_progress') this.finishReasons.set(0, status);
+  }
+
   private readInteraction(i: Record<string, unknown>): void {
+    this.readStatus(i.status);
     // An agent interaction (Deep Research) names an agent and no model.
     if (typeof i.model === 'string' && i.model !== '') this.responseModel = i.model;
     else if (typeof i.agent === 'string' && i.agent !== '' && this.responseModel === undefined) this.responseModel = i.agent;

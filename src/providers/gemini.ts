@@ -1,6 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
-import { errorTypeOf, sanitizeErrorType } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { FinishReasons } from './finish-reasons.js';
+import { errorTypeOf } from './openai-chat.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
@@ -17,7 +18,8 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject
  * where present (it may only appear on the last chunk), `thoughtsTokenCount`
  * is not included in it. In-band error: a `{"error":{...}}` event, and a
  * prompt the API blocked (`promptFeedback.blockReason`, with HTTP 200 and no
- * candidates; Google's SDKs raise on it): typed by its reason.
+ * candidates; Google's SDKs raise on it): typed by its reason. Finish reason: each
+ * candidate's `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, ...), on its last chunk.
  *
  * Without `alt=sse` (or with `alt=json`) the API streams one JSON array
  * (`application/json`), element by element: each element is an event, as with
@@ -31,6 +33,7 @@ export class GeminiAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
     const o = parseObject(ev.data);
@@ -56,7 +59,9 @@ export class GeminiAdapter implements ResponseAdapter {
     if (!Array.isArray(cands)) return EventKind.None;
     let content = false;
     for (const c of cands) {
-      const parts = obj(obj(c)?.content)?.parts;
+      const cand = obj(c);
+      if (cand?.finishReason !== undefined) this.finishReasons.set(cand.index, cand.finishReason);
+      const parts = obj(cand?.content)?.parts;
       if (!Array.isArray(parts)) continue;
       for (const p of parts) {
         const part = obj(p);

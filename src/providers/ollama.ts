@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
-import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { FinishReasons } from './finish-reasons.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * Ollama native API (`/api/chat`, `/api/generate`): NDJSON, one object a line.
@@ -12,6 +12,7 @@ import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type Re
  * `eval_count` (output, includes the end-of-sequence token).
  * Server timings (nanoseconds on the wire): `eval_duration / eval_count`,
  * `load_duration + prompt_eval_duration`, `total_duration`.
+ * Finish reason: the final line's `done_reason` (`stop`, `length`, `load`, `unload`).
  * In-band error: `{"error":"..."}` (a message string, so the type is `ollama_error`).
  */
 export class OllamaAdapter implements ResponseAdapter {
@@ -21,6 +22,7 @@ export class OllamaAdapter implements ResponseAdapter {
   errorType: string | undefined;
   complete = false;
   serverTimings: ServerTimings | undefined;
+  readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
     const o = parseObject(ev.data);
@@ -38,6 +40,7 @@ export class OllamaAdapter implements ResponseAdapter {
     if (this.responseModel === undefined && typeof o.model === 'string' && o.model !== '') this.responseModel = o.model;
     if (o.done === true) {
       this.readFinal(o);
+      this.finishReasons.set(0, o.done_reason);
       this.complete = true;
     }
     const m = obj(o.message);

@@ -1,7 +1,8 @@
 import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
+import { FinishReasons } from './finish-reasons.js';
 import { SequenceCounts } from './sequence-counts.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -38,6 +39,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   /** Set by an audio delta (`gpt-4o-audio`): it holds many tokens, so events are no count. */
   multiTokenEvents = false;
   reasoningStreamed = false;
+  readonly finishReasons = new FinishReasons();
   private readonly prefix = new ContentPrefix();
   /** llama.cpp native chunks only. */
   private sequences: SequenceCounts | undefined;
@@ -97,6 +99,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       if (this.native === 'workers-ai') return workersAiNative(chunk);
       return EventKind.None;
     }
+    this.readFinishReasons(choices);
     for (const choice of choices) {
       if (choiceHasContent(choice)) {
         if (!this.multiTokenEvents && choices.some(hasAudioData)) this.multiTokenEvents = true;
@@ -107,6 +110,14 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       }
     }
     return EventKind.None;
+  }
+
+  /** `finish_reason` of each choice that has one (null until its last chunk). */
+  private readFinishReasons(choices: unknown[]): void {
+    for (const c of choices) {
+      const o = obj(c);
+      if (o && o.finish_reason !== null && o.finish_reason !== undefined) this.finishReasons.set(o.index, o.finish_reason);
+    }
   }
 
   /**
@@ -123,6 +134,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       this.usage,
     );
     if (grew !== undefined) this.cumulativeOutputTokens = total; // this chunk reported a count
+    if (chunk.stop === true) this.finishReasons.set(chunk.index, llamacppStopType(chunk));
     return nonEmpty(chunk.content) ? EventKind.Content : EventKind.None;
   }
 
@@ -133,7 +145,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (typeof r.model === 'string' && r.model !== '') this.responseModel = r.model;
     if (r.usage && typeof r.usage === 'object') this.readUsage(r.usage as Record<string, unknown>);
     if (r.timings && typeof r.timings === 'object') this.readTimings(r.timings as Record<string, unknown>);
-    if (!Array.isArray(r.choices) && this.native === 'llama.cpp') this.llamacppNative(r);
+    if (Array.isArray(r.choices)) this.readFinishReasons(r.choices);
+    else if (this.native === 'llama.cpp') this.llamacppNative(r);
   }
 
   /** llama.cpp server timings (milliseconds on the wire). */
@@ -181,6 +194,18 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (prompt !== undefined) st.timeToFirstToken = queue + prompt;
     if (total !== undefined) st.duration = queue + total;
   }
+}
+
+/**
+ * Why llama.cpp's native completion stopped: `stop_type` (`eos`, `limit`, `word`) on newer
+ * servers, the `stopped_eos` / `stopped_limit` / `stopped_word` flags on older ones.
+ */
+function llamacppStopType(chunk: Record<string, unknown>): string | undefined {
+  if (nonEmpty(chunk.stop_type) && chunk.stop_type !== 'none') return chunk.stop_type as string;
+  if (chunk.stopped_eos === true) return 'eos';
+  if (chunk.stopped_limit === true) return 'limit';
+  if (chunk.stopped_word === true) return 'word';
+  return undefined;
 }
 
 /**
@@ -258,11 +283,6 @@ export function errorTypeOf(err: unknown, fallback?: unknown): string {
     }
   }
   return 'error';
-}
-
-export function sanitizeErrorType(s: string): string {
-  const clean = s.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
-  return clean === '' ? 'error' : clean;
 }
 
 export const openaiChat: ApiDescriptor = {

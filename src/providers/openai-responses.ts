@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
-import { sanitizeErrorType } from './openai-chat.js';
-import { EventKind, firstString, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { FinishReasons } from './finish-reasons.js';
+import { EventKind, firstString, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /** Delta events that carry generated output (non-empty `delta`). */
 const CONTENT_EVENTS = new Set([
@@ -31,6 +31,8 @@ const READ_EVENTS = new Set(['response.created', 'response.completed', 'response
  * arguments and inputs, shell commands, patch diffs, audio). About one token
  * per event.
  * Usage: `response.completed` (or `response.incomplete`) → `response.usage`.
+ * Finish reason: `incomplete_details.reason` of an incomplete response (`max_output_tokens`,
+ * `content_filter`), else its `status` (`completed`).
  * In-band errors: `response.failed` (`response.error.code`) and `error`
  * (`code`, else `type`), also a `{"error":{…}}` payload without `event:`.
  * Also `GET /v1/responses/{id}?stream=true` (resuming a background response).
@@ -42,6 +44,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   errorType: string | undefined;
   complete = false;
   reasoningStreamed = false;
+  readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
@@ -72,7 +75,10 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     }
     const r = obj(o.response);
     if (r) this.readResponse(r);
-    if (type === 'response.completed' || type === 'response.incomplete') this.complete = true;
+    if (type === 'response.completed' || type === 'response.incomplete') {
+      this.complete = true;
+      if (r) this.readFinish(r);
+    }
     if (type === 'response.failed') {
       const e = r ? obj(r.error) : undefined;
       return this.fail(firstString(e?.code, e?.type) ?? 'response_failed');
@@ -86,6 +92,12 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     const e = obj(o.error);
     if (e) this.errorType = sanitizeErrorType(firstString(e.code, e.type) ?? 'error');
     this.readResponse(o);
+    if (o.status === 'completed' || o.status === 'incomplete') this.readFinish(o);
+  }
+
+  /** A finished response: why it is incomplete, else its status. */
+  private readFinish(r: Record<string, unknown>): void {
+    this.finishReasons.set(0, obj(r.incomplete_details)?.reason ?? r.status);
   }
 
   private fail(type: string): EventKind {

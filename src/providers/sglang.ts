@@ -1,8 +1,9 @@
 import type { SseEvent } from '../sse/parser.js';
-import { errorTypeOf, sanitizeErrorType } from './openai-chat.js';
+import { FinishReasons } from './finish-reasons.js';
+import { errorTypeOf } from './openai-chat.js';
 import { SequenceCounts } from './sequence-counts.js';
 import { readTgiDetails } from './tgi.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * SGLang's own `/generate` (`"stream": true`): SSE `data:` events
@@ -17,7 +18,8 @@ import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type Re
  * grew (or that reports no count), as SGLang's `bench_serving` counts chunks: a first
  * token with no visible text yet does not stop TTFT. Usage: the running counts (summed over a batch's
  * sequences). In-band errors: `{"error":{"message"}}`, and a final
- * `finish_reason` of type `abort` (typed by its `err_type`).
+ * `finish_reason` of type `abort` (typed by its `err_type`). Finish reason: each sequence's
+ * `meta_info.finish_reason.type` (`stop`, `length`, `abort`), null until its last event.
  * A non-streamed answer on this path may also be TGI's `/generate`
  * (`{"generated_text", "details": {"generated_tokens"}}`); its usage is read too.
  */
@@ -27,6 +29,7 @@ export class SglangGenerateAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   readonly responseModel = undefined;
   errorType: string | undefined;
+  readonly finishReasons = new FinishReasons();
   private readonly sequences = new SequenceCounts();
 
   onEvent(ev: SseEvent): EventKind {
@@ -40,6 +43,7 @@ export class SglangGenerateAdapter implements ResponseAdapter {
     const meta = obj(o.meta_info);
     const grew = meta ? this.readMeta(o.index, meta) : undefined;
     const fr = obj(meta?.finish_reason);
+    if (fr) this.finishReasons.set(o.index, fr.type);
     if (fr?.type === 'abort') {
       this.errorType = sanitizeErrorType(typeof fr.err_type === 'string' && fr.err_type !== '' ? fr.err_type : 'abort');
       return EventKind.Error;
@@ -53,8 +57,11 @@ export class SglangGenerateAdapter implements ResponseAdapter {
     const o = parseObject(body);
     if (!o) return;
     const meta = obj(o.meta_info);
-    if (meta) this.readMeta(o.index, meta);
-    readTgiDetails(o, this.usage); // TGI's non-streamed `/generate` answer
+    if (meta) {
+      this.readMeta(o.index, meta);
+      this.finishReasons.set(o.index, obj(meta.finish_reason)?.type);
+    }
+    readTgiDetails(o, this.usage, this.finishReasons); // TGI's non-streamed `/generate` answer
   }
 
   /** Usage arithmetic (summed over a batch's sequences); whether this sequence's count grew. */

@@ -1,4 +1,5 @@
 import type { SseEvent } from '../sse/parser.js';
+import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
 import { EventKind, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
@@ -12,7 +13,8 @@ import { EventKind, num, obj, parseObject, type ApiDescriptor, type ResponseAdap
  * Content-bearing: every event with a `token`, special tokens included (the
  * end-of-sequence token is a decode step of its own, and `generated_tokens`
  * counts it), so the events count the tokens exactly when `details` is off.
- * `index` is the running token count (newer servers).
+ * `index` is the running token count (newer servers). Finish reason: `details.finish_reason`
+ * (`length`, `eos_token`, `stop_sequence`), with `details`.
  * In-band error: `{"error":"…","error_type":"…"}`.
  */
 export class TgiGenerateAdapter implements ResponseAdapter {
@@ -20,6 +22,7 @@ export class TgiGenerateAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   readonly responseModel = undefined;
   errorType: string | undefined;
+  readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
@@ -29,7 +32,7 @@ export class TgiGenerateAdapter implements ResponseAdapter {
       return EventKind.Error;
     }
     if (!o) return EventKind.None;
-    readTgiDetails(o, this.usage);
+    readTgiDetails(o, this.usage, this.finishReasons);
     if (!obj(o.token)) return EventKind.None;
     // `index` counts every response of the stream; `generated_tokens` is not compared with it.
     this.cumulativeOutputTokens = num(o.index);
@@ -41,7 +44,7 @@ export class TgiGenerateAdapter implements ResponseAdapter {
     const o = parseObject(body);
     if (!o) return;
     if (o.error !== undefined && o.error !== null) this.errorType = errorTypeOf(o.error, o.error_type);
-    else readTgiDetails(o, this.usage);
+    else readTgiDetails(o, this.usage, this.finishReasons);
   }
 }
 
@@ -49,9 +52,10 @@ export class TgiGenerateAdapter implements ResponseAdapter {
  * TGI's usage arithmetic (also for a non-streamed `/generate` answer read by the SGLang
  * adapter): output = `details.generated_tokens`; input = `input_length` or `prompt_tokens`.
  */
-export function readTgiDetails(o: Record<string, unknown>, usage: Usage): void {
+export function readTgiDetails(o: Record<string, unknown>, usage: Usage, finish: FinishReasons): void {
   const d = obj(o.details);
   if (!d) return;
+  finish.set(0, d.finish_reason);
   const out = num(d.generated_tokens);
   if (out !== undefined) usage.outputTokens = out;
   const input = num(d.input_length) ?? num(d.prompt_tokens);

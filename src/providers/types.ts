@@ -1,4 +1,5 @@
 import type { SseEvent } from '../sse/parser.js';
+import type { FinishReasons } from './finish-reasons.js';
 
 /** What one streamed event means for measurement. */
 export const enum EventKind {
@@ -121,6 +122,8 @@ export interface ResponseAdapter {
    * APIs that do not track it.
    */
   readonly complete?: boolean;
+  /** Why the model stopped, per choice, as the API says it. Undefined for the APIs that do not say. */
+  readonly finishReasons?: FinishReasons;
 }
 
 /** The API family of a request: decides the adapter and the semconv names. */
@@ -173,6 +176,12 @@ export function parseObject(data: string): Record<string, unknown> | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** A short, bounded label value from a provider's string (an error type, a finish reason). */
+export function sanitizeErrorType(s: string): string {
+  const clean = s.replace(/[^A-Za-z0-9_.-]/g, '_').slice(0, 64);
+  return clean === '' ? 'error' : clean;
 }
 
 /** Sum of the defined numbers, or undefined when none is defined. */

@@ -717,6 +717,7 @@ class InFlight implements ExchangeHandler {
           outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled || this.queued ? 'cancelled' : 'error'),
           // The meter's verdict when it measured: a hang-up after the API's last event is no error.
           errorType: summary ? summary.errorType : errorType,
+          finishReasons: summary?.finishReasons,
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),
           maxGapMs: round(summary?.maxGapMs),

@@ -3,7 +3,7 @@ import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels 
 import type { Instruments } from '../metrics/instruments.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { firstString, nonEmpty, num, obj, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
-import { sanitizeErrorType } from '../providers/openai-chat.js';
+import { sanitizeErrorType } from '../providers/types.js';
 import { MessageReader } from './messages.js';
 
 /**

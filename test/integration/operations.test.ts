@@ -308,7 +308,7 @@ async function cliInFrontOf(up: http.Server): Promise<{ p: Spawned; proxyUrl: st
 }
 
 describe('logs, continued', () => {
-  it('the request line of a stream carries its TTFT, TPOT and longest gap, a stall included', async () => {
+  it('the request line of a stream carries its TTFT, TPOT, longest gap (a stall included) and finish reason', async () => {
     // OpenAI chunks: the first after 50 ms, then 20 ms apart, with one 400 ms stall in the middle.
     const delays = [50, 20, 20, 400, 20, 20];
     const up = http.createServer(async (req, res) => {
@@ -318,13 +318,13 @@ describe('logs, continued', () => {
         await sleep(d);
         res.write(chatChunk(`t${i}`));
       }
-      res.end('data: [DONE]\n\n');
+      res.end(`data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: 'm', choices: [{ index: 0, delta: {}, finish_reason: 'length' }] })}\n\ndata: [DONE]\n\n`);
     });
     const { p, proxyUrl } = await cliInFrontOf(up);
     const r = await fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', body: '{"model":"m","stream":true}' });
     await r.text();
     const line = await p.waitFor((x) => x.msg === 'request');
-    expect(line).toMatchObject({ status: 200, outcome: 'ok', outputTokens: 6, tokenSource: 'events' });
+    expect(line).toMatchObject({ status: 200, outcome: 'ok', outputTokens: 6, tokenSource: 'events', finishReasons: ['length'] });
     const [ttftMs, tpotMs, maxGapMs, durationMs] = (['ttftMs', 'tpotMs', 'maxGapMs', 'durationMs'] as const).map((k) => {
       expect(typeof line[k], k).toBe('number');
       return line[k] as number;

@@ -119,6 +119,7 @@ function agreesWithFullParse(datas: string[], step = 97): { quick: number; laned
     expect(fast.adapter.responseModel).toBe(full.responseModel);
     expect(fast.adapter.errorType).toBe(full.errorType);
     expect(fast.adapter.serverTimings).toEqual(full.serverTimings);
+    expect(fast.adapter.finishReasons.list()).toEqual(full.finishReasons.list());
     quick += fast.quick;
     laned += fast.laned;
   }
@@ -230,7 +231,7 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     .chain((c) => shuffled(fc.constant(entries(Object.entries(c)))));
   const event = fc.oneof({ weight: 12, arbitrary: chunk.map((c) => JSON.stringify(c)) }, { weight: 1, arbitrary: fc.constantFrom('[DONE]', '{not json', '{"choices":[{"delta":{"content":"x"}}]', '') });
 
-  it('same kind for every event, same usage, model, error and timings, on chunks of any shape (property)', () => {
+  it('same kind for every event, same usage, model, error, timings and finish reasons, on chunks of any shape (property)', () => {
     fc.assert(
       fc.property(fc.array(event, { minLength: 1, maxLength: 12 }), fc.integer({ min: 1, max: 400 }), (datas, step) => {
         agreesWithFullParse(datas, step);
@@ -413,6 +414,7 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     expect(p.match(...b(openai('x', ',"error":{"type":"server_error"}')))).toBe(false);
     expect(p.match(...b(openai('x', ',"usage":{"completion_tokens":3}')))).toBe(false);
     expect(p.match(...b(openai('x', ',"timings":{}')))).toBe(false);
+    expect(p.match(...b(openai('x').replace('"finish_reason":null', '"finish_reason":"length"')))).toBe(false); // vLLM's last token
     expect(p.match(...b(openai('x').replace('"index":0', '"index":1')))).toBe(false); // another choice
     expect(p.match(...b(openai('x').slice(0, -1)))).toBe(false); // truncated
 
@@ -428,6 +430,8 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     expect(learn('{"usage":{"completion_tokens":1},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
     expect(learn('{"\\u0065rror":{"type":"x"},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
     expect(learn('{"timings":{"prompt_ms":1},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
+    expect(learn('{"choices":[{"finish_reason":"stop","delta":{"content":"b"}}]}').learned).toBeUndefined();
+    expect(learn('{"choices":[{"finish_reason":null,"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"finish_reason":null,"delta":{"content":"');
     expect(learn('{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"delta":{"content":"');
   });
 

@@ -21,6 +21,8 @@ interface Case {
   content: number;
   firstContent: number;
   usage: Usage;
+  /** Why the model stopped, as the fixture's last event says. */
+  finish: string[] | undefined;
   model: string | undefined;
   error?: { index: number; type: string };
   timings?: ServerTimings;
@@ -31,23 +33,23 @@ interface Case {
  * test/fixtures/sse/README.md (not computed by the code under test).
  */
 const CASES: Case[] = [
-  { file: 'openai-responses.sse', framing: 'sse', adapter: () => new OpenAIResponsesAdapter(), events: 31, content: 23, firstContent: 4, usage: { inputTokens: 14, outputTokens: 23, cachedInputTokens: 0, reasoningTokens: 0 }, model: 'gpt-4.1-mini-2025-04-14' },
-  { file: 'openai-responses-reasoning.sse', framing: 'sse', adapter: () => new OpenAIResponsesAdapter(), events: 34, content: 21, firstContent: 4, usage: { inputTokens: 14, outputTokens: 75, cachedInputTokens: 0, reasoningTokens: 64 }, model: 'o4-mini-2025-04-16' },
-  { file: 'anthropic-messages.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 11, content: 5, firstContent: 3, usage: { inputTokens: 19, outputTokens: 24, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929' },
-  { file: 'anthropic-tools.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 16, content: 7, firstContent: 3, usage: { inputTokens: 402, outputTokens: 71, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929' },
-  { file: 'anthropic-thinking.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 18, content: 8, firstContent: 3, usage: { inputTokens: 48, outputTokens: 63, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929' },
-  { file: 'anthropic-error.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 6, content: 2, firstContent: 3, usage: { inputTokens: 19, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929', error: { index: 5, type: 'overloaded_error' } },
-  { file: 'gemini.sse', framing: 'sse', adapter: () => new GeminiAdapter(), events: 3, content: 3, firstContent: 0, usage: { inputTokens: 12, outputTokens: 24 }, model: 'gemini-2.0-flash' },
-  { file: 'gemini-thinking.sse', framing: 'sse', adapter: () => new GeminiAdapter(), events: 4, content: 4, firstContent: 0, usage: { inputTokens: 12, outputTokens: 24 + 87, reasoningTokens: 87 }, model: 'gemini-2.5-flash' },
-  { file: 'ollama-chat.ndjson', framing: 'ndjson', adapter: () => new OllamaAdapter(), events: 24, content: 23, firstContent: 0, usage: { inputTokens: 31, outputTokens: 24 }, model: 'llama3.2:3b', timings: { timePerOutputToken: 0.478 / 24, timeToFirstToken: 0.061 + 0.028456789, duration: 0.912345678 } },
-  { file: 'bedrock-converse-stream.bin', framing: 'eventstream', adapter: () => new BedrockAdapter(), events: 9, content: 5, firstContent: 1, usage: { inputTokens: 19, outputTokens: 24 }, model: undefined, timings: { duration: 1.187 } },
-  { file: 'bedrock-invoke-anthropic.bin', framing: 'eventstream', adapter: () => new BedrockAdapter(), events: 8, content: 3, firstContent: 2, usage: { inputTokens: 19, outputTokens: 24, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929', timings: { timeToFirstToken: 0.412, duration: 1.203 } },
+  { file: 'openai-responses.sse', framing: 'sse', adapter: () => new OpenAIResponsesAdapter(), events: 31, content: 23, firstContent: 4, finish: ['completed'], usage: { inputTokens: 14, outputTokens: 23, cachedInputTokens: 0, reasoningTokens: 0 }, model: 'gpt-4.1-mini-2025-04-14' },
+  { file: 'openai-responses-reasoning.sse', framing: 'sse', adapter: () => new OpenAIResponsesAdapter(), events: 34, content: 21, firstContent: 4, finish: ['completed'], usage: { inputTokens: 14, outputTokens: 75, cachedInputTokens: 0, reasoningTokens: 64 }, model: 'o4-mini-2025-04-16' },
+  { file: 'anthropic-messages.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 11, content: 5, firstContent: 3, finish: ['end_turn'], usage: { inputTokens: 19, outputTokens: 24, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929' },
+  { file: 'anthropic-tools.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 16, content: 7, firstContent: 3, finish: ['tool_use'], usage: { inputTokens: 402, outputTokens: 71, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929' },
+  { file: 'anthropic-thinking.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 18, content: 8, firstContent: 3, finish: ['end_turn'], usage: { inputTokens: 48, outputTokens: 63, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929' },
+  { file: 'anthropic-error.sse', framing: 'sse', adapter: () => new AnthropicAdapter(), events: 6, content: 2, firstContent: 3, finish: undefined, usage: { inputTokens: 19, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929', error: { index: 5, type: 'overloaded_error' } },
+  { file: 'gemini.sse', framing: 'sse', adapter: () => new GeminiAdapter(), events: 3, content: 3, firstContent: 0, finish: ['STOP'], usage: { inputTokens: 12, outputTokens: 24 }, model: 'gemini-2.0-flash' },
+  { file: 'gemini-thinking.sse', framing: 'sse', adapter: () => new GeminiAdapter(), events: 4, content: 4, firstContent: 0, finish: ['STOP'], usage: { inputTokens: 12, outputTokens: 24 + 87, reasoningTokens: 87 }, model: 'gemini-2.5-flash' },
+  { file: 'ollama-chat.ndjson', framing: 'ndjson', adapter: () => new OllamaAdapter(), events: 24, content: 23, firstContent: 0, finish: ['stop'], usage: { inputTokens: 31, outputTokens: 24 }, model: 'llama3.2:3b', timings: { timePerOutputToken: 0.478 / 24, timeToFirstToken: 0.061 + 0.028456789, duration: 0.912345678 } },
+  { file: 'bedrock-converse-stream.bin', framing: 'eventstream', adapter: () => new BedrockAdapter(), events: 9, content: 5, firstContent: 1, finish: ['end_turn'], usage: { inputTokens: 19, outputTokens: 24 }, model: undefined, timings: { duration: 1.187 } },
+  { file: 'bedrock-invoke-anthropic.bin', framing: 'eventstream', adapter: () => new BedrockAdapter(), events: 8, content: 3, firstContent: 2, finish: ['end_turn'], usage: { inputTokens: 19, outputTokens: 24, cachedInputTokens: 0, cacheCreationInputTokens: 0 }, model: 'claude-sonnet-4-5-20250929', timings: { timeToFirstToken: 0.412, duration: 1.203 } },
   // OpenAI-compatible servers: the reference adapter, here for usage, timings and splits in one place.
-  { file: 'llamacpp-chat.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 26, content: 23, firstContent: 1, usage: { inputTokens: 31, outputTokens: 24 }, model: 'qwen2.5-7b-instruct', timings: { timePerOutputToken: 0.012561333333333332, timeToFirstToken: 0.042118 } },
-  { file: 'vllm-continuous-usage.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 22, content: 18, firstContent: 1, usage: { inputTokens: 46, outputTokens: 21 }, model: 'meta-llama/Llama-3.1-8B-Instruct' },
-  { file: 'tgi-chat.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 26, content: 23, firstContent: 0, usage: { inputTokens: 46, outputTokens: 24 }, model: 'meta-llama/Llama-3.1-8B-Instruct' },
-  { file: 'openai-chat-tools.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 16, content: 12, firstContent: 1, usage: { inputTokens: 81, outputTokens: 19, cachedInputTokens: 0, reasoningTokens: 0 }, model: 'gpt-4o-mini-2024-07-18' },
-  { file: 'openai-compat-reasoning.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 27, content: 24, firstContent: 1, usage: { inputTokens: 15, outputTokens: 25, reasoningTokens: 17, cachedInputTokens: 0 }, model: 'deepseek-reasoner' },
+  { file: 'llamacpp-chat.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 26, content: 23, firstContent: 1, finish: ['stop'], usage: { inputTokens: 31, outputTokens: 24 }, model: 'qwen2.5-7b-instruct', timings: { timePerOutputToken: 0.012561333333333332, timeToFirstToken: 0.042118 } },
+  { file: 'vllm-continuous-usage.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 22, content: 18, firstContent: 1, finish: ['stop'], usage: { inputTokens: 46, outputTokens: 21 }, model: 'meta-llama/Llama-3.1-8B-Instruct' },
+  { file: 'tgi-chat.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 26, content: 23, firstContent: 0, finish: ['stop'], usage: { inputTokens: 46, outputTokens: 24 }, model: 'meta-llama/Llama-3.1-8B-Instruct' },
+  { file: 'openai-chat-tools.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 16, content: 12, firstContent: 1, finish: ['tool_calls'], usage: { inputTokens: 81, outputTokens: 19, cachedInputTokens: 0, reasoningTokens: 0 }, model: 'gpt-4o-mini-2024-07-18' },
+  { file: 'openai-compat-reasoning.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 27, content: 24, firstContent: 1, finish: ['stop'], usage: { inputTokens: 15, outputTokens: 25, reasoningTokens: 17, cachedInputTokens: 0 }, model: 'deepseek-reasoner' },
 ];
 
 function decode(framing: Framing, chunks: Buffer[]): SseEvent[] {
@@ -78,18 +80,19 @@ function run(c: Case, chunks: Buffer[]) {
 /** A summary that must not depend on how the bytes were split. */
 function digest(r: ReturnType<typeof run>): string {
   const a = r.adapter;
-  return JSON.stringify([r.events.map((e) => [e.type, e.data]), r.kinds, a.usage, a.responseModel, a.errorType, a.serverTimings ?? null]);
+  return JSON.stringify([r.events.map((e) => [e.type, e.data]), r.kinds, a.usage, a.responseModel, a.errorType, a.serverTimings ?? null, a.finishReasons?.list() ?? null]);
 }
 
 describe('provider adapters on every fixture', () => {
   for (const c of CASES) {
-    it(`${c.file}: content events, first token, usage, model, error`, () => {
+    it(`${c.file}: content events, first token, usage, finish reason, model, error`, () => {
       const r = run(c, [fixture(c.file)]);
       expect(r.events.length).toBe(c.events);
       expect(r.kinds.filter((k) => k === EventKind.Content).length).toBe(c.content);
       expect(r.kinds.indexOf(EventKind.Content)).toBe(c.firstContent);
       expect(r.adapter.usage).toEqual(c.usage);
       expect(r.adapter.responseModel).toBe(c.model);
+      expect(r.adapter.finishReasons?.list()).toEqual(c.finish);
       if (c.error) {
         expect(r.kinds.indexOf(EventKind.Error)).toBe(c.error.index);
         expect(r.adapter.errorType).toBe(c.error.type);
