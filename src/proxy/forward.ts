@@ -697,6 +697,9 @@ class InFlight implements ExchangeHandler {
       this.deps.log.error({ err: (e as Error).message }, 'measurement failed');
     }
     const log = this.deps.log;
+    // Unmeasured (an API the proxy does not know, or metrics off): the upstream's error status is
+    // the error, as the meter has it for a measured request, also when the client then left.
+    const err = summary ? summary.errorType : withErrorStatus(errorType, this.upstreamStatus);
     // A stream cut at the shutdown deadline is lost output: at warn, so a production log level
     // (warn, deploy/kubernetes) still records it.
     const level = (summary?.errorType ?? errorType) === ERROR_TYPE.shutdownDeadline ? 'warn' : 'info';
@@ -714,9 +717,9 @@ class InFlight implements ExchangeHandler {
           // (a cancel or a shutdown cut before the upstream answered; not Node's default 200).
           status: summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
           // A request never sent upstream (queued behind another answer) was cancelled, whatever ended it.
-          outcome: summary?.outcome ?? (errorType === undefined ? 'ok' : errorType === ERROR_TYPE.clientCancelled || this.queued ? 'cancelled' : 'error'),
+          outcome: summary?.outcome ?? (err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled || this.queued ? 'cancelled' : 'error'),
           // The meter's verdict when it measured: a hang-up after the API's last event is no error.
-          errorType: summary ? summary.errorType : errorType,
+          errorType: err,
           finishReasons: summary?.finishReasons,
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),
@@ -734,6 +737,12 @@ class InFlight implements ExchangeHandler {
 }
 
 function ignore(): void {}
+
+/** An unmeasured request's error: an error status (>= 400) wins over a client's hang-up, and the proxy's own error over the status. */
+function withErrorStatus(errorType: string | undefined, status: number | undefined): string | undefined {
+  const statusError = status !== undefined && status >= 400 ? String(status) : undefined;
+  return errorType === ERROR_TYPE.clientCancelled ? (statusError ?? errorType) : (errorType ?? statusError);
+}
 
 /** Requests queued behind an answer on a connection, per client socket. */
 const QUEUED = new WeakMap<Socket, Set<InFlight>>();

@@ -337,6 +337,23 @@ describe('logs, continued', () => {
     expect(tpotMs).toBeGreaterThanOrEqual(480 / 5 - 1);
     expect(maxGapMs).toBeGreaterThan(tpotMs);
   });
+  it('an unmeasured request with an error status is logged as an error, as a measured one is', async () => {
+    const up = http.createServer((req, res) => {
+      req.resume();
+      const status = req.url === '/v1/models' ? 503 : req.url === '/v1/files' ? 404 : 200;
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end('{}');
+    });
+    const { p, proxyUrl } = await cliInFrontOf(up);
+    for (const path of ['/v1/models', '/v1/files', '/health']) await (await fetch(`${proxyUrl}${path}`)).text();
+    const line = (path: string) => p.waitFor((x) => x.msg === 'request' && x.path === path);
+    const byPath = { '/v1/models': await line('/v1/models'), '/v1/files': await line('/v1/files'), '/health': await line('/health') };
+    expect(byPath['/v1/models']).toMatchObject({ status: 503, outcome: 'error', errorType: '503' });
+    expect(byPath['/v1/files']).toMatchObject({ status: 404, outcome: 'error', errorType: '404' });
+    expect(byPath['/health']).toMatchObject({ status: 200, outcome: 'ok' });
+    expect(byPath['/health'].errorType).toBeUndefined();
+  });
+
   it('the request line says how long the upload took (uploadMs), which TTFT includes', async () => {
     const up = http.createServer((req, res) => {
       req.resume();

@@ -562,7 +562,7 @@ describe('requests the proxy does not forward', () => {
     const lines = logLines.filter((l) => l.msg === 'request').map((l) => [l.path, l.status, l.outcome, l.errorType, l.answerCut]);
     expect(lines).toEqual([
       ['/nowhere', 404, 'refused', 'no_route', undefined],
-      ['/early', 413, 'ok', undefined, undefined], // not an API the proxy reads: the transport's outcome
+      ['/early', 413, 'error', '413', undefined], // not an API the proxy reads: its error status, as for one it reads
       ['/hold', undefined, 'cancelled', 'client_cancelled', undefined],
       [undefined, 400, 'refused', 'invalid_http', true],
       ['/stream', 200, 'cancelled', 'client_cancelled', undefined],
