@@ -50,6 +50,18 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
 
   const server = http.createServer((req, res) => {
     const t0 = performance.now();
+    // As vLLM's default CORS settings: a page on any origin may call it (the demo from a browser).
+    res.setHeader('access-control-allow-origin', '*');
+    if (req.method === 'OPTIONS') {
+      req.resume();
+      res.writeHead(204, {
+        'access-control-allow-methods': 'GET, POST, PUT, OPTIONS',
+        'access-control-allow-headers': req.headers['access-control-request-headers'] ?? '*',
+        'access-control-max-age': '600',
+      });
+      res.end();
+      return;
+    }
     const chunks: Buffer[] = [];
     let size = 0;
     req.on('data', (c: Buffer) => {

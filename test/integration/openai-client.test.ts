@@ -157,6 +157,25 @@ describe('official openai client through the proxy', () => {
     expect((await ok.text()).match(/"content":"[^"]+"/g)).toHaveLength(3);
   });
 
+  it('the simulator allows cross-origin calls as vLLM does (a browser page through the proxy): preflight answered, ACAO on answers', async () => {
+    const origin = { origin: 'http://127.0.0.1:1' };
+    const pre = await fetch(`${proxy.proxyUrl}/v1/chat/completions`, {
+      method: 'OPTIONS',
+      headers: { ...origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization,content-type,x-stainless-os' },
+    });
+    expect(pre.status).toBe(204);
+    expect(pre.headers.get('access-control-allow-origin')).toBe('*');
+    expect(pre.headers.get('access-control-allow-methods')).toContain('POST');
+    expect(pre.headers.get('access-control-allow-headers')).toBe('authorization,content-type,x-stainless-os');
+    const r = await fetch(`${proxy.proxyUrl}/v1/chat/completions`, { method: 'POST', headers: origin, body: '{"model":"cors-model","stream":true,"max_tokens":2}' });
+    expect(r.headers.get('access-control-allow-origin')).toBe('*');
+    expect((await r.text()).match(/"content":"[^"]+"/g)).toHaveLength(2);
+    const notFound = await fetch(`${proxy.proxyUrl}/v1/nothing`, { method: 'POST', headers: origin, body: '{}' });
+    expect(notFound.status).toBe(404);
+    expect(notFound.headers.get('access-control-allow-origin')).toBe('*');
+    await notFound.arrayBuffer();
+  });
+
   it('a Responses stream cut by max_output_tokens ends response.incomplete, and its usage is still measured', async () => {
     const stream = await client.responses.create({ model: 'incomplete-model', input: 'x', max_output_tokens: 16, stream: true });
     const types: string[] = [];
