@@ -67,7 +67,7 @@ export interface MeterSummary {
   responseModel: string | undefined;
   errorType: string | undefined;
   /** Why the model stopped, per choice, as the API says it; undefined when it said nothing. */
-  finishReasons: string[] | undefined;
+  finishReasons: (string | null)[] | undefined;
   outcome: 'ok' | 'error' | 'cancelled';
 }
 

@@ -26,7 +26,8 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject
  *
  * Finish reason: Converse's `messageStop.stopReason`; in an invoke stream the model's own
  * (Anthropic's `stop_reason`, Llama's `stop_reason`, Titan's `completionReason`, Nova's
- * `messageStop.stopReason`, `outputs` / `generations` / `choices` entries' reason).
+ * `messageStop.stopReason`, `outputs` / `generations` / `choices` entries' reason), in a
+ * stream or a whole InvokeModel answer (Titan's there in `results[].completionReason`).
  *
  * In-band errors: frames with `:message-type: exception` (type =
  * `:exception-type`, e.g. `throttlingException`) or `error` (`:error-code`).
@@ -54,8 +55,10 @@ export class BedrockAdapter implements ResponseAdapter {
   }
   private converseEnded = false;
 
+  /** An Anthropic model's own, when it said one; else Converse's or another model family's. */
   get finishReasons(): FinishReasons {
-    return this.anthropic?.finishReasons ?? this.finish;
+    const a = this.anthropic?.finishReasons;
+    return a !== undefined && a.list() !== undefined ? a : this.finish;
   }
   private readonly finish = new FinishReasons();
 
@@ -98,6 +101,7 @@ export class BedrockAdapter implements ResponseAdapter {
       return;
     }
     (this.anthropic ??= new AnthropicAdapter()).onBody(body); // InvokeModel with an Anthropic body
+    if (o.type !== 'message') readOtherModelFinish(o, this.finish); // another model family's body
     this.sync();
   }
 
@@ -197,11 +201,12 @@ function otherModelHasContent(o: Record<string, unknown>): boolean {
 function readOtherModelFinish(o: Record<string, unknown>, f: FinishReasons): void {
   f.set(0, o.stop_reason ?? o.completionReason ?? o.finish_reason); // Llama, DeepSeek, Titan, Cohere Command R
   f.set(0, obj(o.messageStop)?.stopReason); // Nova
-  for (const list of [o.outputs, o.generations, o.choices]) {
+  // Mistral, Cohere Command, OpenAI-shaped and DeepSeek, Titan's whole answer (`results`).
+  for (const list of [o.outputs, o.generations, o.choices, o.results]) {
     if (!Array.isArray(list)) continue;
     list.forEach((x, i) => {
       const e = obj(x);
-      if (e) f.set(e.index ?? i, e.stop_reason ?? e.finish_reason);
+      if (e) f.set(e.index ?? i, e.stop_reason ?? e.finish_reason ?? e.completionReason);
     });
   }
 }

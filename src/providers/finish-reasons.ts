@@ -21,9 +21,13 @@ export class FinishReasons {
     (this.byIndex ??= [])[i] = sanitizeErrorType(reason);
   }
 
-  /** The reasons in choice order; undefined when none was read (a cut stream, an API that says none). */
-  list(): string[] | undefined {
-    const r = this.byIndex?.filter((v): v is string => v !== undefined);
-    return r !== undefined && r.length > 0 ? r : undefined;
+  /**
+   * The reasons in choice order, null for a choice before the last one read that has none (n > 1,
+   * cut before it finished: the others keep their places); undefined when none was read (a cut
+   * stream, an API that says none).
+   */
+  list(): (string | null)[] | undefined {
+    const r = this.byIndex;
+    return r === undefined ? undefined : Array.from(r, (v) => v ?? null);
   }
 }

@@ -24,7 +24,8 @@ import { EventKind, firstString, nonEmpty, nonEmptyObject, num, obj, parseObject
  * apart). In-band errors: `error` (`error.code`, a URI: its last segment),
  * an interaction that ends `failed`, `cancelled` or `budget_exceeded`, a
  * model-output step with an `error` (its `google.rpc.Code` by name). Finish reason: the
- * interaction's final `status` (`completed`, `incomplete`, `requires_action`, ...).
+ * status of an interaction that stopped without failing (`completed`, `incomplete`,
+ * `requires_action`, `requires_continuation`).
  */
 export class GeminiInteractionsAdapter implements ResponseAdapter {
   readonly multiTokenEvents = true;
@@ -89,9 +90,9 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
     return EventKind.Error;
   }
 
-  /** An interaction's status once it no longer runs. */
+  /** An interaction's status once it stopped without failing (a failure is its error type). */
   private readStatus(status: unknown): void {
-    if (status !== 'in_progress') this.finishReasons.set(0, status);
+    if (typeof status === 'string' && STOPPED.has(status)) this.finishReasons.set(0, status);
   }
 
   private readInteraction(i: Record<string, unknown>): void {
@@ -134,6 +135,9 @@ const MEDIA = new Set(['image', 'audio', 'video', 'document']);
 
 /** Interaction statuses that end it without its answer (`incomplete` and `requires_*` are normal stops). */
 const FAILED = new Set(['failed', 'cancelled', 'budget_exceeded']);
+
+/** The statuses of an interaction that stopped normally: its finish reason (not `queued`, `in_progress`). */
+const STOPPED = new Set(['completed', 'incomplete', 'requires_action', 'requires_continuation']);
 
 /** Text or media the model generated (`Content`: text, image, audio, video, document). */
 function contentHasOutput(c: unknown): boolean {

@@ -76,8 +76,18 @@ describe('finish reasons per API', () => {
     f.set(-1, 'stop'); // not an index: the first choice
     f.set(1, null);
     f.set(2, 7);
-    expect(f.list()).toEqual(['stop', 'x'.repeat(64)]);
+    expect(f.list()).toEqual(['stop', null, null, 'x'.repeat(64)]); // choices 1 and 2 said none: null, in their places
     expect(new FinishReasons().list()).toBeUndefined();
+  });
+
+  it('n > 1 cut before every choice finished: the reasons read keep their places', () => {
+    const s = streamed(
+      '/v1/chat/completions',
+      'text/event-stream',
+      [chat([{ index: 0, delta: { content: 'a' }, finish_reason: null }]), chat([{ index: 1, delta: { content: 'b' }, finish_reason: 'length' }]), chat([{ index: 0, delta: { content: 'c' }, finish_reason: null }])],
+      { cancelAt: 1 },
+    );
+    expect(s).toMatchObject({ outcome: 'cancelled', finishReasons: [null, 'length'] });
   });
 
   it('OpenAI Chat and legacy Completions: non-streamed bodies', () => {
@@ -139,6 +149,11 @@ describe('finish reasons per API', () => {
       named({ type: 'interaction.completed', event_type: 'interaction.completed', interaction: { id: 'i', model: 'gemini', status: 'incomplete', usage: { total_output_tokens: 2 } } } as never),
     ]);
     expect(s?.finishReasons).toEqual(['incomplete']);
+    // Queued or running is no reason (a background interaction, a stream cut before it ended); a failure is an error type.
+    const queued = body('/v1beta/interactions', { id: 'i', model: 'gemini', status: 'queued' });
+    expect(queued?.finishReasons).toBeUndefined();
+    const failed = body('/v1beta/interactions', { id: 'i', model: 'gemini', status: 'failed' });
+    expect(failed).toMatchObject({ finishReasons: undefined, errorType: 'interaction_failed' });
   });
 
   it('Ollama: done_reason on the last line', () => {
@@ -168,6 +183,19 @@ describe('finish reasons per API', () => {
     expect(invoke({ choices: [{ index: 0, delta: { content: 'x' }, finish_reason: 'stop' }] })).toEqual(['stop']); // OpenAI-shaped
     expect(invoke({ type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 3 } })).toEqual(['tool_use']); // Anthropic
     expect(invoke({ generation: 'x', stop_reason: null })).toBeUndefined();
+    // Whole InvokeModel answers of the other families, as the streamed ones.
+    const invokeBody = (o: unknown) => {
+      const a = new BedrockAdapter();
+      a.onBody(JSON.stringify(o));
+      return a.finishReasons.list();
+    };
+    expect(invokeBody({ inputTextTokenCount: 3, results: [{ tokenCount: 5, outputText: 'x', completionReason: 'LENGTH' }] })).toEqual(['LENGTH']); // Titan
+    expect(invokeBody({ outputs: [{ text: 'x', stop_reason: 'length' }] })).toEqual(['length']); // Mistral
+    expect(invokeBody({ text: 'x', finish_reason: 'COMPLETE', generation_id: 'g' })).toEqual(['COMPLETE']); // Cohere Command R
+    expect(invokeBody({ choices: [{ text: 'x', stop_reason: 'stop' }] })).toEqual(['stop']); // DeepSeek
+    expect(invokeBody({ choices: [{ index: 0, message: { content: 'x' }, finish_reason: 'length' }] })).toEqual(['length']); // gpt-oss
+    expect(invokeBody({ generation: 'x', stop_reason: 'stop', generation_token_count: 2 })).toEqual(['stop']); // Llama
+    expect(invokeBody({ type: 'message', model: 'claude', stop_reason: 'end_turn', usage: { input_tokens: 1, output_tokens: 1 } })).toEqual(['end_turn']);
   });
 
   it('Cohere v2: message-end finish_reason, also one that is an in-band error', () => {
