@@ -9,14 +9,15 @@
  * what it means: the prefix, closed with `x"` and the brackets still open,
  * must parse to an object whose `choices[0].delta[key]` is `"x"` and that
  * has no `error`, `timings`, non-null `usage` or `x_groq.usage`, and no
- * choice with a `finish_reason`. JSON is
+ * choice with a `finish_reason` (other than null or ""). JSON is
  * context-free, so a later event that starts with the same bytes has its
  * `choices[0].delta[key]` string start right there. `match()` then checks the rest itself:
  *  - the text is a non-empty, well-formed JSON string (no raw control
  *    bytes, valid escapes, a closing quote);
  *  - after it, no backslash at all (so no key is spelt with escapes and a
  *    `"` always opens or closes a string), no string `"usage"` or
- *    `"finish_reason"` unless followed by `:null`, no `"error"` or
+ *    `"finish_reason"` unless followed by `:null` (or `:""`, for
+ *    `finish_reason`), no `"error"` or
  *    `"timings"` (a value spelt so makes the answer "not sure", never a
  *    wrong yes);
  *  - the brackets close exactly the ones the prefix left open, each with
@@ -102,8 +103,11 @@ export class ContentPrefix {
         } else if (k === 0x74 /* t */) {
           if (is(buf, i + 1, end, 'timings"')) return -1;
         } else if (k === 0x66 /* f */ && is(buf, i + 1, end, 'finish_reason"')) {
-          if (!is(buf, i + 15, end, ':null')) return -1;
-          i += 19; // past `"finish_reason":null`, the usual case: its bytes need no scan
+          // Past `"finish_reason":null`, or `:""` (servers whose field is a plain string), which say
+          // no reason: their bytes need no scan. Any other value goes to the full parse.
+          if (is(buf, i + 15, end, ':null')) i += 19;
+          else if (is(buf, i + 15, end, ':""')) i += 17;
+          else return -1;
           inString = false;
         }
       } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
@@ -256,7 +260,7 @@ function proves(prefix: string, key: string): Uint8Array | undefined {
   // A choice that says why it stopped goes to the full parse, which reads its finish reason.
   for (const c of choices) {
     const reason = (c as { finish_reason?: unknown } | null)?.finish_reason;
-    if (reason !== undefined && reason !== null) return undefined;
+    if (reason !== undefined && reason !== null && reason !== '') return undefined;
   }
   const delta = (choices[0] as { delta?: unknown } | null | undefined)?.delta;
   if (delta === null || typeof delta !== 'object' || (delta as Record<string, unknown>)[key] !== 'x') return undefined;

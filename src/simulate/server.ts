@@ -50,9 +50,10 @@ export function createSimulator(opts: SimulatorOptions): Simulator {
 
   const server = http.createServer((req, res) => {
     const t0 = performance.now();
-    // As vLLM's default CORS settings: a page on any origin may call it (the demo from a browser).
-    res.setHeader('access-control-allow-origin', '*');
-    if (req.method === 'OPTIONS') {
+    // A page on any origin may call the model APIs (the demo from a browser), as vLLM's default
+    // allows; not `/_sim/config`, which a page should not be able to read or PUT.
+    if (!(req.url ?? '').startsWith('/_sim/')) res.setHeader('access-control-allow-origin', '*');
+    if (req.method === 'OPTIONS' && res.hasHeader('access-control-allow-origin')) {
       req.resume();
       res.writeHead(204, {
         'access-control-allow-methods': 'GET, POST, PUT, OPTIONS',

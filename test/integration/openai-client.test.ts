@@ -174,6 +174,14 @@ describe('official openai client through the proxy', () => {
     expect(notFound.status).toBe(404);
     expect(notFound.headers.get('access-control-allow-origin')).toBe('*');
     await notFound.arrayBuffer();
+    // The plan is not the pages' to read or change.
+    const config = await fetch(`${simUrl}/_sim/config`, { headers: origin });
+    expect(config.status).toBe(200);
+    expect(config.headers.get('access-control-allow-origin')).toBeNull();
+    await config.arrayBuffer();
+    const configPre = await fetch(`${simUrl}/_sim/config`, { method: 'OPTIONS', headers: { ...origin, 'access-control-request-method': 'PUT' } });
+    expect(configPre.headers.get('access-control-allow-origin')).toBeNull();
+    await configPre.arrayBuffer();
   });
 
   it('a Responses stream cut by max_output_tokens ends response.incomplete, and its usage is still measured', async () => {

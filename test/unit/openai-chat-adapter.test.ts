@@ -216,7 +216,7 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     })
     .chain((d) => shuffled(fc.constant(entries(Object.entries(d)))));
   const choice = fc
-    .record({ index: fc.nat(2), delta, finish_reason: fc.option(fc.constantFrom('stop', 'length', 'error'), { nil: null }) })
+    .record({ index: fc.nat(2), delta, finish_reason: fc.option(fc.constantFrom('stop', 'length', 'error', ''), { nil: null }) })
     .chain((c) => shuffled(fc.constant(Object.entries(c) as [string, unknown][])));
   const chunk = fc
     .record({
@@ -415,6 +415,8 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     expect(p.match(...b(openai('x', ',"usage":{"completion_tokens":3}')))).toBe(false);
     expect(p.match(...b(openai('x', ',"timings":{}')))).toBe(false);
     expect(p.match(...b(openai('x').replace('"finish_reason":null', '"finish_reason":"length"')))).toBe(false); // vLLM's last token
+    expect(p.match(...b(openai('x').replace('"finish_reason":null', '"finish_reason":""')))).toBe(true); // no reason, as a string
+    expect(p.match(...b(openai('x').replace('"finish_reason":null', '"finish_reason":"","x":"\\u0022"')))).toBe(false); // still scanned after it
     expect(p.match(...b(openai('x').replace('"index":0', '"index":1')))).toBe(false); // another choice
     expect(p.match(...b(openai('x').slice(0, -1)))).toBe(false); // truncated
 
@@ -432,6 +434,7 @@ describe('the byte path (quickContent on a learned prefix) agrees with the full 
     expect(learn('{"timings":{"prompt_ms":1},"choices":[{"delta":{"content":"b"}}]}').learned).toBeUndefined();
     expect(learn('{"choices":[{"finish_reason":"stop","delta":{"content":"b"}}]}').learned).toBeUndefined();
     expect(learn('{"choices":[{"finish_reason":null,"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"finish_reason":null,"delta":{"content":"');
+    expect(learn('{"choices":[{"finish_reason":"","delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"finish_reason":"","delta":{"content":"');
     expect(learn('{"choices":[{"delta":{"content":"a"}},{"delta":{"content":"b"}}]}').learned).toBe('{"choices":[{"delta":{"content":"');
   });
 
