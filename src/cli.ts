@@ -35,6 +35,8 @@ Proxy options (environment variable in brackets):
   --no-metrics          forward only: no parsing, no measurement [LLM_PROXY_METRICS=false]
   --drain-timeout S     seconds in-flight streams get on SIGTERM, default 30 [LLM_PROXY_DRAIN_TIMEOUT]
   --log-level LEVEL     trace|debug|info|warn|error|fatal|silent, default info [LLM_PROXY_LOG_LEVEL]
+  (no flag)             egress proxy: env (HTTPS_PROXY, HTTP_PROXY, NO_PROXY), none, or a URL
+                        [LLM_PROXY_EGRESS_PROXY; env also when NODE_USE_ENV_PROXY=1]
 
 Simulator options (times in seconds):
   --port N (8081) --host HOST (127.0.0.1) --ttft S (0.25) --itl S (0.0014)

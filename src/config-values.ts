@@ -73,6 +73,37 @@ export interface Overrides {
   /** OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set: it wins over the file's `otlp.endpoint`. */
   otlpEndpointFromEnv?: boolean;
   drainTimeout?: number;
+  /** LLM_PROXY_EGRESS_PROXY: `env`, `none` or a proxy URL. */
+  egressProxy?: string;
+  /** The standard proxy variables, read when the egress proxy is `env`: [variable name, value]. */
+  proxyEnv?: ProxyEnv;
+}
+
+/** http_proxy, https_proxy and no_proxy as undici reads them (lower case first), and NODE_USE_ENV_PROXY. */
+export interface ProxyEnv {
+  http?: readonly [string, string];
+  https?: readonly [string, string];
+  no?: readonly [string, string];
+  /** NODE_USE_ENV_PROXY=1: Node's own switch for honouring the variables. */
+  nodeUseEnvProxy: boolean;
+}
+
+function proxyEnvOf(env: NodeJS.ProcessEnv): ProxyEnv {
+  const pick = (lower: string): readonly [string, string] | undefined => {
+    const upper = lower.toUpperCase();
+    // An empty variable counts as set (it switches the proxy off), as in undici.
+    if (env[lower] !== undefined) return [lower, env[lower]!];
+    if (env[upper] !== undefined) return [upper, env[upper]!];
+    return undefined;
+  };
+  const p: ProxyEnv = { nodeUseEnvProxy: env.NODE_USE_ENV_PROXY === '1' };
+  const http = pick('http_proxy');
+  const https = pick('https_proxy');
+  const no = pick('no_proxy');
+  if (http !== undefined) p.http = http;
+  if (https !== undefined) p.https = https;
+  if (no !== undefined) p.no = no;
+  return p;
 }
 
 function envInt(env: NodeJS.ProcessEnv, name: string, max = 65535): number | undefined {
@@ -106,6 +137,8 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
   set('logLevel', logLevelOf('LLM_PROXY_LOG_LEVEL', env.LLM_PROXY_LOG_LEVEL || undefined));
   set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
+  set('egressProxy', env.LLM_PROXY_EGRESS_PROXY || undefined);
+  o.proxyEnv = proxyEnvOf(env);
   // The standard OpenTelemetry variables: OTEL_METRICS_EXPORTER=otlp,prometheus|none, OTEL_METRIC_EXPORT_INTERVAL (ms).
   const exp = env.OTEL_METRICS_EXPORTER;
   if (exp !== undefined && exp.trim() !== '') {

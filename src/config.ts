@@ -3,6 +3,7 @@ import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS } from './metrics/semconv.js';
 import { API_BY_NAME } from './providers/detect.js';
+import { NO_EGRESS, parseProxyUrl, splitNoProxy, type EgressProxy, type EgressSettings } from './proxy/egress.js';
 import { PLAN_KEYS, planValueError, scheduleError } from './simulate/schedule.js';
 import {
   ConfigError,
@@ -144,6 +145,10 @@ const fileSchema = z
       .strict()
       .optional(),
     simulator: simulatorSchema.optional(),
+    /** How upstreams are reached: `none` (direct, the default), `env` (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) or a proxy URL. */
+    egressProxy: z.string().min(1).optional(),
+    /** Hosts reached directly despite egressProxy (else NO_PROXY's list): names (with subdomains), host:port, IPs, CIDR ranges, `*`. */
+    noProxy: z.union([z.string(), z.array(z.string().min(1))]).optional(),
   })
   .strict();
 
@@ -153,6 +158,8 @@ export type FileConfig = z.input<typeof fileSchema>;
 
 export interface Config {
   readonly routes: readonly RouteConfig[];
+  /** The egress proxies upstreams are reached through (none by default). */
+  readonly egress: EgressSettings;
   /** True when no upstream was configured and the built-in simulator serves "/". */
   readonly useSimulator: boolean;
   readonly simulator: SimulatorConfig;
@@ -271,6 +278,7 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   const m = f.metrics ?? {};
   return Object.freeze({
     routes: Object.freeze(routes.map((r) => Object.freeze({ ...r, prefix: normalizePrefix(r.prefix) }))),
+    egress: egressSettings(f, overrides, source),
     useSimulator,
     simulator: simulatorSchema.parse(f.simulator ?? {}),
     host: overrides.host ?? f.listen?.host ?? '127.0.0.1',
@@ -328,6 +336,37 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       exponentialHistograms: f.otlp?.exponentialHistograms ?? false,
     }),
   });
+}
+
+/**
+ * The egress proxy: LLM_PROXY_EGRESS_PROXY, else the file's `egressProxy`, else `env` when
+ * NODE_USE_ENV_PROXY=1 (Node's switch), else none. Errors name the key or variable.
+ */
+function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, source: string): EgressSettings {
+  const fromVar = overrides.egressProxy !== undefined;
+  const mode = (overrides.egressProxy ?? f.egressProxy ?? (overrides.proxyEnv?.nodeUseEnvProxy === true ? 'env' : 'none')).trim();
+  const modeKey = fromVar ? 'LLM_PROXY_EGRESS_PROXY' : `invalid configuration in ${source}:\n  egressProxy`;
+  const env = overrides.proxyEnv;
+  const noProxy = f.noProxy === undefined ? splitNoProxy(env?.no?.[1] ?? '') : typeof f.noProxy === 'string' ? splitNoProxy(f.noProxy) : f.noProxy;
+  const parse = (key: string, value: string): EgressProxy | undefined => {
+    if (value.trim() === '') return undefined; // an empty variable: no proxy, as in undici
+    try {
+      return parseProxyUrl(value);
+    } catch (e) {
+      // The value is echoed to help, but not a password in it.
+      throw new ConfigError(`${key}: ${(e as Error).message} (got "${value.replace(/\/\/[^/@]*@/, '//…@')}")`);
+    }
+  };
+  if (mode.toLowerCase() === 'none') return NO_EGRESS;
+  if (mode.toLowerCase() === 'env') {
+    const http = env?.http === undefined ? undefined : parse(env.http[0], env.http[1]);
+    // An empty https_proxy falls back to http_proxy, as in undici.
+    const https = env?.https === undefined || env.https[1].trim() === '' ? http : parse(env.https[0], env.https[1]);
+    if (http === undefined && https === undefined) return NO_EGRESS;
+    return Object.freeze({ http, https, noProxy: Object.freeze([...noProxy]) });
+  }
+  const proxy = parse(modeKey, mode);
+  return Object.freeze({ http: proxy, https: proxy, noProxy: Object.freeze([...noProxy]) });
 }
 
 function normalizePrefix(p: string): string {

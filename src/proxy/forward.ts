@@ -56,7 +56,7 @@ export class Forwarder {
   draining = false;
 
   constructor(private readonly deps: ForwarderDeps) {
-    this.router = new Router(deps.config.routes);
+    this.router = new Router(deps.config.routes, deps.config.egress);
     this.upstream = new UpstreamClient({
       connectTimeoutMs: deps.config.timeouts.connect * 1000,
       keepAliveMs: deps.config.timeouts.upstreamKeepAlive * 1000,

@@ -1,5 +1,6 @@
 import type { RouteConfig } from '../config.js';
 import { providerNameForHost } from '../providers/detect.js';
+import { egressFor, NO_EGRESS, type EgressSettings } from './egress.js';
 import type { Origin } from './upstream.js';
 
 export interface ResolvedRoute {
@@ -32,7 +33,7 @@ export interface RouteMatch {
 export class Router {
   private readonly routes: ResolvedRoute[];
 
-  constructor(routes: readonly RouteConfig[]) {
+  constructor(routes: readonly RouteConfig[], egress: EgressSettings = NO_EGRESS) {
     this.routes = routes
       .map((route) => {
         const upstream = new URL(route.upstream);
@@ -45,7 +46,7 @@ export class Router {
           basePath: upstream.pathname.replace(/\/+$/, ''),
           providerName: route.providerName ?? hostName,
           providerNames: [route.providerName, hostName].filter((n): n is string => n !== undefined),
-          origin: { protocol: upstream.protocol, host: connectHost, port },
+          origin: { protocol: upstream.protocol, host: connectHost, port, via: egressFor(egress, upstream.protocol, connectHost, port) },
         };
       })
       .sort((a, b) => b.route.prefix.length - a.route.prefix.length);

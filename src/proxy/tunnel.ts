@@ -8,6 +8,7 @@ import { ERROR_TYPE } from '../metrics/semconv.js';
 import { ChunkedDecoder } from './chunked.js';
 import { connectionTokens, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
+import { openTunnel } from './egress.js';
 import { safePath } from './routes.js';
 import { sharedRead, type Origin } from './upstream.js';
 import type { WsSession } from '../ws/session.js';
@@ -88,31 +89,63 @@ export class Tunnel {
     if (this.early.length > 0) this.hold(this.early, performance.now());
     if (this.done) return; // too many early bytes: answered 400
     const { origin } = this.opts;
-    // Half-open, so an upstream that ends its half can still be sent the client's (without it
-    // a TLS socket ends its own half at once, and a client frame then meets EPIPE).
-    const onread = sharedRead((b, at) => this.fromUpstream(b, at));
-    const up =
-      origin.protocol === 'https:'
-        ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true, onread } as tls.ConnectionOptions)
-        : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread });
-    this.upstream = up;
-    up.setNoDelay(true);
-    // Written at once: the socket holds it until connected. latin1: header bytes as received.
-    up.write(requestHead(this.req.method ?? 'GET', this.opts.path, this.headers), 'latin1');
     this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream connect timeout'), this.opts.connectTimeoutMs);
-    up.once(origin.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
-      this.connected = true;
-      clearTimeout(this.timer);
-      this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
-    });
-    up.on('end', () => this.upstreamEnd());
-    up.on('error', (err: NodeJS.ErrnoException) => this.upstreamFailed(err));
-    up.on('close', () => this.upstreamFailed(undefined));
+    const via = origin.via;
+    if (via === undefined) {
+      // Half-open, so an upstream that ends its half can still be sent the client's (without it
+      // a TLS socket ends its own half at once, and a client frame then meets EPIPE).
+      const onread = sharedRead((b, at) => this.fromUpstream(b, at));
+      const secure = origin.protocol === 'https:';
+      this.attach(
+        secure
+          ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true, onread } as tls.ConnectionOptions)
+          : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread }),
+        secure ? 'secureConnect' : 'connect',
+      );
+    } else {
+      // Through the egress proxy: a CONNECT tunnel for ws: and wss: alike, as browsers open
+      // one (proxies do not pass an upgrade in an absolute-form request on). TLS over a given
+      // socket ignores `onread`: reads come as 'data' events.
+      const raw = openTunnel(via, origin.host, origin.port, (err) => {
+        if (this.done) return; // closed meanwhile; close() destroyed the socket
+        if (err !== undefined) {
+          this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${err.message}`);
+          return;
+        }
+        const secure = origin.protocol === 'https:';
+        const up = secure
+          ? tls.connect({ socket: raw, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
+          : raw;
+        raw.allowHalfOpen = true;
+        up.on('data', (b: Buffer) => this.fromUpstream(b, performance.now()));
+        this.attach(up, secure ? 'secureConnect' : undefined);
+        if (!secure) raw.resume();
+      });
+      this.upstream = raw;
+    }
     this.client.on('data', (b: Buffer) => this.fromClient(b));
     this.client.on('end', () => this.clientEnd());
     this.client.on('error', () => this.close(ERROR_TYPE.clientCancelled));
     this.client.on('close', () => this.close(ERROR_TYPE.clientCancelled));
     this.client.resume();
+  }
+
+  /** The upstream socket: the upgrade request is written (it waits for the connection), listeners set. */
+  private attach(up: net.Socket, connectEvent: 'connect' | 'secureConnect' | undefined): void {
+    this.upstream = up;
+    up.setNoDelay(true);
+    // Written at once: the socket holds it until connected. latin1: header bytes as received.
+    up.write(requestHead(this.req.method ?? 'GET', this.opts.path, this.headers), 'latin1');
+    const connected = () => {
+      this.connected = true;
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
+    };
+    if (connectEvent === undefined) connected();
+    else up.once(connectEvent, connected);
+    up.on('end', () => this.upstreamEnd());
+    up.on('error', (err: NodeJS.ErrnoException) => this.upstreamFailed(err));
+    up.on('close', () => this.upstreamFailed(undefined));
   }
 
   private fromClient(b: Buffer): void {

@@ -2,6 +2,7 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import tls from 'node:tls';
 import { ChunkedDecoder } from './chunked.js';
+import { authority, openTunnel, type EgressProxy } from './egress.js';
 import {
   headEnd,
   keepAliveHintMs,
@@ -43,6 +44,8 @@ export interface Origin {
   /** Host to connect to (IPv6 without brackets); also the TLS server name. */
   readonly host: string;
   readonly port: number;
+  /** The egress proxy the upstream is reached through, if any. */
+  readonly via?: EgressProxy | undefined;
 }
 
 export type RequestBody = 'none' | 'length' | 'chunked';
@@ -101,7 +104,8 @@ export function sharedRead(onRead: (b: Buffer, arrival: number) => void): net.On
 }
 
 function originKey(o: Origin): string {
-  return `${o.protocol}//${o.host}:${o.port}`;
+  const key = `${o.protocol}//${o.host}:${o.port}`;
+  return o.via === undefined ? key : `${key} via ${o.via.display}`;
 }
 
 export class UpstreamClient {
@@ -122,6 +126,12 @@ export class UpstreamClient {
   request(origin: Origin, method: string, target: string, rawHeaders: string[], body: RequestBody, handler: ExchangeHandler): Exchange {
     const conn = this.acquire(origin);
     const ex = new Exchange(conn, method, body, handler);
+    const via = origin.via;
+    if (via !== undefined && origin.protocol === 'http:') {
+      // Plain http through the egress proxy: absolute-form, the proxy's credentials added.
+      target = `http://${authority(origin.host, origin.port)}${target}`;
+      if (via.authorization !== undefined) rawHeaders = [...rawHeaders, 'Proxy-Authorization', via.authorization];
+    }
     conn.begin(ex, requestHead(method, target, rawHeaders));
     return ex;
   }
@@ -138,14 +148,17 @@ export class UpstreamClient {
   }
 
   private connect(origin: Origin, key: string): Connection {
+    if (origin.via !== undefined && origin.protocol === 'https:') return this.connectThroughTunnel(origin, origin.via, key);
+    // Plain http through an egress proxy: a connection to the proxy, which takes absolute-form requests.
+    const to = origin.via === undefined ? origin : { protocol: origin.via.protocol, host: origin.via.host, port: origin.via.port };
     let conn!: Connection;
     let socket: net.Socket;
-    if (origin.protocol === 'https:') {
+    if (to.protocol === 'https:') {
       const session = this.tlsSessions.get(key);
       const s = tls.connect({
-        host: origin.host,
-        port: origin.port,
-        servername: net.isIP(origin.host) ? undefined : origin.host,
+        host: to.host,
+        port: to.port,
+        servername: net.isIP(to.host) ? undefined : to.host,
         session,
         // HTTP/1.1 is all this client speaks: an h2-only server then fails the handshake (a clear
         // 502) instead of answering a 403 of its own that would read as the provider's refusal.
@@ -157,8 +170,8 @@ export class UpstreamClient {
       socket = s;
     } else {
       socket = net.connect({
-        host: origin.host,
-        port: origin.port,
+        host: to.host,
+        port: to.port,
         onread: sharedRead((b, arrival) => conn.onRead(b, arrival)),
       });
     }
@@ -166,11 +179,48 @@ export class UpstreamClient {
     socket.setKeepAlive(true, 1000);
     conn = new Connection(this, key, socket);
     const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect')), this.opts.connectTimeoutMs);
-    socket.once(origin.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
+    socket.once(to.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
       conn.established = true;
     });
     socket.once('close', () => clearTimeout(timer));
+    return conn;
+  }
+
+  /**
+   * An https upstream through an egress proxy: CONNECT, then TLS inside the tunnel. The
+   * connection exists at once and holds what the exchange writes until TLS is up. TLS over
+   * a given socket ignores `onread`, so its reads come as 'data' events.
+   */
+  private connectThroughTunnel(origin: Origin, via: EgressProxy, key: string): Connection {
+    const raw = openTunnel(via, origin.host, origin.port, (err) => {
+      if (err !== undefined) {
+        clearTimeout(timer);
+        conn.tunnelFailed(err);
+        return;
+      }
+      if (conn.socket.destroyed) {
+        clearTimeout(timer);
+        return;
+      }
+      const s = tls.connect({
+        socket: raw,
+        servername: net.isIP(origin.host) ? undefined : origin.host,
+        session: this.tlsSessions.get(key),
+        ALPNProtocols: ['http/1.1'],
+      });
+      s.on('session', (sess: Buffer) => this.tlsSessions.set(key, sess));
+      s.on('data', (b: Buffer) => conn.onRead(b, performance.now()));
+      s.once('secureConnect', () => {
+        clearTimeout(timer);
+        conn.established = true;
+      });
+      s.once('close', () => clearTimeout(timer));
+      s.setKeepAlive(true, 1000);
+      conn.tunnelOpened(s);
+    });
+    const conn = new Connection(this, key, raw, true);
+    const timer = setTimeout(() => conn.connectTimedOut(), this.opts.connectTimeoutMs);
     return conn;
   }
 
@@ -209,12 +259,24 @@ class Connection {
   exchange: Exchange | undefined;
   /** Connected (TLS: handshake done): a failure now is the upstream's doing, not unreachability. */
   established = false;
+  /** While an egress tunnel opens: what the exchange wrote, for the TLS socket to come. */
+  private pending: Array<string | Buffer> | undefined;
+  private pendingBytes = 0;
+  private pausedEarly = false;
 
   constructor(
     private readonly client: UpstreamClient,
     readonly key: string,
-    readonly socket: net.Socket,
+    /** The upstream socket; while a tunnel opens, the socket to the egress proxy. */
+    public socket: net.Socket,
+    tunnelling = false,
   ) {
+    if (tunnelling) this.pending = [];
+    else this.listen();
+  }
+
+  private listen(): void {
+    const socket = this.socket;
     socket.on('error', (err) => this.exchange?.fail(err));
     socket.on('end', () => this.exchange?.eof());
     socket.on('close', () => {
@@ -228,6 +290,52 @@ class Connection {
     socket.on('drain', () => this.exchange?.drained());
   }
 
+  /** Request bytes: held while a tunnel opens (false past 64 KiB, as a connecting socket does). */
+  write(data: string | Buffer): boolean {
+    const held = this.pending;
+    if (held === undefined) return typeof data === 'string' ? this.socket.write(data, 'latin1') : this.socket.write(data);
+    held.push(data);
+    this.pendingBytes += data.length;
+    return this.pendingBytes < 65536;
+  }
+
+  pause(): void {
+    if (this.pending === undefined) this.socket.pause();
+    else this.pausedEarly = true;
+  }
+
+  resume(): void {
+    if (this.pending === undefined) this.socket.resume();
+    else this.pausedEarly = false;
+  }
+
+  /** The tunnel is open and TLS started over it: the connection is `socket` from now on. */
+  tunnelOpened(socket: net.Socket): void {
+    const held = this.pending!;
+    this.pending = undefined;
+    this.socket = socket;
+    this.listen();
+    if (this.pausedEarly) socket.pause();
+    socket.cork();
+    let more = true;
+    for (const d of held) more = this.write(d);
+    socket.uncork();
+    if (more && this.pendingBytes >= 65536) this.exchange?.drained();
+    this.pendingBytes = 0;
+  }
+
+  tunnelFailed(err: Error): void {
+    this.pending = undefined;
+    this.socket.destroy();
+    this.exchange?.fail(err);
+  }
+
+  /** The connect timeout: while the tunnel opens, the exchange hears it as such. */
+  connectTimedOut(): void {
+    if (this.pending !== undefined) this.tunnelFailed(new UpstreamTimeout('connect'));
+    else this.socket.destroy(new UpstreamTimeout('connect'));
+  }
+
   usable(): boolean {
     const s = this.socket;
     return !s.destroyed && s.writable && !s.readableEnded;
@@ -237,6 +345,10 @@ class Connection {
     this.exchange = ex;
     const s = this.socket;
     s.setTimeout(0);
+    if (this.pending !== undefined) {
+      this.write(head);
+      return;
+    }
     // Head and a body that arrives in the same tick leave in one segment.
     s.cork();
     s.write(head, 'latin1');
@@ -295,19 +407,19 @@ export class Exchange {
   /** Request body bytes; false when the caller should wait for `whenDrained`. */
   write(chunk: Buffer): boolean {
     if (this.finished || chunk.length === 0) return true;
-    const s = this.conn.socket;
+    const c = this.conn;
     if (this.body === 'chunked') {
-      s.write(`${chunk.length.toString(16)}\r\n`, 'latin1');
-      s.write(chunk);
-      return s.write(CRLF);
+      c.write(`${chunk.length.toString(16)}\r\n`);
+      c.write(chunk);
+      return c.write(CRLF);
     }
-    return s.write(chunk);
+    return c.write(chunk);
   }
 
   end(): void {
     if (this.finished || this.requestDone) return;
     this.requestDone = true;
-    if (this.body === 'chunked') this.conn.socket.write(LAST_CHUNK);
+    if (this.body === 'chunked') this.conn.write(LAST_CHUNK);
   }
 
   whenDrained(cb: () => void): void {
@@ -322,11 +434,11 @@ export class Exchange {
 
   /** Stops reading the response until resume() (backpressure from the client). */
   pause(): void {
-    if (!this.finished) this.conn.socket.pause();
+    if (!this.finished) this.conn.pause();
   }
 
   resume(): void {
-    if (!this.finished) this.conn.socket.resume();
+    if (!this.finished) this.conn.resume();
   }
 
   /** Limits the silence between response reads, once the head is in. */

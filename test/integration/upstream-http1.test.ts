@@ -22,6 +22,7 @@ import { startProxy } from '../../src/main.js';
 import { Writable } from 'node:stream';
 import { views } from '../helpers/ranges.js';
 import { afterHead, pump, type Progress } from '../helpers/flood.js';
+import { selfSignedCert } from '../helpers/tls.js';
 
 type Script = (sock: net.Socket, head: string, index: number) => void | Promise<void>;
 
@@ -355,15 +356,9 @@ describe('client connections', () => {
 
 /** A self-signed certificate for localhost, removed after the test. */
 function selfSigned(): { key: string; cert: string } {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'llp-tls-'));
-  cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
-  const key = path.join(dir, 'key.pem');
-  const cert = path.join(dir, 'cert.pem');
-  execFileSync('openssl', [
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '2',
-    '-subj', '/CN=localhost', '-addext', 'subjectAltName=DNS:localhost', '-keyout', key, '-out', cert,
-  ], { stdio: 'ignore' });
-  return { key, cert };
+  const c = selfSignedCert();
+  cleanups.push(c.remove);
+  return c;
 }
 
 /** Starts `server` on loopback and the proxy (the CLI, trusting `cert`) in front of it as https://localhost. */

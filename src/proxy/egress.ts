@@ -1,0 +1,221 @@
+import net from 'node:net';
+import tls from 'node:tls';
+import { headEnd, MAX_HEAD_BYTES, parseResponseHead } from './http1.js';
+
+/**
+ * Egress (forward) proxies: how the proxy reaches upstreams from a network that only lets
+ * HTTP out through one (`HTTPS_PROXY=http://proxy.corp:3128`). The rules follow undici's
+ * EnvHttpProxyAgent, which Node's own fetch uses with NODE_USE_ENV_PROXY: lower-case
+ * variables first, an https upstream falls back to the http proxy, and NO_PROXY lists hosts
+ * (with their subdomains), optionally with a port, or `*`. Added here: IP ranges in CIDR form
+ * (`10.0.0.0/8`), as curl and Python's requests accept them.
+ *
+ * An https upstream is reached through a CONNECT tunnel, and TLS runs end to end inside it;
+ * a plain-http upstream gets absolute-form requests (`POST http://host/v1/...`), as curl and
+ * Node's http client send them: proxies commonly refuse CONNECT to ports other than 443.
+ */
+
+export interface EgressProxy {
+  readonly protocol: 'http:' | 'https:';
+  /** IPv6 without brackets. */
+  readonly host: string;
+  readonly port: number;
+  /** `Basic ...` from the URL's user:password, sent as Proxy-Authorization. */
+  readonly authorization: string | undefined;
+  /** The URL without its credentials, for logs and errors. */
+  readonly display: string;
+}
+
+export interface EgressSettings {
+  /** For http upstreams. */
+  readonly http: EgressProxy | undefined;
+  /** For https upstreams (and WebSocket upgrades to either). */
+  readonly https: EgressProxy | undefined;
+  /** NO_PROXY entries, as given. */
+  readonly noProxy: readonly string[];
+}
+
+export const NO_EGRESS: EgressSettings = Object.freeze({ http: undefined, https: undefined, noProxy: Object.freeze([]) });
+
+/** A proxy URL as curl and Python take it: the scheme may be left out (http). Throws a message. */
+export function parseProxyUrl(value: string): EgressProxy {
+  const text = value.trim();
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(text) ? text : `http://${text}`;
+  let u: URL;
+  try {
+    u = new URL(withScheme);
+  } catch {
+    throw new Error('expected a proxy URL such as http://proxy.example:3128');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') {
+    throw new Error(`${u.protocol.slice(0, -1)} proxies are not supported (use an http:// or https:// proxy)`);
+  }
+  if (u.hostname === '') throw new Error('the proxy URL has no host');
+  if ((u.pathname !== '/' && u.pathname !== '') || u.search !== '' || u.hash !== '') {
+    throw new Error('a proxy URL has no path, query or fragment');
+  }
+  const host = u.hostname.replace(/^\[|\]$/g, '');
+  const port = u.port === '' ? (u.protocol === 'https:' ? 443 : 80) : Number(u.port);
+  let authorization: string | undefined;
+  if (u.username !== '' || u.password !== '') {
+    const user = decodeURIComponent(u.username);
+    const pass = decodeURIComponent(u.password);
+    authorization = `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}`;
+  }
+  return Object.freeze({ protocol: u.protocol, host, port, authorization, display: `${u.protocol}//${u.host}` });
+}
+
+/** NO_PROXY's entries (comma or white-space separated). */
+export function splitNoProxy(value: string): string[] {
+  return value.split(/[,\s]+/).filter((e) => e !== '');
+}
+
+interface HostRule {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** Whether NO_PROXY's entries exempt a host (IPv6 without brackets) and port. */
+export class NoProxy {
+  private readonly all: boolean;
+  private readonly hosts: HostRule[] = [];
+  private readonly ranges = new net.BlockList();
+  private hasRanges = false;
+
+  constructor(entries: readonly string[]) {
+    this.all = entries.includes('*');
+    for (const entry of entries) {
+      const cidr = /^([0-9a-f:.]+)\/(\d{1,3})$/i.exec(entry);
+      if (cidr !== null) {
+        const family = net.isIP(cidr[1]!);
+        const bits = Number(cidr[2]);
+        if (family !== 0 && bits <= (family === 4 ? 32 : 128)) {
+          this.ranges.addSubnet(cidr[1]!, bits, family === 4 ? 'ipv4' : 'ipv6');
+          this.hasRanges = true;
+          continue;
+        }
+      }
+      let host = entry;
+      let port = 0;
+      const v6 = /^\[(.+)\](?::(\d+))?$/.exec(entry);
+      if (v6 !== null) {
+        host = v6[1]!;
+        port = v6[2] === undefined ? 0 : Number(v6[2]);
+      } else if ((entry.match(/:/g) ?? []).length === 1) {
+        const m = /^(.+):(\d+)$/.exec(entry);
+        if (m !== null) {
+          host = m[1]!;
+          port = Number(m[2]);
+        }
+      }
+      host = host.replace(/^\*?\./, '').replace(/^(.+)\.$/, '$1').toLowerCase();
+      this.hosts.push({ host, port });
+    }
+  }
+
+  matches(hostname: string, port: number): boolean {
+    if (this.all) return true;
+    let host = hostname.toLowerCase();
+    if (host.length > 1 && host.endsWith('.')) host = host.slice(0, -1);
+    for (const r of this.hosts) {
+      if (r.port !== 0 && r.port !== port) continue;
+      if (host === r.host || host.endsWith(`.${r.host}`)) return true;
+    }
+    if (this.hasRanges) {
+      const family = net.isIP(host);
+      if (family !== 0 && this.ranges.check(host, family === 4 ? 'ipv4' : 'ipv6')) return true;
+    }
+    return false;
+  }
+}
+
+/** The proxy an upstream is reached through, if any. Decided once per route, at start. */
+export function egressFor(settings: EgressSettings, protocol: string, host: string, port: number): EgressProxy | undefined {
+  const proxy = protocol === 'https:' ? settings.https : settings.http;
+  if (proxy === undefined) return undefined;
+  return new NoProxy(settings.noProxy).matches(host, port) ? undefined : proxy;
+}
+
+/** A failure to reach an upstream through the egress proxy; it says which proxy and why. */
+export class EgressProxyError extends Error {
+  override name = 'EgressProxyError';
+}
+
+/** `host:port` as a CONNECT target and Host field take it. */
+export function authority(host: string, port: number): string {
+  return net.isIPv6(host) ? `[${host}]:${port}` : `${host}:${port}`;
+}
+
+/**
+ * Connects to the proxy and asks it for a tunnel to host:port. `done` is called once: with
+ * an error (the caller destroys the socket), or with none when the tunnel is open; the socket
+ * is then paused, its own listeners removed, ready to carry TLS or the upstream's bytes.
+ */
+export function openTunnel(proxy: EgressProxy, host: string, port: number, done: (err: EgressProxyError | undefined) => void): net.Socket {
+  const target = authority(host, port);
+  const socket =
+    proxy.protocol === 'https:'
+      ? tls.connect({ host: proxy.host, port: proxy.port, servername: net.isIP(proxy.host) ? undefined : proxy.host, ALPNProtocols: ['http/1.1'] })
+      : net.connect({ host: proxy.host, port: proxy.port });
+  socket.setNoDelay(true);
+  // An error after the tunnel's owner took over reaches its listeners too; this one only keeps
+  // an error racing a destroy from being unhandled.
+  socket.on('error', ignore);
+  let head = `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n`;
+  if (proxy.authorization !== undefined) head += `Proxy-Authorization: ${proxy.authorization}\r\n`;
+  socket.write(`${head}\r\n`, 'latin1');
+
+  let settled = false;
+  let received: Buffer | undefined;
+  const settle = (err: EgressProxyError | undefined) => {
+    if (settled) return;
+    settled = true;
+    socket.off('data', onData);
+    socket.off('error', onError);
+    socket.off('end', onEnd);
+    socket.off('close', onEnd);
+    if (err === undefined) socket.pause();
+    done(err);
+  };
+  const onData = (b: Buffer) => {
+    let data = received === undefined ? b : Buffer.concat([received, b]);
+    for (;;) {
+      const end = headEnd(data);
+      if (end === -1) {
+        if (data.length > MAX_HEAD_BYTES) settle(new EgressProxyError(`egress proxy ${proxy.display} sent an oversized answer to CONNECT ${target}`));
+        received = data;
+        return;
+      }
+      let status: number;
+      let reason: string;
+      try {
+        const h = parseResponseHead(data.subarray(0, end));
+        status = h.status;
+        reason = h.statusText;
+      } catch {
+        settle(new EgressProxyError(`egress proxy ${proxy.display} sent an invalid answer to CONNECT ${target}`));
+        return;
+      }
+      data = data.subarray(end);
+      if (status >= 100 && status < 200) continue;
+      if (status < 200 || status >= 300) {
+        settle(new EgressProxyError(`egress proxy ${proxy.display} answered CONNECT ${target} with ${status}${reason ? ` ${reason.slice(0, 64)}` : ''}`));
+      } else if (data.length > 0) {
+        // Nothing was sent through the tunnel yet: bytes now are the proxy's, not the upstream's.
+        settle(new EgressProxyError(`egress proxy ${proxy.display} sent bytes after opening the tunnel to ${target}`));
+      } else {
+        settle(undefined);
+      }
+      return;
+    }
+  };
+  const onError = (err: NodeJS.ErrnoException) => settle(new EgressProxyError(`egress proxy ${proxy.display}: ${err.code ?? err.message}`));
+  const onEnd = () => settle(new EgressProxyError(`egress proxy ${proxy.display} closed the connection before the tunnel to ${target} was open`));
+  socket.on('data', onData);
+  socket.on('error', onError);
+  socket.on('end', onEnd);
+  socket.on('close', onEnd);
+  return socket;
+}
+
+function ignore(): void {}

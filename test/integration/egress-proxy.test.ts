@@ -1,0 +1,215 @@
+// Upstreams reached through an egress (forward) proxy: HTTPS_PROXY / HTTP_PROXY / NO_PROXY, or
+// the config's egressProxy. The proxy in the middle is a real HTTP proxy on loopback
+// (helpers/forward-proxy.ts) that records what it was asked.
+import fs from 'node:fs';
+import http from 'node:http';
+import https from 'node:https';
+import net, { type AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { startForwardProxy, type ForwardProxy } from '../helpers/forward-proxy.js';
+import { spawnCli, type Spawned } from '../helpers/process.js';
+import { selfSignedCert } from '../helpers/tls.js';
+
+const sse = (k: number) => `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"tok ${k}"},"finish_reason":null}]}\n\n`;
+const STREAM = [sse(1), sse(2), sse(3), 'data: [DONE]\n\n'];
+
+let spawned: Spawned | undefined;
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  await spawned?.stop();
+  spawned = undefined;
+  for (const c of cleanups.splice(0)) await c();
+});
+
+/** The environment the CLI starts with: these proxy variables only (none inherited), plus `extra`. */
+function proxyEnv(vars: Record<string, string>, extra: NodeJS.ProcessEnv = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...extra };
+  for (const n of ['http_proxy', 'https_proxy', 'no_proxy', 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'NODE_USE_ENV_PROXY', 'LLM_PROXY_EGRESS_PROXY']) env[n] = undefined;
+  return { ...env, ...vars };
+}
+
+/** An SSE upstream (https when given a certificate) that records each request's first line. */
+async function sseUpstream(tlsFiles?: { key: string; cert: string }) {
+  const seen: string[] = [];
+  const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
+    seen.push(`${req.method} ${req.url} ${req.headers.host ?? ''}`);
+    req.resume();
+    req.on('end', () => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      let k = 0;
+      const t = setInterval(() => {
+        if (k < STREAM.length) res.write(STREAM[k++]);
+        else {
+          clearInterval(t);
+          res.end();
+        }
+      }, 5);
+    });
+  };
+  const server = tlsFiles ? https.createServer({ key: fs.readFileSync(tlsFiles.key), cert: fs.readFileSync(tlsFiles.cert) }, handler) : http.createServer(handler);
+  // A WebSocket-style upgrade: 101, then echo.
+  server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
+    socket.on('error', () => {});
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    socket.on('data', (b: Buffer) => socket.write(b));
+    socket.on('end', () => socket.end());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+  return { port: (server.address() as AddressInfo).port, seen };
+}
+
+async function forwardProxy(opts: Parameters<typeof startForwardProxy>[0] = {}): Promise<ForwardProxy> {
+  const p = await startForwardProxy(opts);
+  cleanups.push(() => p.close());
+  return p;
+}
+
+async function start(upstream: string, env: NodeJS.ProcessEnv, args: string[] = []): Promise<string> {
+  spawned = spawnCli(['--upstream', upstream, '--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info', ...args], env);
+  return (await spawned.waitFor((l) => l.msg === 'listening')).proxyUrl as string;
+}
+
+async function chat(proxyUrl: string, headers: Record<string, string> = {}) {
+  return fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: '{"model":"m","stream":true}' });
+}
+
+const requestLines = async (n: number) => {
+  for (let i = 0; i < 200 && spawned!.lines.filter((l) => l.msg === 'request').length < n; i++) await new Promise((r) => setTimeout(r, 20));
+  return spawned!.lines.filter((l) => l.msg === 'request');
+};
+
+describe('egress proxy', () => {
+  it('reaches an https upstream through a CONNECT tunnel (HTTPS_PROXY with credentials), TLS end to end, the tunnel reused, the stream measured', async () => {
+    const cert = selfSignedCert();
+    cleanups.push(cert.remove);
+    const up = await sseUpstream(cert);
+    const fp = await forwardProxy({ credentials: 'alice:s3cr%t' });
+    const proxyUrl = await start(`https://localhost:${up.port}`, proxyEnv({ https_proxy: `${fp.url.replace('//', '//alice:s3cr%25t@')}`, NODE_USE_ENV_PROXY: '1' }, { NODE_EXTRA_CA_CERTS: cert.cert }));
+    for (let i = 0; i < 2; i++) {
+      const res = await chat(proxyUrl);
+      expect(res.status).toBe(200);
+      expect(await res.text()).toBe(STREAM.join(''));
+    }
+    expect(fp.connects).toEqual([`localhost:${up.port}`]); // one tunnel, kept alive for the second request
+    expect(fp.auths).toEqual([`Basic ${Buffer.from('alice:s3cr%t').toString('base64')}`]);
+    expect(up.seen).toEqual([`POST /v1/chat/completions localhost:${up.port}`, `POST /v1/chat/completions localhost:${up.port}`]);
+    const lines = await requestLines(2);
+    expect(lines.map((l) => [l.status, l.outcome, l.outputTokens])).toEqual([[200, 'ok', 3], [200, 'ok', 3]]);
+    // The credentials never reach a log line.
+    expect(JSON.stringify(spawned!.lines)).not.toContain('s3cr');
+  });
+
+  it('sends a plain-http upstream absolute-form requests through the proxy (HTTP_PROXY), its credentials added and the client\'s own not forwarded', async () => {
+    const up = await sseUpstream();
+    const fp = await forwardProxy({ credentials: 'bob:pw' });
+    const proxyUrl = await start(`http://127.0.0.1:${up.port}/base`, proxyEnv({ LLM_PROXY_EGRESS_PROXY: 'env', HTTP_PROXY: fp.url.replace('//', '//bob:pw@') }));
+    const res = await chat(proxyUrl, { 'proxy-authorization': 'Basic Y2xpZW50OnNlY3JldA==' });
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe(STREAM.join(''));
+    expect(fp.connects).toEqual([]);
+    expect(fp.requests).toEqual([`POST http://127.0.0.1:${up.port}/base/v1/chat/completions HTTP/1.1`]);
+    expect(fp.auths).toEqual([`Basic ${Buffer.from('bob:pw').toString('base64')}`]);
+    expect(up.seen).toEqual([`POST /base/v1/chat/completions 127.0.0.1:${up.port}`]);
+    expect((await requestLines(1))[0]).toMatchObject({ status: 200, outcome: 'ok', outputTokens: 3 });
+  });
+
+  it('goes direct to a host NO_PROXY names (with a port, or a CIDR range), and through the proxy otherwise', async () => {
+    const up = await sseUpstream();
+    const fp = await forwardProxy();
+    for (const noProxy of [`example.com,127.0.0.1:${up.port}`, '10.0.0.0/8 127.0.0.0/8', '*']) {
+      const proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', http_proxy: fp.url, no_proxy: noProxy }));
+      expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
+      await spawned!.stop();
+    }
+    expect(fp.requests).toEqual([]);
+    // A port that does not match is proxied.
+    const proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', http_proxy: fp.url, no_proxy: '127.0.0.1:1' }));
+    expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
+    expect(fp.requests).toHaveLength(1);
+  });
+
+  it('ignores the proxy variables unless told to use them (as Node does), and a config file can name the proxy itself', async () => {
+    const up = await sseUpstream();
+    const fp = await forwardProxy();
+    let proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({ HTTP_PROXY: fp.url, http_proxy: fp.url }));
+    expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
+    expect(fp.requests).toEqual([]);
+    await spawned!.stop();
+    const dir = fs.mkdtempSync('/tmp/llp-egress-');
+    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    fs.writeFileSync(`${dir}/c.yaml`, `egressProxy: ${fp.url}\nnoProxy: [example.com]\n`);
+    proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({}), ['--config', `${dir}/c.yaml`]);
+    expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
+    expect(fp.requests).toHaveLength(1);
+  });
+
+  it('a proxy that refuses the tunnel (407) or cannot be reached is a 502 that names the proxy, recorded as upstream_unreachable', async () => {
+    const fp = await forwardProxy({ credentials: 'alice:right' });
+    let proxyUrl = await start('https://api.example.test', proxyEnv({ NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: fp.url.replace('//', '//alice:wrong@') }));
+    let res = await chat(proxyUrl);
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream unreachable: egress proxy ${fp.url} answered CONNECT api.example.test:443 with 407 Proxy Authentication Required`);
+    expect((await requestLines(1))[0]).toMatchObject({ status: 502, outcome: 'error', errorType: 'upstream_unreachable' });
+    expect(fp.connects).toEqual(['api.example.test:443']);
+    await spawned!.stop();
+
+    const closed = net.createServer();
+    await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
+    const deadPort = (closed.address() as AddressInfo).port;
+    await new Promise<void>((r) => closed.close(() => r()));
+    proxyUrl = await start('https://api.example.test', proxyEnv({ NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: `http://127.0.0.1:${deadPort}` }));
+    res = await chat(proxyUrl);
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream unreachable: egress proxy http://127.0.0.1:${deadPort}: ECONNREFUSED`);
+  });
+
+  it('a proxy that never answers the CONNECT is the connect timeout (504)', async () => {
+    const fp = await forwardProxy({ silent: true });
+    const dir = fs.mkdtempSync('/tmp/llp-egress-');
+    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    fs.writeFileSync(`${dir}/c.yaml`, `egressProxy: ${fp.url}\ntimeouts: { connect: 0.3 }\n`);
+    const proxyUrl = await start('https://api.example.test', proxyEnv({}), ['--config', `${dir}/c.yaml`]);
+    const res = await chat(proxyUrl);
+    expect(res.status).toBe(504);
+    expect((await requestLines(1))[0]).toMatchObject({ status: 504, outcome: 'error', errorType: 'timeout' });
+  });
+
+  it('reaches an upstream through an https:// proxy (TLS to the proxy, and TLS inside the tunnel)', async () => {
+    const cert = selfSignedCert();
+    cleanups.push(cert.remove);
+    const up = await sseUpstream(cert);
+    const fp = await forwardProxy({ tls: { key: fs.readFileSync(cert.key), cert: fs.readFileSync(cert.cert) } });
+    const proxyUrl = await start(`https://localhost:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', https_proxy: fp.url.replace('127.0.0.1', 'localhost') }, { NODE_EXTRA_CA_CERTS: cert.cert }));
+    expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
+    expect(fp.connects).toEqual([`localhost:${up.port}`]);
+  });
+
+  it.each(['http', 'https'])('tunnels a WebSocket upgrade to an %s upstream through CONNECT, bytes both ways', async (scheme) => {
+    const cert = selfSignedCert();
+    cleanups.push(cert.remove);
+    const up = await sseUpstream(scheme === 'https' ? cert : undefined);
+    const fp = await forwardProxy();
+    const proxyUrl = await start(`${scheme}://localhost:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', http_proxy: fp.url }, { NODE_EXTRA_CA_CERTS: cert.cert }));
+    const u = new URL(proxyUrl);
+    const got = await new Promise<string>((resolve, reject) => {
+      const c = net.connect({ port: Number(u.port), host: u.hostname }, () => {
+        c.write('GET /v1/realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+      });
+      let t = '';
+      c.on('data', (b: Buffer) => {
+        t += b.toString();
+        if (t.endsWith('\r\n\r\n')) c.write('ping-1');
+        if (t.endsWith('ping-1')) {
+          c.end();
+          resolve(t);
+        }
+      });
+      c.on('error', reject);
+    });
+    expect(got).toMatch(/^HTTP\/1\.1 101 [^]*\r\n\r\nping-1$/);
+    expect(fp.connects).toEqual([`localhost:${up.port}`]);
+    for (let i = 0; i < 200 && !spawned!.lines.some((l) => l.msg === 'tunnel'); i++) await new Promise((r) => setTimeout(r, 20));
+    expect(spawned!.lines.find((l) => l.msg === 'tunnel')).toMatchObject({ status: 101, outcome: 'ok' });
+  });
+});
