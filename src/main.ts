@@ -9,6 +9,7 @@ import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.
 import { Instruments } from './metrics/instruments.js';
 import { ERROR_TYPE } from './metrics/semconv.js';
 import { Forwarder } from './proxy/forward.js';
+import { upstreamOrigin } from './proxy/routes.js';
 import { createMetricsApp, createProxyApp, listen } from './server.js';
 import { createSimulator, type Simulator } from './simulate/server.js';
 import { VERSION } from './version.js';
@@ -98,7 +99,11 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       proxyUrl: proxy.url,
       metricsUrl: metrics.url,
       version: VERSION,
-      routes: cfg.routes.map((r) => ({ prefix: r.prefix, upstream: new URL(r.upstream).origin, provider: r.provider })),
+      routes: cfg.routes.map((r) => {
+        const u = new URL(r.upstream);
+        // Through which egress proxy, if any (without its credentials): NO_PROXY's effect, visible at start.
+        return { prefix: r.prefix, upstream: u.origin, provider: r.provider, via: upstreamOrigin(u, cfg.egress).via?.display };
+      }),
       metricsEnabled: cfg.metrics.enabled,
     },
     'listening',

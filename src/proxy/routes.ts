@@ -37,8 +37,6 @@ export class Router {
     this.routes = routes
       .map((route) => {
         const upstream = new URL(route.upstream);
-        const connectHost = upstream.hostname.replace(/^\[|\]$/g, '');
-        const port = upstream.port === '' ? (upstream.protocol === 'https:' ? 443 : 80) : Number(upstream.port);
         const hostName = providerNameForHost(upstream.hostname);
         return {
           route,
@@ -46,7 +44,7 @@ export class Router {
           basePath: upstream.pathname.replace(/\/+$/, ''),
           providerName: route.providerName ?? hostName,
           providerNames: [route.providerName, hostName].filter((n): n is string => n !== undefined),
-          origin: { protocol: upstream.protocol, host: connectHost, port, via: egressFor(egress, upstream.protocol, connectHost, port) },
+          origin: upstreamOrigin(upstream, egress),
         };
       })
       .sort((a, b) => b.route.prefix.length - a.route.prefix.length);
@@ -72,6 +70,13 @@ export class Router {
     }
     return undefined;
   }
+}
+
+/** Where the upstream client connects for an upstream URL, and through which egress proxy. */
+export function upstreamOrigin(upstream: URL, egress: EgressSettings): Origin {
+  const host = upstream.hostname.replace(/^\[|\]$/g, '');
+  const port = upstream.port === '' ? (upstream.protocol === 'https:' ? 443 : 80) : Number(upstream.port);
+  return { protocol: upstream.protocol, host, port, via: egressFor(egress, upstream.protocol, host, port) };
 }
 
 /** Path and query of a request target; undefined for `*` or garbage. */

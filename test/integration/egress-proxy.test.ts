@@ -120,11 +120,14 @@ describe('egress proxy', () => {
     for (const noProxy of [`example.com,127.0.0.1:${up.port}`, '10.0.0.0/8 127.0.0.0/8', '*']) {
       const proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', http_proxy: fp.url, no_proxy: noProxy }));
       expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
+      // The start line says which routes go through which proxy.
+      expect(spawned!.lines.find((l) => l.msg === 'listening')!.routes).toEqual([{ prefix: '/', upstream: `http://127.0.0.1:${up.port}` }]);
       await spawned!.stop();
     }
     expect(fp.requests).toEqual([]);
     // A port that does not match is proxied.
-    const proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', http_proxy: fp.url, no_proxy: '127.0.0.1:1' }));
+    const proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', http_proxy: fp.url.replace('//', '//u:secret@'), no_proxy: '127.0.0.1:1' }));
+    expect(spawned!.lines.find((l) => l.msg === 'listening')!.routes).toEqual([{ prefix: '/', upstream: `http://127.0.0.1:${up.port}`, via: fp.url }]);
     expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
     expect(fp.requests).toHaveLength(1);
   });
