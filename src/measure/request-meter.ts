@@ -412,8 +412,7 @@ export class RequestMeter {
     // Nor did one that hangs up after the API's last event ([DONE], message_stop) reached it:
     // clients that stop reading there would otherwise count as cancellations whenever the
     // server's end of body comes a few ms later.
-    const err =
-      errorType === ERROR_TYPE.clientCancelled ? (upstreamErr ?? (adapter.complete === true ? undefined : errorType)) : (errorType ?? upstreamErr);
+    const err = endError(errorType, upstreamErr, adapter.complete === true);
     const outcome = err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled ? 'cancelled' : 'error';
 
     const usage = adapter.usage;
@@ -503,4 +502,15 @@ export class RequestMeter {
       l.requestModel,
     );
   }
+}
+
+/**
+ * A request's error type at its end: the proxy's own (`errorType`: a reset, a timeout) wins over
+ * the upstream's (`upstreamErr`: an error status, an in-band error), except a client's hang-up,
+ * which the upstream's error wins over; a hang-up after the API's last event (`complete`) is no
+ * error. Shared by measured and unmeasured requests, so the log says the same for both.
+ */
+export function endError(errorType: string | undefined, upstreamErr: string | undefined, complete: boolean): string | undefined {
+  if (errorType === ERROR_TYPE.clientCancelled) return upstreamErr ?? (complete ? undefined : errorType);
+  return errorType ?? upstreamErr;
 }

@@ -6,7 +6,7 @@ import { performance } from 'node:perf_hooks';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import { afterIo } from '../measure/after-io.js';
-import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
+import { endError, RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
@@ -699,7 +699,8 @@ class InFlight implements ExchangeHandler {
     const log = this.deps.log;
     // Unmeasured (an API the proxy does not know, or metrics off): the upstream's error status is
     // the error, as the meter has it for a measured request, also when the client then left.
-    const err = summary ? summary.errorType : withErrorStatus(errorType, this.upstreamStatus);
+    const status = this.upstreamStatus;
+    const err = summary ? summary.errorType : endError(errorType, status !== undefined && status >= 400 ? String(status) : undefined, false);
     // A stream cut at the shutdown deadline is lost output: at warn, so a production log level
     // (warn, deploy/kubernetes) still records it.
     const level = (summary?.errorType ?? errorType) === ERROR_TYPE.shutdownDeadline ? 'warn' : 'info';
@@ -737,12 +738,6 @@ class InFlight implements ExchangeHandler {
 }
 
 function ignore(): void {}
-
-/** An unmeasured request's error: an error status (>= 400) wins over a client's hang-up, and the proxy's own error over the status. */
-function withErrorStatus(errorType: string | undefined, status: number | undefined): string | undefined {
-  const statusError = status !== undefined && status >= 400 ? String(status) : undefined;
-  return errorType === ERROR_TYPE.clientCancelled ? (statusError ?? errorType) : (errorType ?? statusError);
-}
 
 /** Requests queued behind an answer on a connection, per client socket. */
 const QUEUED = new WeakMap<Socket, Set<InFlight>>();
