@@ -1,17 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../../src/config.js';
 import { egressFor, NoProxy, parseProxyUrl, splitNoProxy } from '../../src/proxy/egress.js';
 import { Router } from '../../src/proxy/routes.js';
-
-function errorOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(ConfigError);
-    return (e as Error).message;
-  }
-  throw new Error('expected a ConfigError');
-}
 
 describe('proxy URLs', () => {
   it('take http and https proxies, with or without a scheme, port and credentials (percent-decoded)', () => {
@@ -69,31 +58,5 @@ describe('NO_PROXY', () => {
     expect(egressFor(s, 'https:', 'llm.internal.corp', 443)).toBeUndefined();
     const r = new Router([{ prefix: '/', upstream: 'https://api.openai.com/v1', stripPrefix: true }], s);
     expect(r.match('/chat/completions')!.resolved.origin).toEqual({ protocol: 'https:', host: 'api.openai.com', port: 443, via: https });
-  });
-});
-
-describe('egress configuration', () => {
-  const u = 'http://up:1';
-
-  it('is direct unless asked: the variables alone change nothing (as in Node without NODE_USE_ENV_PROXY)', () => {
-    expect(loadConfig({ upstream: u }, { HTTPS_PROXY: 'http://p:1', HTTP_PROXY: 'http://p:1' }).egress).toMatchObject({ http: undefined, https: undefined });
-  });
-
-  it('reads the variables as undici does: lower case first, https falls back to http, an empty one is none', () => {
-    const env = { NODE_USE_ENV_PROXY: '1', https_proxy: 'http://lower:1', HTTPS_PROXY: 'http://upper:1', NO_PROXY: 'a.test' };
-    expect(loadConfig({ upstream: u }, env).egress).toMatchObject({ https: { host: 'lower' }, http: undefined, noProxy: ['a.test'] });
-    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'env', http_proxy: 'http://h:1' }).egress).toMatchObject({ http: { host: 'h' }, https: { host: 'h' } });
-    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'env', http_proxy: 'http://h:1', https_proxy: '' }).egress).toMatchObject({ https: { host: 'h' } });
-    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'env', http_proxy: '' }).egress).toMatchObject({ http: undefined, https: undefined });
-    // LLM_PROXY_EGRESS_PROXY=none wins over NODE_USE_ENV_PROXY.
-    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'none', NODE_USE_ENV_PROXY: '1', https_proxy: 'http://p:1' }).egress.https).toBeUndefined();
-  });
-
-  it('names the variable or key of a bad proxy URL, without echoing its password', () => {
-    expect(errorOf(() => loadConfig({ upstream: u }, { NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: 'socks5://user:hunter2@p:1080' }))).toBe(
-      'HTTPS_PROXY: socks5 proxies are not supported (use an http:// or https:// proxy) (got "socks5://…@p:1080")',
-    );
-    expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'http://p:1/x' }))).toMatch(/^LLM_PROXY_EGRESS_PROXY: a proxy URL has no path/);
-    expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'http://p:99999' }))).toMatch(/^LLM_PROXY_EGRESS_PROXY: expected a proxy URL/);
   });
 });
