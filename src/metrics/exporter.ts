@@ -16,6 +16,7 @@ import { FastMetricProducer } from './fast-metrics.js';
 import { withUnitSuffixes } from './prometheus-names.js';
 import { PrometheusText } from './prometheus-text.js';
 import { TemporalityView } from './temporality.js';
+import { egressAgentFactory, type EgressSettings } from '../proxy/egress.js';
 
 export const SCOPE_NAME = 'llm-latency-proxy';
 
@@ -37,6 +38,8 @@ export interface TelemetryOptions {
   serviceInstanceId?: string;
   prometheus?: boolean;
   otlp?: { endpoint: string | undefined; intervalMs: number; exponentialHistograms: boolean };
+  /** The egress proxies the OTLP exporter's requests go through (NO_PROXY applied per host). */
+  egress?: EgressSettings;
   /** Extra readers (an in-memory reader in tests). */
   readers?: MetricReader[];
 }
@@ -68,8 +71,10 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
   if (opts.otlp) {
     const exponential = opts.otlp.exponentialHistograms;
     const { OTLPMetricExporter } = loadOtlpExporter();
+    const egress = opts.egress;
     const exporter = new OTLPMetricExporter({
       ...(opts.otlp.endpoint ? { url: opts.otlp.endpoint } : {}),
+      ...(egress !== undefined && (egress.http !== undefined || egress.https !== undefined) ? { httpAgentOptions: egressAgentFactory(egress) } : {}),
       ...(exponential
         ? {
             aggregationPreference: (t: InstrumentType): AggregationOption =>

@@ -1,4 +1,7 @@
+import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
+import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { headEnd, MAX_HEAD_BYTES, parseResponseHead } from './http1.js';
 
@@ -216,6 +219,41 @@ export function openTunnel(proxy: EgressProxy, host: string, port: number, done:
   socket.on('end', onEnd);
   socket.on('close', onEnd);
   return socket;
+}
+
+/**
+ * Agents for Node's HTTP client (the OTLP exporter's `httpAgentOptions` factory) that reach a
+ * host through the egress proxy its settings give it, else directly: a CONNECT tunnel for http
+ * and https alike (a client's agent cannot turn its requests into absolute-form), TLS inside.
+ */
+export function egressAgentFactory(settings: EgressSettings): (protocol: string) => http.Agent {
+  return (protocol) => {
+    const secure = protocol === 'https:';
+    const agent = secure ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
+    const direct = agent.createConnection.bind(agent) as (o: http.ClientRequestArgs, cb?: (err: Error | null, s: Duplex) => void) => Duplex | null | undefined;
+    agent.createConnection = (options: http.ClientRequestArgs, cb?: (err: Error | null, s: Duplex) => void) => {
+      const host = (options.host ?? options.hostname ?? 'localhost').replace(/^\[|\]$/g, '');
+      const port = Number(options.port ?? (secure ? 443 : 80));
+      const via = egressFor(settings, protocol, host, port);
+      if (via === undefined || cb === undefined) return direct(options, cb);
+      const raw = openTunnel(via, host, port, (err) => {
+        if (err !== undefined) {
+          raw.destroy();
+          cb(err, raw);
+          return;
+        }
+        if (!secure) {
+          raw.resume();
+          cb(null, raw);
+          return;
+        }
+        const servername = (options as tls.ConnectionOptions).servername ?? (net.isIP(host) ? undefined : host);
+        cb(null, tls.connect({ ...(options as tls.ConnectionOptions), host: undefined, port: undefined, path: undefined, socket: raw, servername } as tls.ConnectionOptions));
+      });
+      return undefined;
+    };
+    return agent;
+  };
 }
 
 function ignore(): void {}

@@ -215,4 +215,33 @@ describe('egress proxy', () => {
     for (let i = 0; i < 200 && !spawned!.lines.some((l) => l.msg === 'tunnel'); i++) await new Promise((r) => setTimeout(r, 20));
     expect(spawned!.lines.find((l) => l.msg === 'tunnel')).toMatchObject({ status: 101, outcome: 'ok' });
   });
+
+  it.each(['https', 'http'])('pushes OTLP to an %s collector through the egress proxy (CONNECT), and directly to one NO_PROXY names', async (scheme) => {
+    const cert = selfSignedCert();
+    cleanups.push(cert.remove);
+    let posts = 0;
+    const handler = (req: http.IncomingMessage, res: http.ServerResponse) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url === '/v1/metrics') posts++;
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
+      });
+    };
+    const collector = scheme === 'https' ? https.createServer({ key: fs.readFileSync(cert.key), cert: fs.readFileSync(cert.cert) }, handler) : http.createServer(handler);
+    await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { collector.closeAllConnections(); collector.close(() => r()); }));
+    const port = (collector.address() as AddressInfo).port;
+    const fp = await forwardProxy();
+    const otlp = { OTEL_METRICS_EXPORTER: 'otlp', OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: `${scheme}://localhost:${port}/v1/metrics`, OTEL_METRIC_EXPORT_INTERVAL: '300', NODE_EXTRA_CA_CERTS: cert.cert };
+    for (const noProxy of ['', `localhost:${port}`]) {
+      posts = 0;
+      await start('http://127.0.0.1:9', proxyEnv({ LLM_PROXY_EGRESS_PROXY: 'env', http_proxy: fp.url, no_proxy: noProxy }, otlp));
+      for (let i = 0; i < 100 && posts < 2; i++) await new Promise((r) => setTimeout(r, 50));
+      expect(posts).toBeGreaterThanOrEqual(2);
+      await spawned!.stop();
+      spawned = undefined;
+      // Through the proxy: one tunnel, kept alive; with NO_PROXY naming the collector: none.
+      expect(fp.connects).toEqual([`localhost:${port}`]);
+    }
+  });
 });
