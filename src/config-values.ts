@@ -26,13 +26,26 @@ export function httpUrlProblem(s: string): string | undefined {
   try {
     u = new URL(s);
   } catch {
+    if (/^https?:\/\/\[[^\]]*%/i.test(s)) return 'IPv6 zone IDs ([fe80::1%25eth0]) are not supported (Node\'s URL parser refuses them)';
     return URL_EXPECTED;
   }
   if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '') return URL_EXPECTED;
   if (s.includes('?') || s.includes('#')) return 'must not contain a query or fragment';
   // Credentials in the URL would not be sent (the client's own Authorization is forwarded).
   if (u.username !== '' || u.password !== '') return "must not contain user:password (not sent; the client's own Authorization header is forwarded)";
+  if (u.port === '0') return 'port 0 cannot be connected to';
   return undefined;
+}
+
+/**
+ * A URL as given, for an error message, with everything up to its last `@` masked: a password
+ * may hold `/`, `@` or `:` unencoded, and the scheme may be left out (`user:pw@proxy:3128`).
+ */
+export function withoutCredentials(v: string): string {
+  const at = v.lastIndexOf('@');
+  if (at === -1) return v;
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? '';
+  return `${scheme}…${v.slice(at)}`;
 }
 
 /** An upstream URL given by a flag or variable (named `source` in the error), checked. */
@@ -40,14 +53,29 @@ export function upstreamOf(source: string, v: string | undefined): string | unde
   if (v === undefined) return v;
   const problem = httpUrlProblem(v);
   // The value is echoed to help, but not a password in it (stderr often reaches a log system).
-  if (problem !== undefined) throw new ConfigError(`${source}: ${problem} (got "${v.replace(/\/\/[^/@]*@/, '//…@')}")`);
+  if (problem !== undefined) throw new ConfigError(`${source}: ${problem} (got "${withoutCredentials(v)}")`);
   return v;
+}
+
+/** What is wrong with a listen address, if anything. */
+export function listenHostProblem(v: string): string | undefined {
+  if (v.trim() === '') return 'must not be empty (0.0.0.0 or :: listens on every interface)';
+  // Node's URL parser refuses zone IDs, so neither the logged URLs nor the health check could use one.
+  if (v.includes('%')) return 'IPv6 zone IDs (fe80::1%eth0) are not supported: give an address without one, or :: for every interface';
+  return undefined;
+}
+
+/** An IPv6 listen address as URLs write it (`[::1]`) means the address itself. */
+export function unbracket(v: string): string {
+  return /^\[[^\]]*\]$/.test(v) ? v.slice(1, -1) : v;
 }
 
 /** A listen address given by a flag (an empty one would mean every interface), checked. */
 export function hostOf(source: string, v: string | undefined): string | undefined {
-  if (v !== undefined && v.trim() === '') throw new ConfigError(`${source}: must not be empty (0.0.0.0 or :: listens on every interface)`);
-  return v;
+  if (v === undefined) return v;
+  const problem = listenHostProblem(v);
+  if (problem !== undefined) throw new ConfigError(`${source}: ${problem}`);
+  return unbracket(v);
 }
 
 /** Node timers hold at most 2^31 − 1 ms (~24.8 days); a longer one fires after 1 ms. */

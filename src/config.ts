@@ -11,10 +11,13 @@ import {
   DEFAULT_METRICS_PORT,
   envOverrides,
   httpUrlProblem,
+  listenHostProblem,
   LOG_LEVELS,
   logLevelOf,
   MAX_TIMER_SECONDS,
+  unbracket,
   upstreamOf,
+  withoutCredentials,
   type Overrides,
 } from './config-values.js';
 
@@ -28,7 +31,13 @@ const TIMER_LIMIT = `must be at most ${MAX_TIMER_SECONDS} s (~24.8 days; Node ti
 const seconds = z.number().positive().max(MAX_TIMER_SECONDS, TIMER_LIMIT);
 const port = z.number().int().min(0).max(65535);
 /** A listen address; blank would mean every interface, or fail later as a name lookup. */
-const listenHost = z.string().refine((v) => v.trim() !== '', 'must not be empty (0.0.0.0 or :: listens on every interface)');
+const listenHost = z
+  .string()
+  .superRefine((v, ctx) => {
+    const problem = listenHostProblem(v);
+    if (problem !== undefined) ctx.addIssue({ code: 'custom', message: problem });
+  })
+  .transform(unbracket);
 const boundaries = z
   .array(z.number().positive())
   .min(1)
@@ -120,6 +129,7 @@ const fileSchema = z
         keepAlive: seconds.optional(),
         upstreamKeepAlive: seconds.max(3600).optional(),
         upstreamKeepAliveMax: seconds.max(3600).optional(),
+        upstreamConnectionMaxAge: seconds.optional(),
       })
       .strict()
       .optional(),
@@ -181,7 +191,9 @@ export interface Config {
    * when the upstream sends no `Keep-Alive: timeout` hint; with a hint, the hint
    * minus 1 s, at most upstreamKeepAliveMax (undici's policy, with a 1 s margin
    * where recent undici uses 2 s). upstreamKeepAliveMax caps hints only, not
-   * upstreamKeepAlive.
+   * upstreamKeepAlive. upstreamConnectionMaxAge: a pooled upstream connection older than this
+   * is closed when its exchange ends, not reused (nginx's keepalive_time), so a busy
+   * connection does not keep an address the upstream's name no longer gives.
    */
   readonly timeouts: {
     readonly connect: number;
@@ -190,6 +202,7 @@ export interface Config {
     readonly keepAlive: number;
     readonly upstreamKeepAlive: number;
     readonly upstreamKeepAliveMax: number;
+    readonly upstreamConnectionMaxAge: number;
   };
   /**
    * maxBodyBytes: a non-streamed response body read whole (kept in memory); maxRequestScanBytes:
@@ -317,6 +330,9 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
       // A server that says how long it keeps idle connections is believed (less 1 s
       // for transit), up to this cap: undici's keepAliveMaxTimeout default.
       upstreamKeepAliveMax: f.timeouts?.upstreamKeepAliveMax ?? 600,
+      // nginx's keepalive_time default: a steady stream of requests on one pooled connection
+      // would otherwise never look the upstream's name up again.
+      upstreamConnectionMaxAge: f.timeouts?.upstreamConnectionMaxAge ?? 3600,
     }),
     limits: Object.freeze({
       maxEventBytes: f.limits?.maxEventBytes ?? 1024 * 1024,
@@ -354,7 +370,7 @@ function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, so
       return parseProxyUrl(value);
     } catch (e) {
       // The value is echoed to help, but not a password in it.
-      throw new ConfigError(`${key}: ${(e as Error).message} (got "${value.replace(/\/\/[^/@]*@/, '//…@')}")`);
+      throw new ConfigError(`${key}: ${(e as Error).message} (got "${withoutCredentials(value)}")`);
     }
   };
   if (mode.toLowerCase() === 'none') return NO_EGRESS;

@@ -9,6 +9,7 @@ import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.
 import { Instruments } from './metrics/instruments.js';
 import { ERROR_TYPE } from './metrics/semconv.js';
 import { Forwarder } from './proxy/forward.js';
+import { NO_EGRESS } from './proxy/egress.js';
 import { upstreamOrigin } from './proxy/routes.js';
 import { createMetricsApp, createProxyApp, listen } from './server.js';
 import { createSimulator, type Simulator } from './simulate/server.js';
@@ -46,7 +47,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       { simulatorUrl, ttft: s.ttft, itl: s.itl, tokens: s.tokens, jitter: s.jitter },
       `no upstream configured: using the built-in simulator at ${simulatorUrl} as the default upstream (no API key needed)`,
     );
-    cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true }] });
+    // The in-process simulator is on this host's loopback: never through an egress proxy.
+    cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true }], egress: NO_EGRESS });
   }
 
   // A push that fails (collector down, wrong endpoint) reaches OpenTelemetry's diag logger,

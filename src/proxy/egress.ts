@@ -4,6 +4,7 @@ import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { headEnd, MAX_HEAD_BYTES, parseResponseHead } from './http1.js';
+import { serverName, upstreamLookup } from './lookup.js';
 
 /**
  * Egress (forward) proxies: how the proxy reaches upstreams from a network that only lets
@@ -86,7 +87,8 @@ export class NoProxy {
   private hasRanges = false;
 
   constructor(entries: readonly string[]) {
-    this.all = entries.includes('*');
+    // `*` as the whole value, as undici and Node 24 take it (in a list it matches no host).
+    this.all = entries.length === 1 && entries[0] === '*';
     for (const entry of entries) {
       const cidr = /^([0-9a-f:.]+)\/(\d{1,3})$/i.exec(entry);
       if (cidr !== null) {
@@ -112,6 +114,8 @@ export class NoProxy {
         }
       }
       host = host.replace(/^\*?\./, '').replace(/^(.+)\.$/, '$1').toLowerCase();
+      // An IPv6 address as URLs write it (`0:0::1` is `::1`), as the upstream's host is.
+      if (net.isIPv6(host)) host = new URL(`http://[${host}]`).hostname.slice(1, -1);
       this.hosts.push({ host, port });
     }
   }
@@ -158,8 +162,8 @@ export function openTunnel(proxy: EgressProxy, host: string, port: number, done:
   const target = authority(host, port);
   const socket =
     proxy.protocol === 'https:'
-      ? tls.connect({ host: proxy.host, port: proxy.port, servername: net.isIP(proxy.host) ? undefined : proxy.host, ALPNProtocols: ['http/1.1'] })
-      : net.connect({ host: proxy.host, port: proxy.port });
+      ? tls.connect({ host: proxy.host, port: proxy.port, servername: serverName(proxy.host), ALPNProtocols: ['http/1.1'], lookup: upstreamLookup })
+      : net.connect({ host: proxy.host, port: proxy.port, lookup: upstreamLookup });
   socket.setNoDelay(true);
   // An error after the tunnel's owner took over reaches its listeners too; this one only keeps
   // an error racing a destroy from being unhandled.
@@ -247,7 +251,7 @@ export function egressAgentFactory(settings: EgressSettings): (protocol: string)
           cb(null, raw);
           return;
         }
-        const servername = (options as tls.ConnectionOptions).servername ?? (net.isIP(host) ? undefined : host);
+        const servername = (options as tls.ConnectionOptions).servername ?? serverName(host);
         cb(null, tls.connect({ ...(options as tls.ConnectionOptions), host: undefined, port: undefined, path: undefined, socket: raw, servername } as tls.ConnectionOptions));
       });
       return undefined;

@@ -61,6 +61,7 @@ export class Forwarder {
       connectTimeoutMs: deps.config.timeouts.connect * 1000,
       keepAliveMs: deps.config.timeouts.upstreamKeepAlive * 1000,
       keepAliveMaxMs: deps.config.timeouts.upstreamKeepAliveMax * 1000,
+      maxAgeMs: deps.config.timeouts.upstreamConnectionMaxAge * 1000,
     });
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
@@ -273,7 +274,7 @@ export class Forwarder {
       provider: match.resolved.providerName ?? api.defaultProviderName,
       operation: REALTIME_OPERATION,
       requestModel: this.limitModel(api.requestModel),
-      serverAddress: match.resolved.origin.host,
+      serverAddress: match.resolved.serverAddress,
       serverPort: match.resolved.origin.port,
     };
   }
@@ -495,7 +496,7 @@ class InFlight implements ExchangeHandler {
       provider: match.resolved.providerName ?? api.defaultProviderName,
       operation: api.operation,
       requestModel: this.fwd.limitModel(pathModel),
-      serverAddress: match.resolved.origin.host,
+      serverAddress: match.resolved.serverAddress,
       serverPort: match.resolved.origin.port,
     };
     // Also when the request already failed or was cancelled: record() runs later and reads it.
@@ -754,7 +755,10 @@ function requestIdOf(req: IncomingMessage): string {
  */
 function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: string): void {
   const xff = req.headers['x-forwarded-for'];
-  const peer = req.socket.remoteAddress ?? '';
+  // An IPv4 client of a dual-stack (`::`) listener as IPv4 (`::ffff:10.0.0.1` is 10.0.0.1), as
+  // nginx and Envoy write it: upstream allow-lists and rate limits key on that form.
+  let peer = req.socket.remoteAddress ?? '';
+  if (peer.startsWith('::ffff:') && peer.includes('.')) peer = peer.slice(7);
   if (xff === undefined) headers.push('x-forwarded-for', peer);
   else replaceRaw(headers, 'x-forwarded-for', `${Array.isArray(xff) ? xff.join(', ') : xff}, ${peer}`);
   headers.push('x-forwarded-proto', 'http');

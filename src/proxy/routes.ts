@@ -1,6 +1,7 @@
 import type { RouteConfig } from '../config.js';
 import { providerNameForHost } from '../providers/detect.js';
 import { egressFor, NO_EGRESS, type EgressSettings } from './egress.js';
+import { serverName } from './lookup.js';
 import type { Origin } from './upstream.js';
 
 export interface ResolvedRoute {
@@ -17,6 +18,8 @@ export interface ResolvedRoute {
   readonly providerNames: readonly string[];
   /** Where the upstream client connects. */
   readonly origin: Origin;
+  /** The `server.address` label: the host, without a fully qualified name's trailing dot. */
+  readonly serverAddress: string;
 }
 
 export interface RouteMatch {
@@ -37,14 +40,17 @@ export class Router {
     this.routes = routes
       .map((route) => {
         const upstream = new URL(route.upstream);
-        const hostName = providerNameForHost(upstream.hostname);
+        const origin = upstreamOrigin(upstream, egress);
+        const serverAddress = serverName(origin.host) ?? origin.host;
+        const hostName = providerNameForHost(serverAddress);
         return {
           route,
           upstream,
           basePath: upstream.pathname.replace(/\/+$/, ''),
           providerName: route.providerName ?? hostName,
           providerNames: [route.providerName, hostName].filter((n): n is string => n !== undefined),
-          origin: upstreamOrigin(upstream, egress),
+          origin,
+          serverAddress,
         };
       })
       .sort((a, b) => b.route.prefix.length - a.route.prefix.length);

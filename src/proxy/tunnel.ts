@@ -10,6 +10,7 @@ import { connectionTokens, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
 import { openTunnel } from './egress.js';
 import { safePath } from './routes.js';
+import { lookupUnfinished, serverName, upstreamLookup } from './lookup.js';
 import { sharedRead, type Origin } from './upstream.js';
 import type { WsSession } from '../ws/session.js';
 
@@ -89,7 +90,11 @@ export class Tunnel {
     if (this.early.length > 0) this.hold(this.early, performance.now());
     if (this.done) return; // too many early bytes: answered 400
     const { origin } = this.opts;
-    this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream connect timeout'), this.opts.connectTimeoutMs);
+    let looked = net.isIP(origin.via?.host ?? origin.host) !== 0;
+    this.timer = setTimeout(
+      () => this.fail(504, ERROR_TYPE.timeout, `upstream connect timeout${looked ? '' : ` (${lookupUnfinished(origin.via?.host ?? origin.host)})`}`),
+      this.opts.connectTimeoutMs,
+    );
     const via = origin.via;
     if (via === undefined) {
       // Half-open, so an upstream that ends its half can still be sent the client's (without it
@@ -98,10 +103,11 @@ export class Tunnel {
       const secure = origin.protocol === 'https:';
       this.attach(
         secure
-          ? tls.connect({ host: origin.host, port: origin.port, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true, onread } as tls.ConnectionOptions)
-          : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread }),
+          ? tls.connect({ host: origin.host, port: origin.port, servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true, onread, lookup: upstreamLookup } as tls.ConnectionOptions)
+          : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread, lookup: upstreamLookup }),
         secure ? 'secureConnect' : 'connect',
       );
+      this.upstream!.once('lookup', () => (looked = true));
     } else {
       // Through the egress proxy: a CONNECT tunnel for ws: and wss: alike, as browsers open
       // one (proxies do not pass an upgrade in an absolute-form request on). TLS over a given
@@ -114,7 +120,7 @@ export class Tunnel {
         }
         const secure = origin.protocol === 'https:';
         const up = secure
-          ? tls.connect({ socket: raw, servername: net.isIP(origin.host) ? undefined : origin.host, ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
+          ? tls.connect({ socket: raw, servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
           : raw;
         raw.allowHalfOpen = true;
         up.on('data', (b: Buffer) => this.fromUpstream(b, performance.now()));
@@ -122,6 +128,7 @@ export class Tunnel {
         if (!secure) raw.resume();
       });
       this.upstream = raw;
+      raw.once('lookup', () => (looked = true));
     }
     this.client.on('data', (b: Buffer) => this.fromClient(b));
     this.client.on('end', () => this.clientEnd());

@@ -2,7 +2,8 @@ import net from 'node:net';
 import { performance } from 'node:perf_hooks';
 import tls from 'node:tls';
 import { ChunkedDecoder } from './chunked.js';
-import { authority, openTunnel, type EgressProxy } from './egress.js';
+import { authority, EgressProxyError, openTunnel, type EgressProxy } from './egress.js';
+import { lookupUnfinished, serverName, upstreamLookup } from './lookup.js';
 import {
   headEnd,
   keepAliveHintMs,
@@ -27,8 +28,11 @@ import {
  */
 
 export class UpstreamTimeout extends Error {
-  constructor(readonly phase: 'connect' | 'response' | 'idle') {
-    super(`upstream ${phase} timeout`);
+  constructor(
+    readonly phase: 'connect' | 'response' | 'idle',
+    detail?: string,
+  ) {
+    super(`upstream ${phase} timeout${detail === undefined ? '' : ` (${detail})`}`);
   }
 }
 
@@ -74,6 +78,8 @@ export interface UpstreamOptions {
   keepAliveMs?: number;
   /** The most a server's Keep-Alive hint can make the proxy keep an idle connection. */
   keepAliveMaxMs?: number;
+  /** A connection older than this is not reused (closed when its exchange ends). */
+  maxAgeMs?: number;
 }
 
 // One read buffer for every plain-TCP upstream socket: reads are handled
@@ -114,12 +120,14 @@ export class UpstreamClient {
   private readonly maxIdle: number;
   private readonly keepAliveMs: number;
   private readonly keepAliveMaxMs: number;
+  private readonly maxAgeMs: number;
   private closed = false;
 
   constructor(private readonly opts: UpstreamOptions) {
     this.maxIdle = opts.maxIdlePerOrigin ?? 256;
     this.keepAliveMs = opts.keepAliveMs ?? 4000;
     this.keepAliveMaxMs = opts.keepAliveMaxMs ?? 600_000;
+    this.maxAgeMs = opts.maxAgeMs ?? 3_600_000;
   }
 
   /** Starts a request: the head is written at once, the body with write()/end(). */
@@ -158,8 +166,9 @@ export class UpstreamClient {
       const s = tls.connect({
         host: to.host,
         port: to.port,
-        servername: net.isIP(to.host) ? undefined : to.host,
+        servername: serverName(to.host),
         session,
+        lookup: upstreamLookup,
         // HTTP/1.1 is all this client speaks: an h2-only server then fails the handshake (a clear
         // 502) instead of answering a 403 of its own that would read as the provider's refusal.
         ALPNProtocols: ['http/1.1'],
@@ -172,13 +181,16 @@ export class UpstreamClient {
       socket = net.connect({
         host: to.host,
         port: to.port,
+        lookup: upstreamLookup,
         onread: sharedRead((b, arrival) => conn.onRead(b, arrival)),
       });
     }
     socket.setNoDelay(true);
     socket.setKeepAlive(true, 1000);
-    conn = new Connection(this, key, socket);
-    const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect')), this.opts.connectTimeoutMs);
+    conn = new Connection(this, key, socket, origin.via);
+    let looked = net.isIP(to.host) !== 0;
+    socket.once('lookup', () => (looked = true));
+    const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect', looked ? undefined : lookupUnfinished(to.host))), this.opts.connectTimeoutMs);
     socket.once(to.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
       conn.established = true;
@@ -205,7 +217,7 @@ export class UpstreamClient {
       }
       const s = tls.connect({
         socket: raw,
-        servername: net.isIP(origin.host) ? undefined : origin.host,
+        servername: serverName(origin.host),
         session: this.tlsSessions.get(key),
         ALPNProtocols: ['http/1.1'],
       });
@@ -219,7 +231,7 @@ export class UpstreamClient {
       s.setKeepAlive(true, 1000);
       conn.tunnelOpened(s);
     });
-    const conn = new Connection(this, key, raw, true);
+    const conn = new Connection(this, key, raw, via, true);
     const timer = setTimeout(() => conn.connectTimedOut(), this.opts.connectTimeoutMs);
     return conn;
   }
@@ -231,7 +243,8 @@ export class UpstreamClient {
     // connections long spare new handshakes. upstreamKeepAliveMax caps hints only.
     const keepMs = hintMs === undefined ? this.keepAliveMs : Math.min(hintMs - 1000, this.keepAliveMaxMs);
     let list = this.idle.get(conn.key);
-    if (this.closed || keepMs <= 0 || !conn.usable() || (list !== undefined && list.length >= this.maxIdle)) {
+    const old = performance.now() - conn.born >= this.maxAgeMs;
+    if (this.closed || old || keepMs <= 0 || !conn.usable() || (list !== undefined && list.length >= this.maxIdle)) {
       conn.socket.destroy();
       return;
     }
@@ -259,6 +272,7 @@ class Connection {
   exchange: Exchange | undefined;
   /** Connected (TLS: handshake done): a failure now is the upstream's doing, not unreachability. */
   established = false;
+  readonly born = performance.now();
   /** While an egress tunnel opens: what the exchange wrote, for the TLS socket to come. */
   private pending: Array<string | Buffer> | undefined;
   private pendingBytes = 0;
@@ -269,7 +283,9 @@ class Connection {
     readonly key: string,
     /** The upstream socket; while a tunnel opens, the socket to the egress proxy. */
     public socket: net.Socket,
-    tunnelling = false,
+    /** The egress proxy the connection goes through, if any. */
+    private readonly via: EgressProxy | undefined = undefined,
+    private readonly tunnelling = false,
   ) {
     if (tunnelling) this.pending = [];
     else this.listen();
@@ -277,7 +293,15 @@ class Connection {
 
   private listen(): void {
     const socket = this.socket;
-    socket.on('error', (err) => this.exchange?.fail(err));
+    socket.on('error', (err: NodeJS.ErrnoException) => {
+      const via = this.via;
+      // Before the upstream answered its connect, say which proxy the failure came through.
+      if (via !== undefined && !this.established) {
+        const what = err.code ?? err.message;
+        err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`);
+      }
+      this.exchange?.fail(err);
+    });
     socket.on('end', () => this.exchange?.eof());
     socket.on('close', () => {
       this.client.forget(this);

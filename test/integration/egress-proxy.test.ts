@@ -132,6 +132,17 @@ describe('egress proxy', () => {
     expect(fp.requests).toHaveLength(1);
   });
 
+  it('never sends the built-in simulator (on this host\'s loopback) through the egress proxy', async () => {
+    const fp = await forwardProxy();
+    spawned = spawnCli(['--host', '127.0.0.1', '--port', '0', '--metrics-port', '0', '--log-level', 'info'], proxyEnv({ NODE_USE_ENV_PROXY: '1', http_proxy: fp.url }));
+    const proxyUrl = (await spawned.waitFor((l) => l.msg === 'listening')).proxyUrl as string;
+    const res = await chat(proxyUrl);
+    expect(res.status).toBe(200);
+    expect(await res.text()).toContain('data: [DONE]');
+    expect(fp.requests).toEqual([]);
+    expect(fp.connects).toEqual([]);
+  });
+
   it('ignores the proxy variables unless told to use them (as Node does), and a config file can name the proxy itself', async () => {
     const up = await sseUpstream();
     const fp = await forwardProxy();
@@ -161,10 +172,14 @@ describe('egress proxy', () => {
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
     const deadPort = (closed.address() as AddressInfo).port;
     await new Promise<void>((r) => closed.close(() => r()));
-    proxyUrl = await start('https://api.example.test', proxyEnv({ NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: `http://127.0.0.1:${deadPort}` }));
-    res = await chat(proxyUrl);
-    expect(res.status).toBe(502);
-    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream unreachable: egress proxy http://127.0.0.1:${deadPort}: ECONNREFUSED`);
+    // The proxy named for an https upstream (CONNECT) and for a plain-http one (absolute-form) alike.
+    for (const upstream of ['https://api.example.test', 'http://api.example.test']) {
+      await spawned!.stop();
+      proxyUrl = await start(upstream, proxyEnv({ NODE_USE_ENV_PROXY: '1', HTTP_PROXY: `http://127.0.0.1:${deadPort}` }));
+      res = await chat(proxyUrl);
+      expect(res.status).toBe(502);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream unreachable: egress proxy http://127.0.0.1:${deadPort}: ECONNREFUSED`);
+    }
   });
 
   it('a proxy that never answers the CONNECT is the connect timeout (504)', async () => {

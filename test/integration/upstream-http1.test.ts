@@ -221,6 +221,18 @@ describe('upstream connections', () => {
     expect(up.state.connections).toBe(2);
   });
 
+  it('does not reuse a connection older than timeouts.upstreamConnectionMaxAge, so a busy pool looks the name up again', async () => {
+    let n = 0;
+    const up = await countingServer((_req, res) => res.end(`r${++n}`));
+    proxy = await startTestProxy(up.url, { timeouts: { upstreamConnectionMaxAge: 0.4 } });
+    for (let i = 0; i < 3; i++) expect((await get(proxy.proxyUrl, '/a')).body).toBe(`r${i + 1}`);
+    expect(up.state.connections).toBe(1);
+    await sleep(500);
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r4'); // on the old connection, which then closes
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r5');
+    expect(up.state.connections).toBe(2);
+  });
+
   it('a connection whose last read was paused (client backpressure) goes back to the pool reading', async () => {
     const up = await wireUpstream((sock, _head, i) => void sock.write(`HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nr${i}`));
     const client = new UpstreamClient({ connectTimeoutMs: 2000 });

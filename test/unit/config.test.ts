@@ -231,6 +231,27 @@ describe('egress configuration', () => {
       'HTTPS_PROXY: socks5 proxies are not supported (use an http:// or https:// proxy) (got "socks5://…@p:1080")',
     );
     expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'http://p:1/x' }))).toMatch(/^LLM_PROXY_EGRESS_PROXY: a proxy URL has no path/);
+    // Passwords with /, @ or : unencoded, or without a scheme, are masked whole (review T).
+    for (const [given, shown] of [
+      ['bob:hunter2@proxy:3128/path', '…@proxy:3128/path'],
+      ['http://bob:hun/ter2@proxy:3128', 'http://…@proxy:3128'],
+      ['http://bob:hun@ter2@proxy:3128/x', 'http://…@proxy:3128/x'],
+    ]) {
+      const message = errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: given }));
+      expect(message).toContain(`(got "${shown}")`);
+      expect(message).not.toMatch(/hunter2|hun|ter2/);
+    }
     expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'http://p:99999' }))).toMatch(/^LLM_PROXY_EGRESS_PROXY: expected a proxy URL/);
+  });
+});
+
+describe('addresses', () => {
+  it('take an IPv6 listen address in brackets as the address, and refuse zone IDs and port 0 upstreams with a reason', () => {
+    expect(hostOf('--host', '[::1]')).toBe('::1');
+    expect(buildConfig({ listen: { host: '[::1]' }, metrics: { host: '[::]' } })).toMatchObject({ host: '::1', metrics: { host: '::' } });
+    expect(errorOf(() => hostOf('--host', 'fe80::1%lo'))).toMatch(/^--host: IPv6 zone IDs .* are not supported/);
+    expect(errorOf(() => buildConfig({ listen: { host: 'fe80::1%lo' } }))).toMatch(/listen\.host: IPv6 zone IDs/);
+    expect(errorOf(() => upstreamOf('--upstream', 'http://[fe80::1%25lo]:8000'))).toMatch(/^--upstream: IPv6 zone IDs .* are not supported/);
+    expect(errorOf(() => upstreamOf('--upstream', 'http://localhost:0'))).toMatch(/^--upstream: port 0 cannot be connected to/);
   });
 });

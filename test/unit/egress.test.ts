@@ -46,6 +46,8 @@ describe('NO_PROXY', () => {
     expect(np('fd00::/8').matches('fd12::1', 80)).toBe(true);
     expect(np('a.test , b.test\tc.test').matches('c.test', 1)).toBe(true);
     expect(np('*').matches('anything', 1)).toBe(true);
+    // `*` counts as the whole value only, as in undici and Node 24.
+    expect(np('localhost,*').matches('api.openai.com', 443)).toBe(false);
     expect(np('').matches('anything', 1)).toBe(false);
   });
 
@@ -58,5 +60,22 @@ describe('NO_PROXY', () => {
     expect(egressFor(s, 'https:', 'llm.internal.corp', 443)).toBeUndefined();
     const r = new Router([{ prefix: '/', upstream: 'https://api.openai.com/v1', stripPrefix: true }], s);
     expect(r.match('/chat/completions')!.resolved.origin).toEqual({ protocol: 'https:', host: 'api.openai.com', port: 443, via: https });
+  });
+});
+
+describe('NO_PROXY with IPv6', () => {
+  it('compares addresses in the form URLs write them', () => {
+    const n = new NoProxy(splitNoProxy('0:0:0:0:0:0:0:1,[::ffff:127.0.0.1]:8000'));
+    expect(n.matches('::1', 80)).toBe(true);
+    expect(n.matches('::ffff:7f00:1', 8000)).toBe(true);
+  });
+});
+
+describe('a fully qualified upstream name (trailing dot)', () => {
+  it('is labelled and recognised without the dot (the TLS server name too: serverName), and connected to as written', () => {
+    const r = new Router([{ prefix: '/', upstream: 'https://x.openai.azure.com.:8443', stripPrefix: true }]).match('/v1/chat/completions')!.resolved;
+    expect(r.serverAddress).toBe('x.openai.azure.com');
+    expect(r.providerName).toBe('azure.ai.openai');
+    expect(r.origin.host).toBe('x.openai.azure.com.');
   });
 });

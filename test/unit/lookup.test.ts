@@ -1,0 +1,70 @@
+import type { LookupAddress, LookupAllOptions } from 'node:dns';
+import net from 'node:net';
+import { describe, expect, it } from 'vitest';
+import { serverName, SharedLookup } from '../../src/proxy/lookup.js';
+
+type Done = (err: NodeJS.ErrnoException | null, addresses: LookupAddress[]) => void;
+
+/** A resolver the test answers by hand, counting calls. */
+function manualResolver() {
+  const calls: { host: string; options: LookupAllOptions; done: Done }[] = [];
+  return { calls, resolve: (host: string, options: LookupAllOptions, done: Done) => void calls.push({ host, options, done }) };
+}
+
+describe('shared name lookups', () => {
+  it('runs one lookup per name while it is in flight; every waiter gets the answer in the form it asked for', () => {
+    const r = manualResolver();
+    const l = new SharedLookup(r.resolve);
+    const got: unknown[] = [];
+    for (let i = 0; i < 10; i++) l.lookup('api.example', { all: i % 2 === 0 }, (err, a, f) => got.push(err ? err.message : [a, f]));
+    l.lookup('other.example', { all: true }, () => {});
+    expect(r.calls.map((c) => c.host)).toEqual(['api.example', 'other.example']);
+    r.calls[0]!.done(null, [{ address: '10.0.0.2', family: 4 }, { address: 'fd00::2', family: 6 }]);
+    expect(got).toHaveLength(10);
+    expect(got[0]).toEqual([[{ address: '10.0.0.2', family: 4 }, { address: 'fd00::2', family: 6 }], undefined]);
+    expect(got[1]).toEqual(['10.0.0.2', 4]);
+    expect(l.inFlight).toBe(1);
+    // Nothing is cached: the next connection asks again.
+    l.lookup('api.example', { all: true }, () => {});
+    expect(r.calls).toHaveLength(3);
+  });
+
+  it('shares a failure with the waiters of the moment only, and keeps families apart', () => {
+    const r = manualResolver();
+    const l = new SharedLookup(r.resolve);
+    const errs: string[] = [];
+    l.lookup('gone.example', { all: true }, (err) => errs.push(err!.message));
+    l.lookup('gone.example', {}, (err) => errs.push(err!.message));
+    l.lookup('gone.example', { family: 6 }, () => {});
+    expect(r.calls).toHaveLength(2);
+    r.calls[0]!.done(Object.assign(new Error('getaddrinfo ENOTFOUND gone.example'), { code: 'ENOTFOUND' }), []);
+    expect(errs).toEqual(['getaddrinfo ENOTFOUND gone.example', 'getaddrinfo ENOTFOUND gone.example']);
+    l.lookup('gone.example', { all: true }, () => {});
+    expect(r.calls).toHaveLength(3);
+  });
+
+  it('serves net.connect (Node asks for every address when it tries both families)', async () => {
+    const server = net.createServer((s) => s.end('hi'));
+    await new Promise<void>((res) => server.listen(0, '127.0.0.1', res));
+    const port = (server.address() as net.AddressInfo).port;
+    const l = new SharedLookup();
+    const text = await new Promise<string>((res, rej) => {
+      const c = net.connect({ host: 'localhost', port, lookup: l.lookup, family: 4 });
+      let t = '';
+      c.on('data', (b: Buffer) => (t += b.toString()));
+      c.on('end', () => res(t));
+      c.on('error', rej);
+    });
+    server.close();
+    expect(text).toBe('hi');
+  });
+});
+
+describe('TLS server names', () => {
+  it('are the host without a trailing dot, and none for an IP literal', () => {
+    expect(serverName('api.openai.com.')).toBe('api.openai.com');
+    expect(serverName('api.openai.com')).toBe('api.openai.com');
+    expect(serverName('127.0.0.1')).toBeUndefined();
+    expect(serverName('::1')).toBeUndefined();
+  });
+});
