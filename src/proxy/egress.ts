@@ -8,10 +8,11 @@ import { serverName, upstreamLookup } from './lookup.js';
 
 /**
  * Egress (forward) proxies: how the proxy reaches upstreams from a network that only lets
- * HTTP out through one (`HTTPS_PROXY=http://proxy.corp:3128`). The rules follow undici's
- * EnvHttpProxyAgent, which Node's own fetch uses with NODE_USE_ENV_PROXY: lower-case
- * variables first, an https upstream falls back to the http proxy, and NO_PROXY lists hosts
- * (with their subdomains), optionally with a port, or `*`. Added here: IP ranges in CIDR form
+ * HTTP out through one (`HTTPS_PROXY=http://proxy.corp:3128`). The variables are read as
+ * undici's EnvHttpProxyAgent (Node's own fetch with NODE_USE_ENV_PROXY) reads them: lower
+ * case first, an https upstream falls back to the http proxy. NO_PROXY entries (hosts,
+ * optionally with a port, or `*`) match as curl matches them: a bare `example.com` covers its
+ * subdomains too, where undici takes it as that name only. Added: IP ranges in CIDR form
  * (`10.0.0.0/8`), as curl and Python's requests accept them.
  *
  * An https upstream is reached through a CONNECT tunnel, and TLS runs end to end inside it;
@@ -158,7 +159,7 @@ export function authority(host: string, port: number): string {
  * an error (the caller destroys the socket), or with none when the tunnel is open; the socket
  * is then paused, its own listeners removed, ready to carry TLS or the upstream's bytes.
  */
-export function openTunnel(proxy: EgressProxy, host: string, port: number, done: (err: EgressProxyError | undefined) => void): net.Socket {
+export function openTunnel(proxy: EgressProxy, host: string, port: number, done: (err: EgressProxyError | undefined) => void, timeoutMs?: number): net.Socket {
   const target = authority(host, port);
   const socket =
     proxy.protocol === 'https:'
@@ -174,9 +175,11 @@ export function openTunnel(proxy: EgressProxy, host: string, port: number, done:
 
   let settled = false;
   let received: Buffer | undefined;
+  let timer: NodeJS.Timeout | undefined;
   const settle = (err: EgressProxyError | undefined) => {
     if (settled) return;
     settled = true;
+    clearTimeout(timer);
     socket.off('data', onData);
     socket.off('error', onError);
     socket.off('end', onEnd);
@@ -222,6 +225,13 @@ export function openTunnel(proxy: EgressProxy, host: string, port: number, done:
   socket.on('error', onError);
   socket.on('end', onEnd);
   socket.on('close', onEnd);
+  // Callers without a timer of their own (an HTTP agent) give up on a silent proxy here.
+  if (timeoutMs !== undefined) {
+    timer = setTimeout(() => {
+      settle(new EgressProxyError(`egress proxy ${proxy.display} did not open the tunnel to ${target} within ${timeoutMs / 1000} s`));
+      socket.destroy();
+    }, timeoutMs);
+  }
   return socket;
 }
 
@@ -230,7 +240,7 @@ export function openTunnel(proxy: EgressProxy, host: string, port: number, done:
  * host through the egress proxy its settings give it, else directly: a CONNECT tunnel for http
  * and https alike (a client's agent cannot turn its requests into absolute-form), TLS inside.
  */
-export function egressAgentFactory(settings: EgressSettings): (protocol: string) => http.Agent {
+export function egressAgentFactory(settings: EgressSettings, tunnelTimeoutMs = 10_000): (protocol: string) => http.Agent {
   return (protocol) => {
     const secure = protocol === 'https:';
     const agent = secure ? new https.Agent({ keepAlive: true }) : new http.Agent({ keepAlive: true });
@@ -253,7 +263,7 @@ export function egressAgentFactory(settings: EgressSettings): (protocol: string)
         }
         const servername = (options as tls.ConnectionOptions).servername ?? serverName(host);
         cb(null, tls.connect({ ...(options as tls.ConnectionOptions), host: undefined, port: undefined, path: undefined, socket: raw, servername } as tls.ConnectionOptions));
-      });
+      }, tunnelTimeoutMs);
       return undefined;
     };
     return agent;

@@ -14,8 +14,10 @@ import net, { type LookupFunction } from 'node:net';
 type Callback = (err: NodeJS.ErrnoException | null, address: string | dns.LookupAddress[], family?: number) => void;
 type Resolve = (hostname: string, options: dns.LookupAllOptions, callback: (err: NodeJS.ErrnoException | null, addresses: dns.LookupAddress[]) => void) => void;
 
+type Waiter = { all: boolean; cb: Callback };
+
 export class SharedLookup {
-  private readonly pending = new Map<string, Array<{ all: boolean; family: number; cb: Callback }>>();
+  private readonly pending = new Map<string, Waiter[]>();
 
   constructor(private readonly resolve: Resolve = dns.lookup as unknown as Resolve) {}
 
@@ -25,23 +27,43 @@ export class SharedLookup {
     const hints = options.hints ?? 0;
     // Every address is looked up once for all waiters; each gets the form it asked for.
     const key = `${hostname}\n${family}\n${hints}`;
-    const waiter = { all: options.all === true, family, cb: callback as Callback };
+    const waiter: Waiter = { all: options.all === true, cb: callback as Callback };
     const waiting = this.pending.get(key);
     if (waiting !== undefined) {
       waiting.push(waiter);
       return;
     }
-    this.pending.set(key, [waiter]);
-    this.resolve(hostname, { all: true, family, hints, verbatim: true } as dns.LookupAllOptions, (err, addresses) => {
-      const list = this.pending.get(key) ?? [];
-      this.pending.delete(key);
-      for (const w of list) {
-        if (err) w.cb(err, w.all ? [] : '', undefined);
-        else if (w.all) w.cb(null, addresses);
-        else if (addresses.length === 0) w.cb(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND', hostname }), '', undefined);
-        else w.cb(null, addresses[0]!.address, addresses[0]!.family);
+    const list = [waiter];
+    this.pending.set(key, list);
+    let answered = false;
+    const answer = (err: NodeJS.ErrnoException | null, addresses: dns.LookupAddress[] | undefined) => {
+      // A resolver that calls back twice (or throws after calling back) is heard once.
+      if (answered) return;
+      answered = true;
+      if (this.pending.get(key) === list) this.pending.delete(key);
+      if (err === null && (addresses === undefined || addresses.length === 0)) {
+        err = Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND', hostname });
       }
-    });
+      // A waiter that throws does not keep the others from their answer; its error is rethrown after.
+      let thrown: { e: unknown } | undefined;
+      for (const w of list) {
+        try {
+          if (err !== null) w.cb(err, w.all ? [] : '', undefined);
+          else if (w.all) w.cb(null, addresses!);
+          else w.cb(null, addresses![0]!.address, addresses![0]!.family);
+        } catch (e) {
+          thrown ??= { e };
+        }
+      }
+      if (thrown !== undefined) throw thrown.e;
+    };
+    try {
+      // No `verbatim`/`order`: the process default applies (--dns-result-order, dns.setDefaultResultOrder).
+      this.resolve(hostname, { all: true, family, hints } as dns.LookupAllOptions, answer);
+    } catch (e) {
+      if (answered) throw e; // a waiter's own error, from an answer given synchronously
+      answer(e as NodeJS.ErrnoException, undefined);
+    }
   };
 
   /** Names being looked up now (tests). */

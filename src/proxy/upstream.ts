@@ -30,7 +30,7 @@ import {
 export class UpstreamTimeout extends Error {
   constructor(
     readonly phase: 'connect' | 'response' | 'idle',
-    detail?: string,
+    readonly detail?: string,
   ) {
     super(`upstream ${phase} timeout${detail === undefined ? '' : ` (${detail})`}`);
   }
@@ -149,7 +149,7 @@ export class UpstreamClient {
     const list = this.idle.get(key);
     while (list !== undefined && list.length > 0) {
       const c = list.pop()!; // LIFO: the warmest connection
-      if (c.usable()) return c;
+      if (c.usable() && !this.tooOld(c)) return c;
       c.socket.destroy();
     }
     return this.connect(origin, key);
@@ -232,7 +232,11 @@ export class UpstreamClient {
       conn.tunnelOpened(s);
     });
     const conn = new Connection(this, key, raw, via, true);
-    const timer = setTimeout(() => conn.connectTimedOut(), this.opts.connectTimeoutMs);
+    // What the connect timeout says: how far the tunnel got.
+    let stage = net.isIP(via.host) !== 0 ? 'the egress proxy did not accept the connection' : lookupUnfinished(via.host);
+    raw.once('lookup', () => (stage = 'the egress proxy did not accept the connection'));
+    raw.once(via.protocol === 'https:' ? 'secureConnect' : 'connect', () => (stage = `the egress proxy did not answer CONNECT ${authority(origin.host, origin.port)}`));
+    const timer = setTimeout(() => conn.connectTimedOut(conn.tunnelIsOpen() ? undefined : stage), this.opts.connectTimeoutMs);
     return conn;
   }
 
@@ -243,14 +247,18 @@ export class UpstreamClient {
     // connections long spare new handshakes. upstreamKeepAliveMax caps hints only.
     const keepMs = hintMs === undefined ? this.keepAliveMs : Math.min(hintMs - 1000, this.keepAliveMaxMs);
     let list = this.idle.get(conn.key);
-    const old = performance.now() - conn.born >= this.maxAgeMs;
-    if (this.closed || old || keepMs <= 0 || !conn.usable() || (list !== undefined && list.length >= this.maxIdle)) {
+    if (this.closed || this.tooOld(conn) || keepMs <= 0 || !conn.usable() || (list !== undefined && list.length >= this.maxIdle)) {
       conn.socket.destroy();
       return;
     }
     if (list === undefined) this.idle.set(conn.key, (list = []));
     conn.socket.setTimeout(keepMs);
     list.push(conn);
+  }
+
+  /** Past timeouts.upstreamConnectionMaxAge: not reused, so a busy pool follows the name's DNS. */
+  private tooOld(conn: Connection): boolean {
+    return performance.now() - conn.born >= this.maxAgeMs;
   }
 
   forget(conn: Connection): void {
@@ -298,7 +306,9 @@ class Connection {
       // Before the upstream answered its connect, say which proxy the failure came through.
       if (via !== undefined && !this.established) {
         const what = err.code ?? err.message;
-        err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`);
+        // A timeout stays a timeout (504), saying which proxy it was waiting through.
+        if (err instanceof UpstreamTimeout) err = new UpstreamTimeout(err.phase, [err.detail, `through egress proxy ${via.display}`].filter(Boolean).join('; '));
+        else err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`);
       }
       this.exchange?.fail(err);
     });
@@ -354,10 +364,14 @@ class Connection {
     this.exchange?.fail(err);
   }
 
+  tunnelIsOpen(): boolean {
+    return this.pending === undefined;
+  }
+
   /** The connect timeout: while the tunnel opens, the exchange hears it as such. */
-  connectTimedOut(): void {
-    if (this.pending !== undefined) this.tunnelFailed(new UpstreamTimeout('connect'));
-    else this.socket.destroy(new UpstreamTimeout('connect'));
+  connectTimedOut(stage: string | undefined): void {
+    if (this.pending !== undefined) this.tunnelFailed(new UpstreamTimeout('connect', `${stage}; through egress proxy ${this.via!.display}`));
+    else this.socket.destroy(new UpstreamTimeout('connect', 'TLS handshake with the upstream'));
   }
 
   usable(): boolean {

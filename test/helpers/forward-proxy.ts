@@ -17,6 +17,8 @@ export interface ForwardProxy {
   readonly auths: (string | undefined)[];
   /** Request heads of the absolute-form requests, as received (raw header pairs). */
   readonly heads: string[][];
+  /** Connections open now (clients' and the proxy's own to upstreams). */
+  readonly open: number;
   close(): Promise<void>;
 }
 
@@ -69,7 +71,11 @@ export async function startForwardProxy(opts: ForwardProxyOptions = {}): Promise
     connects.push(req.url ?? '');
     auths.push(req.headers['proxy-authorization']);
     client.on('error', () => {});
-    if (opts.silent) return;
+    if (opts.silent) {
+      client.resume(); // reads nothing it answers, but sees the client leave
+      client.on('end', () => client.destroy()); // the server is allowHalfOpen
+      return;
+    }
     if (expected !== undefined && req.headers['proxy-authorization'] !== expected) {
       client.end('HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm="test"\r\nContent-Length: 0\r\n\r\n');
       return;
@@ -105,6 +111,9 @@ export async function startForwardProxy(opts: ForwardProxyOptions = {}): Promise
     requests,
     auths,
     heads,
+    get open() {
+      return sockets.size;
+    },
     close: () =>
       new Promise<void>((r) => {
         for (const s of sockets) s.destroy();

@@ -6,6 +6,7 @@ import http from 'node:http';
 import https from 'node:https';
 import net, { type AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { egressAgentFactory, parseProxyUrl } from '../../src/proxy/egress.js';
 import { startForwardProxy, type ForwardProxy } from '../helpers/forward-proxy.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { selfSignedCert } from '../helpers/tls.js';
@@ -190,7 +191,45 @@ describe('egress proxy', () => {
     const proxyUrl = await start('https://api.example.test', proxyEnv({}), ['--config', `${dir}/c.yaml`]);
     const res = await chat(proxyUrl);
     expect(res.status).toBe(504);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(
+      `upstream connect timeout (the egress proxy did not answer CONNECT api.example.test:443; through egress proxy ${fp.url})`,
+    );
     expect((await requestLines(1))[0]).toMatchObject({ status: 504, outcome: 'error', errorType: 'timeout' });
+  });
+
+  it('an upstream that never finishes TLS inside an open tunnel is the connect timeout (504), not the proxy\'s failure (502)', async () => {
+    const accepted = new Set<net.Socket>();
+    const mute = net.createServer((s) => { // accepts, never answers the ClientHello
+      accepted.add(s);
+      s.on('error', () => {});
+    });
+    await new Promise<void>((r) => mute.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { for (const s of accepted) s.destroy(); mute.close(() => r()); }));
+    const fp = await forwardProxy();
+    const dir = fs.mkdtempSync('/tmp/llp-egress-');
+    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    fs.writeFileSync(`${dir}/c.yaml`, `egressProxy: ${fp.url}\ntimeouts: { connect: 0.3 }\n`);
+    const proxyUrl = await start(`https://127.0.0.1:${(mute.address() as AddressInfo).port}`, proxyEnv({}), ['--config', `${dir}/c.yaml`]);
+    const res = await chat(proxyUrl);
+    expect(res.status).toBe(504);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream connect timeout (TLS handshake with the upstream; through egress proxy ${fp.url})`);
+    expect((await requestLines(1))[0]).toMatchObject({ status: 504, outcome: 'error', errorType: 'timeout' });
+  });
+
+  it('an HTTP agent (the OTLP exporter\'s) gives up on a proxy that never answers CONNECT, and closes the connection to it', async () => {
+    const fp = await forwardProxy({ silent: true });
+    const agent = egressAgentFactory({ http: parseProxyUrl(fp.url), https: undefined, noProxy: [] }, 300)('http:');
+    cleanups.push(async () => agent.destroy());
+    const outcome = new Promise<string>((resolve) => {
+      const req = http.get({ host: 'collector.example.test', port: 4318, path: '/v1/metrics', agent }, () => resolve('answered'));
+      req.on('error', (err) => resolve(err.message));
+    });
+    expect(await Promise.race([outcome, new Promise((r) => setTimeout(() => r('still waiting after 5 s'), 5000))])).toBe(
+      `egress proxy ${fp.url} did not open the tunnel to collector.example.test:4318 within 0.3 s`,
+    );
+    expect(fp.connects).toEqual(['collector.example.test:4318']);
+    for (let i = 0; i < 100 && fp.open > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(fp.open).toBe(0);
   });
 
   it('reaches an upstream through an https:// proxy (TLS to the proxy, and TLS inside the tunnel)', async () => {

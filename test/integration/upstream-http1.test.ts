@@ -223,14 +223,22 @@ describe('upstream connections', () => {
 
   it('does not reuse a connection older than timeouts.upstreamConnectionMaxAge, so a busy pool looks the name up again', async () => {
     let n = 0;
-    const up = await countingServer((_req, res) => res.end(`r${++n}`));
+    const up = await countingServer((req, res) => {
+      const body = `r${++n}`;
+      if (req.url === '/slow') setTimeout(() => res.end(body), 600);
+      else res.end(body);
+    });
     proxy = await startTestProxy(up.url, { timeouts: { upstreamConnectionMaxAge: 0.4 } });
     for (let i = 0; i < 3; i++) expect((await get(proxy.proxyUrl, '/a')).body).toBe(`r${i + 1}`);
     expect(up.state.connections).toBe(1);
+    // Aged while idle in the pool: not taken again.
     await sleep(500);
-    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r4'); // on the old connection, which then closes
-    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r5');
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r4');
     expect(up.state.connections).toBe(2);
+    // Aged while busy: closed after its answer.
+    expect((await get(proxy.proxyUrl, '/slow')).body).toBe('r5');
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('r6');
+    expect(up.state.connections).toBe(3);
   });
 
   it('a connection whose last read was paused (client backpressure) goes back to the pool reading', async () => {

@@ -43,6 +43,61 @@ describe('shared name lookups', () => {
     expect(r.calls).toHaveLength(3);
   });
 
+  it('leaves the address order to the process default (--dns-result-order), not its own', () => {
+    const r = manualResolver();
+    new SharedLookup(r.resolve).lookup('api.example', { all: true }, () => {});
+    // `verbatim` or `order` here would override dns.setDefaultResultOrder / --dns-result-order.
+    expect(r.calls[0]!.options).not.toHaveProperty('verbatim');
+    expect(r.calls[0]!.options).not.toHaveProperty('order');
+  });
+
+  it('answers every waiter once, whatever the resolver does: throws, calls back twice, returns no address', () => {
+    const throwing = new SharedLookup(() => {
+      throw Object.assign(new Error('bad hints'), { code: 'ERR_INVALID_ARG_VALUE' });
+    });
+    const errs: string[] = [];
+    throwing.lookup('a.example', {}, (err) => errs.push(err!.message));
+    expect(errs).toEqual(['bad hints']);
+    expect(throwing.inFlight).toBe(0); // not left pending: the next connection asks again
+
+    const r = manualResolver();
+    const twice = new SharedLookup(r.resolve);
+    const got: unknown[] = [];
+    twice.lookup('b.example', {}, (err, a) => got.push(err ? err.message : a));
+    twice.lookup('b.example', { all: true }, (err, a) => got.push(err ? err.message : a));
+    r.calls[0]!.done(null, [{ address: '10.0.0.3', family: 4 }]);
+    r.calls[0]!.done(null, [{ address: '10.0.0.4', family: 4 }]);
+    expect(got).toEqual(['10.0.0.3', [{ address: '10.0.0.3', family: 4 }]]);
+    // A later lookup of the same name is not answered by the stale second callback.
+    const later: unknown[] = [];
+    twice.lookup('b.example', {}, (err, a) => later.push(err ? err.message : a));
+    r.calls[0]!.done(null, [{ address: '10.0.0.5', family: 4 }]);
+    expect(later).toEqual([]);
+    r.calls[1]!.done(null, [{ address: '10.0.0.6', family: 4 }]);
+    expect(later).toEqual(['10.0.0.6']);
+
+    const none = manualResolver();
+    const empty = new SharedLookup(none.resolve);
+    const codes: unknown[] = [];
+    empty.lookup('c.example', {}, (err) => codes.push(err?.code));
+    empty.lookup('c.example', { all: true }, (err) => codes.push(err?.code));
+    none.calls[0]!.done(null, []);
+    expect(codes).toEqual(['ENOTFOUND', 'ENOTFOUND']);
+  });
+
+  it('a waiter that throws does not keep the others from their answer; its error is rethrown to the resolver', () => {
+    const r = manualResolver();
+    const l = new SharedLookup(r.resolve);
+    const got: string[] = [];
+    l.lookup('d.example', {}, () => {
+      throw new Error('waiter failed');
+    });
+    l.lookup('d.example', {}, (_err, a) => got.push(a as string));
+    expect(() => r.calls[0]!.done(null, [{ address: '10.0.0.7', family: 4 }])).toThrow('waiter failed');
+    expect(got).toEqual(['10.0.0.7']);
+    expect(l.inFlight).toBe(0);
+  });
+
   it('serves net.connect (Node asks for every address when it tries both families)', async () => {
     const server = net.createServer((s) => s.end('hi'));
     await new Promise<void>((res) => server.listen(0, '127.0.0.1', res));
