@@ -606,7 +606,8 @@ class InFlight implements ExchangeHandler {
     if (this.req.readableEnded || this.bodyHeld || this.res.headersSent) {
       // With timeouts.response below timeouts.connect, a connect (or TLS handshake) that hangs
       // ends here: name the phase it was in.
-      this.exchange?.destroy(new UpstreamTimeout(this.exchange.connected ? 'response' : 'connect'));
+      const ex = this.exchange;
+      ex?.destroy(ex.connected ? new UpstreamTimeout('response') : new UpstreamTimeout('connect', ex.connectDetail()));
       return;
     }
     this.deps.log.warn({ reqId: this.requestId, timeoutSeconds: this.deps.config.timeouts.response }, 'client stopped sending its request body');

@@ -36,32 +36,35 @@ export class SharedLookup {
     const list = [waiter];
     this.pending.set(key, list);
     let answered = false;
-    const answer = (err: NodeJS.ErrnoException | null, addresses: dns.LookupAddress[] | undefined) => {
+    let waiterThrew: { e: unknown } | undefined;
+    const answer = (err: NodeJS.ErrnoException | null | undefined, addresses: dns.LookupAddress[] | undefined) => {
       // A resolver that calls back twice (or throws after calling back) is heard once.
       if (answered) return;
       answered = true;
       if (this.pending.get(key) === list) this.pending.delete(key);
+      err ??= null;
       if (err === null && (addresses === undefined || addresses.length === 0)) {
         err = Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND', hostname });
       }
       // A waiter that throws does not keep the others from their answer; its error is rethrown after.
-      let thrown: { e: unknown } | undefined;
       for (const w of list) {
         try {
           if (err !== null) w.cb(err, w.all ? [] : '', undefined);
           else if (w.all) w.cb(null, addresses!);
           else w.cb(null, addresses![0]!.address, addresses![0]!.family);
         } catch (e) {
-          thrown ??= { e };
+          waiterThrew ??= { e };
         }
       }
-      if (thrown !== undefined) throw thrown.e;
+      if (waiterThrew !== undefined) throw waiterThrew.e;
     };
     try {
       // No `verbatim`/`order`: the process default applies (--dns-result-order, dns.setDefaultResultOrder).
       this.resolve(hostname, { all: true, family, hints } as dns.LookupAllOptions, answer);
     } catch (e) {
-      if (answered) throw e; // a waiter's own error, from an answer given synchronously
+      // A waiter's own error (from an answer given synchronously) goes on; the resolver's is the
+      // waiters' answer, unless it threw after answering: then it is dropped, as its second answer would be.
+      if (waiterThrew !== undefined && e === waiterThrew.e) throw e;
       answer(e as NodeJS.ErrnoException, undefined);
     }
   };
@@ -82,9 +85,4 @@ export const upstreamLookup = new SharedLookup().lookup;
 export function serverName(host: string): string | undefined {
   if (net.isIP(host) !== 0) return undefined;
   return host.length > 1 && host.endsWith('.') ? host.slice(0, -1) : host;
-}
-
-/** What a connect timeout says when the upstream's name never resolved. */
-export function lookupUnfinished(host: string): string {
-  return `the name lookup of ${host} did not finish`;
 }

@@ -8,9 +8,10 @@ import { ERROR_TYPE } from '../metrics/semconv.js';
 import { ChunkedDecoder } from './chunked.js';
 import { connectionTokens, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
-import { openTunnel } from './egress.js';
+import { ConnectStage } from './connect-stage.js';
+import { authority, openTunnel } from './egress.js';
 import { safePath } from './routes.js';
-import { lookupUnfinished, serverName, upstreamLookup } from './lookup.js';
+import { serverName, upstreamLookup } from './lookup.js';
 import { sharedRead, type Origin } from './upstream.js';
 import type { WsSession } from '../ws/session.js';
 
@@ -90,11 +91,11 @@ export class Tunnel {
     if (this.early.length > 0) this.hold(this.early, performance.now());
     if (this.done) return; // too many early bytes: answered 400
     const { origin } = this.opts;
-    let looked = net.isIP(origin.via?.host ?? origin.host) !== 0;
-    this.timer = setTimeout(
-      () => this.fail(504, ERROR_TYPE.timeout, `upstream connect timeout${looked ? '' : ` (${lookupUnfinished(origin.via?.host ?? origin.host)})`}`),
-      this.opts.connectTimeoutMs,
-    );
+    let stage: ConnectStage | undefined;
+    this.timer = setTimeout(() => {
+      const detail = stage?.detail();
+      this.fail(504, ERROR_TYPE.timeout, `upstream connect timeout${detail === undefined ? '' : ` (${detail})`}`);
+    }, this.opts.connectTimeoutMs);
     const via = origin.via;
     if (via === undefined) {
       // Half-open, so an upstream that ends its half can still be sent the client's (without it
@@ -107,7 +108,7 @@ export class Tunnel {
           : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread, lookup: upstreamLookup }),
         secure ? 'secureConnect' : 'connect',
       );
-      this.upstream!.once('lookup', () => (looked = true));
+      stage = new ConnectStage(this.upstream!, origin.host, undefined, undefined, secure);
     } else {
       // Through the egress proxy: a CONNECT tunnel for ws: and wss: alike, as browsers open
       // one (proxies do not pass an upgrade in an absolute-form request on). TLS over a given
@@ -119,6 +120,7 @@ export class Tunnel {
           return;
         }
         const secure = origin.protocol === 'https:';
+        stage!.tunnelOpened(secure);
         const up = secure
           ? tls.connect({ socket: raw, servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
           : raw;
@@ -128,7 +130,7 @@ export class Tunnel {
         if (!secure) raw.resume();
       });
       this.upstream = raw;
-      raw.once('lookup', () => (looked = true));
+      stage = new ConnectStage(raw, via.host, via, authority(origin.host, origin.port), origin.protocol === 'https:');
     }
     this.client.on('data', (b: Buffer) => this.fromClient(b));
     this.client.on('end', () => this.clientEnd());

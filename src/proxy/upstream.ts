@@ -3,7 +3,8 @@ import { performance } from 'node:perf_hooks';
 import tls from 'node:tls';
 import { ChunkedDecoder } from './chunked.js';
 import { authority, EgressProxyError, openTunnel, type EgressProxy } from './egress.js';
-import { lookupUnfinished, serverName, upstreamLookup } from './lookup.js';
+import { ConnectStage } from './connect-stage.js';
+import { serverName, upstreamLookup } from './lookup.js';
 import {
   headEnd,
   keepAliveHintMs,
@@ -188,9 +189,8 @@ export class UpstreamClient {
     socket.setNoDelay(true);
     socket.setKeepAlive(true, 1000);
     conn = new Connection(this, key, socket, origin.via);
-    let looked = net.isIP(to.host) !== 0;
-    socket.once('lookup', () => (looked = true));
-    const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect', looked ? undefined : lookupUnfinished(to.host))), this.opts.connectTimeoutMs);
+    conn.stage = new ConnectStage(socket, to.host, origin.via, undefined, origin.protocol === 'https:');
+    const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect', conn.stage!.detail())), this.opts.connectTimeoutMs);
     socket.once(to.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
       conn.established = true;
@@ -229,14 +229,12 @@ export class UpstreamClient {
       });
       s.once('close', () => clearTimeout(timer));
       s.setKeepAlive(true, 1000);
+      conn.stage!.tunnelOpened(true);
       conn.tunnelOpened(s);
     });
     const conn = new Connection(this, key, raw, via, true);
-    // What the connect timeout says: how far the tunnel got.
-    let stage = net.isIP(via.host) !== 0 ? 'the egress proxy did not accept the connection' : lookupUnfinished(via.host);
-    raw.once('lookup', () => (stage = 'the egress proxy did not accept the connection'));
-    raw.once(via.protocol === 'https:' ? 'secureConnect' : 'connect', () => (stage = `the egress proxy did not answer CONNECT ${authority(origin.host, origin.port)}`));
-    const timer = setTimeout(() => conn.connectTimedOut(conn.tunnelIsOpen() ? undefined : stage), this.opts.connectTimeoutMs);
+    conn.stage = new ConnectStage(raw, via.host, via, authority(origin.host, origin.port), true);
+    const timer = setTimeout(() => conn.connectTimedOut(), this.opts.connectTimeoutMs);
     return conn;
   }
 
@@ -281,6 +279,8 @@ class Connection {
   /** Connected (TLS: handshake done): a failure now is the upstream's doing, not unreachability. */
   established = false;
   readonly born = performance.now();
+  /** How far the connection got, until it is established (the connect timeout's detail). */
+  stage: ConnectStage | undefined;
   /** While an egress tunnel opens: what the exchange wrote, for the TLS socket to come. */
   private pending: Array<string | Buffer> | undefined;
   private pendingBytes = 0;
@@ -304,11 +304,10 @@ class Connection {
     socket.on('error', (err: NodeJS.ErrnoException) => {
       const via = this.via;
       // Before the upstream answered its connect, say which proxy the failure came through.
-      if (via !== undefined && !this.established) {
+      // A timeout stays a timeout (504); its detail already names the proxy.
+      if (via !== undefined && !this.established && !(err instanceof UpstreamTimeout)) {
         const what = err.code ?? err.message;
-        // A timeout stays a timeout (504), saying which proxy it was waiting through.
-        if (err instanceof UpstreamTimeout) err = new UpstreamTimeout(err.phase, [err.detail, `through egress proxy ${via.display}`].filter(Boolean).join('; '));
-        else err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`);
+        err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`);
       }
       this.exchange?.fail(err);
     });
@@ -364,14 +363,11 @@ class Connection {
     this.exchange?.fail(err);
   }
 
-  tunnelIsOpen(): boolean {
-    return this.pending === undefined;
-  }
-
   /** The connect timeout: while the tunnel opens, the exchange hears it as such. */
-  connectTimedOut(stage: string | undefined): void {
-    if (this.pending !== undefined) this.tunnelFailed(new UpstreamTimeout('connect', `${stage}; through egress proxy ${this.via!.display}`));
-    else this.socket.destroy(new UpstreamTimeout('connect', 'TLS handshake with the upstream'));
+  connectTimedOut(): void {
+    const err = new UpstreamTimeout('connect', this.stage?.detail());
+    if (this.pending !== undefined) this.tunnelFailed(err);
+    else this.socket.destroy(err);
   }
 
   usable(): boolean {
@@ -440,6 +436,11 @@ export class Exchange {
   /** The connection was up when the exchange failed, or is now. */
   get connected(): boolean {
     return this.conn.established;
+  }
+
+  /** While not connected: how far the connection got (for a timeout the caller raises). */
+  connectDetail(): string | undefined {
+    return this.conn.established ? undefined : this.conn.stage?.detail();
   }
 
   /** Request body bytes; false when the caller should wait for `whenDrained`. */

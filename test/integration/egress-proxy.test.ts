@@ -212,8 +212,56 @@ describe('egress proxy', () => {
     const proxyUrl = await start(`https://127.0.0.1:${(mute.address() as AddressInfo).port}`, proxyEnv({}), ['--config', `${dir}/c.yaml`]);
     const res = await chat(proxyUrl);
     expect(res.status).toBe(504);
-    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream connect timeout (TLS handshake with the upstream; through egress proxy ${fp.url})`);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream connect timeout (the TLS handshake with the upstream did not finish; through egress proxy ${fp.url})`);
     expect((await requestLines(1))[0]).toMatchObject({ status: 504, outcome: 'error', errorType: 'timeout' });
+  });
+
+  it('a connect timeout through the egress proxy says how far it got, for requests (also when timeouts.response fires first) and WebSocket upgrades', async () => {
+    const cert = selfSignedCert();
+    cleanups.push(cert.remove);
+    // An https:// proxy that accepts TCP and never answers TLS.
+    const accepted = new Set<net.Socket>();
+    const mute = net.createServer((s) => {
+      accepted.add(s);
+      s.on('error', () => {});
+    });
+    await new Promise<void>((r) => mute.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { for (const s of accepted) s.destroy(); mute.close(() => r()); }));
+    const muteUrl = `https://127.0.0.1:${(mute.address() as AddressInfo).port}`;
+    const silent = await forwardProxy({ silent: true });
+    const hang = 'http://proxy.hang.test:3128';
+    const dir = fs.mkdtempSync('/tmp/llp-egress-');
+    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    const env = proxyEnv({}, { NODE_OPTIONS: `--require ${new URL('../helpers/hang-lookup.cjs', import.meta.url).pathname}` });
+    const cases = [
+      { upstream: 'http://api.example.test', proxy: hang, timeouts: '{ connect: 0.3 }', expect: `the name lookup of proxy.hang.test did not finish; through egress proxy ${hang}` },
+      { upstream: 'https://api.example.test', proxy: hang, timeouts: '{ connect: 0.3 }', expect: `the name lookup of proxy.hang.test did not finish; through egress proxy ${hang}` },
+      { upstream: 'https://api.example.test', proxy: muteUrl, timeouts: '{ connect: 0.3 }', expect: `the TLS handshake with the egress proxy did not finish; through egress proxy ${muteUrl}` },
+      { upstream: 'https://api.example.test', proxy: silent.url, timeouts: '{ connect: 30, response: 0.3 }', expect: `the egress proxy did not answer CONNECT api.example.test:443; through egress proxy ${silent.url}` },
+    ];
+    for (const [i, c] of cases.entries()) {
+      fs.writeFileSync(`${dir}/c${i}.yaml`, `egressProxy: ${c.proxy}\ntimeouts: ${c.timeouts}\n`);
+      const proxyUrl = await start(c.upstream, env, ['--config', `${dir}/c${i}.yaml`]);
+      const res = await chat(proxyUrl);
+      expect([i, res.status, ((await res.json()) as { error: { message: string } }).error.message]).toEqual([i, 504, `upstream connect timeout (${c.expect})`]);
+      if (i === 1) {
+        // The same stage for a WebSocket upgrade (its own connection code).
+        const u = new URL(proxyUrl);
+        const answer = await new Promise<string>((resolve, reject) => {
+          const ws = net.connect({ port: Number(u.port), host: u.hostname }, () =>
+            ws.write('GET /v1/realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n'),
+          );
+          let t = '';
+          ws.on('data', (b: Buffer) => (t += b.toString()));
+          ws.on('close', () => resolve(t));
+          ws.on('error', reject);
+        });
+        expect(answer).toMatch(/^HTTP\/1\.1 504 /);
+        expect(answer).toContain(`upstream connect timeout (${c.expect})`);
+      }
+      await spawned!.stop();
+      spawned = undefined;
+    }
   });
 
   it('an HTTP agent (the OTLP exporter\'s) gives up on a proxy that never answers CONNECT, and closes the connection to it', async () => {

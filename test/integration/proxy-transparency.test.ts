@@ -699,7 +699,7 @@ describe('failures', () => {
     proxy = await startTestProxy(`https://127.0.0.1:${(silent.address() as AddressInfo).port}`, { timeouts: { response: 0.3, connect: 30 } });
     const r = await rawRequest(proxy.proxyUrl, '/v1/chat/completions', { method: 'POST', body: Buffer.from('{}') });
     expect(r.status).toBe(504);
-    expect(JSON.parse(r.body.toString())).toMatchObject({ error: { type: 'timeout', message: 'upstream connect timeout' } });
+    expect(JSON.parse(r.body.toString())).toMatchObject({ error: { type: 'timeout', message: 'upstream connect timeout (the TLS handshake with the upstream did not finish)' } });
     await closed; // the half-open connection is closed, not kept until timeouts.connect
   });
 

@@ -76,6 +76,21 @@ describe('shared name lookups', () => {
     r.calls[1]!.done(null, [{ address: '10.0.0.6', family: 4 }]);
     expect(later).toEqual(['10.0.0.6']);
 
+    // Throwing after answering: heard as the answer given, not thrown at the connection.
+    const late = new SharedLookup((_h, _o, done) => {
+      done(null, [{ address: '10.0.0.8', family: 4 }]);
+      throw new Error('resolver bug after answer');
+    });
+    const lateGot: unknown[] = [];
+    expect(() => late.lookup('e.example', {}, (err, a) => lateGot.push(err ? err.message : a))).not.toThrow();
+    expect(lateGot).toEqual(['10.0.0.8']);
+
+    // An undefined error with addresses (a loose resolver) is a success.
+    const loose = new SharedLookup((_h, _o, done) => (done as unknown as (e: undefined, a: LookupAddress[]) => void)(undefined, [{ address: '10.0.0.9', family: 4 }]));
+    const looseGot: unknown[] = [];
+    loose.lookup('f.example', {}, (err, a) => looseGot.push(err ? err.message : a));
+    expect(looseGot).toEqual(['10.0.0.9']);
+
     const none = manualResolver();
     const empty = new SharedLookup(none.resolve);
     const codes: unknown[] = [];
