@@ -12,7 +12,7 @@ import { ConnectStage } from './connect-stage.js';
 import { authority, openTunnel } from './egress.js';
 import { safePath } from './routes.js';
 import { serverName, upstreamLookup } from './lookup.js';
-import { sharedRead, type Origin } from './upstream.js';
+import { sharedRead, UpstreamTimeout, type Origin } from './upstream.js';
 import type { WsSession } from '../ws/session.js';
 
 /**
@@ -92,10 +92,7 @@ export class Tunnel {
     if (this.done) return; // too many early bytes: answered 400
     const { origin } = this.opts;
     let stage: ConnectStage | undefined;
-    this.timer = setTimeout(() => {
-      const detail = stage?.detail();
-      this.fail(504, ERROR_TYPE.timeout, `upstream connect timeout${detail === undefined ? '' : ` (${detail})`}`);
-    }, this.opts.connectTimeoutMs);
+    this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, new UpstreamTimeout('connect', stage?.detail()).message), this.opts.connectTimeoutMs);
     const via = origin.via;
     if (via === undefined) {
       // Half-open, so an upstream that ends its half can still be sent the client's (without it

@@ -31,7 +31,7 @@ import {
 export class UpstreamTimeout extends Error {
   constructor(
     readonly phase: 'connect' | 'response' | 'idle',
-    readonly detail?: string,
+    detail?: string,
   ) {
     super(`upstream ${phase} timeout${detail === undefined ? '' : ` (${detail})`}`);
   }
@@ -190,7 +190,7 @@ export class UpstreamClient {
     socket.setKeepAlive(true, 1000);
     conn = new Connection(this, key, socket, origin.via);
     conn.stage = new ConnectStage(socket, to.host, origin.via, undefined, origin.protocol === 'https:');
-    const timer = setTimeout(() => socket.destroy(new UpstreamTimeout('connect', conn.stage!.detail())), this.opts.connectTimeoutMs);
+    const timer = setTimeout(() => conn.connectTimedOut(), this.opts.connectTimeoutMs);
     socket.once(to.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
       conn.established = true;
