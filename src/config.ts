@@ -220,6 +220,8 @@ export interface Config {
     readonly intervalMs: number;
     readonly exponentialHistograms: boolean;
   };
+  /** Said at start, at warn: settings that were taken but will not do what they seem to ask. */
+  readonly warnings?: readonly string[];
 }
 
 
@@ -289,9 +291,11 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   const useSimulator = routes.length === 0;
 
   const m = f.metrics ?? {};
+  const warnings: string[] = [];
   return Object.freeze({
     routes: Object.freeze(routes.map((r) => Object.freeze({ ...r, prefix: normalizePrefix(r.prefix) }))),
-    egress: egressSettings(f, overrides, source),
+    egress: egressSettings(f, overrides, source, warnings),
+    warnings: Object.freeze(warnings),
     useSimulator,
     simulator: simulatorSchema.parse(f.simulator ?? {}),
     host: overrides.host ?? f.listen?.host ?? '127.0.0.1',
@@ -358,7 +362,7 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
  * The egress proxy: LLM_PROXY_EGRESS_PROXY, else the file's `egressProxy`, else `env` when
  * NODE_USE_ENV_PROXY=1 (Node's switch), else none. Errors name the key or variable.
  */
-function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, source: string): EgressSettings {
+function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, source: string, warnings: string[]): EgressSettings {
   const fromVar = overrides.egressProxy !== undefined;
   const mode = (overrides.egressProxy ?? f.egressProxy ?? (overrides.proxyEnv?.nodeUseEnvProxy === true ? 'env' : 'none')).trim();
   const modeKey = fromVar ? 'LLM_PROXY_EGRESS_PROXY' : `invalid configuration in ${source}:\n  egressProxy`;
@@ -378,7 +382,15 @@ function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, so
     const http = env?.http === undefined ? undefined : parse(env.http[0], env.http[1]);
     // An empty https_proxy falls back to http_proxy, as in undici.
     const https = env?.https === undefined || env.https[1].trim() === '' ? http : parse(env.https[0], env.https[1]);
-    if (http === undefined && https === undefined) return NO_EGRESS;
+    if (http === undefined && https === undefined) {
+      // Node's NODE_USE_ENV_PROXY=1 with no variable is silent, and may be set for every Node
+      // program on the host; `env` asked of this proxy by name and finding nothing is worth a word.
+      if (fromVar || f.egressProxy !== undefined) {
+        const asked = fromVar ? 'LLM_PROXY_EGRESS_PROXY=env' : `egressProxy: env (${source})`;
+        warnings.push(`${asked}, but none of https_proxy, HTTPS_PROXY, http_proxy, HTTP_PROXY is set to a proxy: upstreams are reached directly`);
+      }
+      return NO_EGRESS;
+    }
     return Object.freeze({ http, https, noProxy: Object.freeze([...noProxy]) });
   }
   const proxy = parse(modeKey, mode);

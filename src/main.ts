@@ -38,6 +38,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   let simulator: Simulator | undefined;
   let simulatorUrl: string | undefined;
   let cfg = config;
+  for (const w of config.warnings ?? []) log.warn(w);
   if (config.useSimulator) {
     simulator = createSimulator(config.simulator);
     simulatorUrl = await simulator.listen(0, '127.0.0.1');

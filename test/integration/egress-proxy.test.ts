@@ -144,6 +144,15 @@ describe('egress proxy', () => {
     expect(fp.connects).toEqual([]);
   });
 
+  it('says at start, at warn, when env was asked for and no variable names a proxy, then goes direct', async () => {
+    const up = await sseUpstream();
+    const proxyUrl = await start(`http://127.0.0.1:${up.port}`, proxyEnv({ LLM_PROXY_EGRESS_PROXY: 'env', HTTPS_PROXY: '' }));
+    const at = spawned!.lines.findIndex((l) => l.level === 40 && String(l.msg).startsWith('LLM_PROXY_EGRESS_PROXY=env, but none of'));
+    expect(at).toBeGreaterThanOrEqual(0);
+    expect(at).toBeLessThan(spawned!.lines.findIndex((l) => l.msg === 'listening'));
+    expect(await (await chat(proxyUrl)).text()).toBe(STREAM.join(''));
+  });
+
   it('ignores the proxy variables unless told to use them (as Node does), and a config file can name the proxy itself', async () => {
     const up = await sseUpstream();
     const fp = await forwardProxy();

@@ -226,6 +226,18 @@ describe('egress configuration', () => {
     expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'none', NODE_USE_ENV_PROXY: '1', https_proxy: 'http://p:1' }).egress.https).toBeUndefined();
   });
 
+  it('warns when env is asked for by name and finds no proxy, not when only NODE_USE_ENV_PROXY is set (Node is silent)', () => {
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'env', NO_PROXY: 'a.test' }).warnings).toEqual([
+      'LLM_PROXY_EGRESS_PROXY=env, but none of https_proxy, HTTPS_PROXY, http_proxy, HTTP_PROXY is set to a proxy: upstreams are reached directly',
+    ]);
+    expect(buildConfig({ upstream: u, egressProxy: 'env' }, { proxyEnv: { nodeUseEnvProxy: false, http: ['HTTP_PROXY', ' '] } }, 'p.yaml').warnings).toEqual([
+      'egressProxy: env (p.yaml), but none of https_proxy, HTTPS_PROXY, http_proxy, HTTP_PROXY is set to a proxy: upstreams are reached directly',
+    ]);
+    expect(loadConfig({ upstream: u }, { NODE_USE_ENV_PROXY: '1' }).warnings).toEqual([]);
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'env', http_proxy: 'http://h:1' }).warnings).toEqual([]);
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'none' }).warnings).toEqual([]);
+  });
+
   it('names the variable or key of a bad proxy URL, without echoing its password', () => {
     expect(errorOf(() => loadConfig({ upstream: u }, { NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: 'socks5://user:hunter2@p:1080' }))).toBe(
       'HTTPS_PROXY: socks5 proxies are not supported (use an http:// or https:// proxy) (got "socks5://…@p:1080")',
