@@ -732,6 +732,9 @@ class InFlight implements ExchangeHandler {
           outputTokens: summary?.outputTokens,
           tokenSource: summary?.tokenCountSource,
           durationMs: round(end - this.start),
+          // A new upstream connection's set-up (inside TTFT), absent when a pooled one was reused.
+          upstreamConnectMs: round(this.exchange?.connectMs),
+          upstreamAddr: this.exchange?.remote,
         },
         'request',
       );

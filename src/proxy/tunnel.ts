@@ -12,7 +12,7 @@ import { ConnectStage } from './connect-stage.js';
 import { authority, openTunnel } from './egress.js';
 import { safePath } from './routes.js';
 import { serverName, upstreamLookup } from './lookup.js';
-import { sharedRead, UpstreamTimeout, type Origin } from './upstream.js';
+import { peerAddress, sharedRead, UpstreamTimeout, type Origin } from './upstream.js';
 import type { WsSession } from '../ws/session.js';
 
 /**
@@ -78,6 +78,10 @@ export class Tunnel {
   /** Waiting for the other side's 'drain' (backpressure), per direction. */
   private upPaused = false;
   private downPaused = false;
+  private connectStart = 0;
+  /** The upstream connection's set-up and address, for the log. */
+  private connectMs: number | undefined;
+  private upstreamAddr: string | undefined;
 
   constructor(
     private readonly opts: TunnelOptions,
@@ -91,6 +95,7 @@ export class Tunnel {
     if (this.early.length > 0) this.hold(this.early, performance.now());
     if (this.done) return; // too many early bytes: answered 400
     const { origin } = this.opts;
+    this.connectStart = performance.now();
     let stage: ConnectStage | undefined;
     this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, new UpstreamTimeout('connect', stage?.detail()).message), this.opts.connectTimeoutMs);
     const via = origin.via;
@@ -123,7 +128,7 @@ export class Tunnel {
           : raw;
         raw.allowHalfOpen = true;
         up.on('data', (b: Buffer) => this.fromUpstream(b, performance.now()));
-        this.attach(up, secure ? 'secureConnect' : undefined);
+        this.attach(up, secure ? 'secureConnect' : undefined, raw);
         if (!secure) raw.resume();
       });
       this.upstream = raw;
@@ -137,13 +142,15 @@ export class Tunnel {
   }
 
   /** The upstream socket: the upgrade request is written (it waits for the connection), listeners set. */
-  private attach(up: net.Socket, connectEvent: 'connect' | 'secureConnect' | undefined): void {
+  private attach(up: net.Socket, connectEvent: 'connect' | 'secureConnect' | undefined, hop: net.Socket = up): void {
     this.upstream = up;
     up.setNoDelay(true);
     // Written at once: the socket holds it until connected. latin1: header bytes as received.
     up.write(requestHead(this.req.method ?? 'GET', this.opts.path, this.headers), 'latin1');
     const connected = () => {
       this.connected = true;
+      this.connectMs = performance.now() - this.connectStart;
+      this.upstreamAddr = peerAddress(hop);
       clearTimeout(this.timer);
       this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
     };
@@ -399,6 +406,8 @@ export class Tunnel {
         // The messages could not be read to the end (a protocol break, a bound): see the README.
         measurementStopped: this.session?.stopped || undefined,
         durationMs: Math.round((performance.now() - this.start) * 1000) / 1000,
+        upstreamConnectMs: this.connectMs === undefined ? undefined : Math.round(this.connectMs * 1000) / 1000,
+        upstreamAddr: this.upstreamAddr,
       },
       'tunnel',
     );

@@ -193,7 +193,7 @@ export class UpstreamClient {
     const timer = setTimeout(() => conn.connectTimedOut(), this.opts.connectTimeoutMs);
     socket.once(to.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
-      conn.established = true;
+      conn.establish(socket);
     });
     socket.once('close', () => clearTimeout(timer));
     return conn;
@@ -225,7 +225,7 @@ export class UpstreamClient {
       s.on('data', (b: Buffer) => conn.onRead(b, performance.now()));
       s.once('secureConnect', () => {
         clearTimeout(timer);
-        conn.established = true;
+        conn.establish(raw);
       });
       s.once('close', () => clearTimeout(timer));
       s.setKeepAlive(true, 1000);
@@ -279,6 +279,12 @@ class Connection {
   /** Connected (TLS: handshake done): a failure now is the upstream's doing, not unreachability. */
   established = false;
   readonly born = performance.now();
+  /** From `born` to established: lookup, TCP, the egress tunnel, TLS (the log's `upstreamConnectMs`). */
+  connectMs: number | undefined;
+  /** `ip:port` of the first hop (the egress proxy's through one), once established. */
+  remote: string | undefined;
+  /** Exchanges begun on it: the first one paid for its set-up. */
+  uses = 0;
   /** How far the connection got, until it is established (the connect timeout's detail). */
   stage: ConnectStage | undefined;
   /** While an egress tunnel opens: what the exchange wrote, for the TLS socket to come. */
@@ -370,6 +376,13 @@ class Connection {
     else this.socket.destroy(err);
   }
 
+  /** Connected (TLS up, through the tunnel when there is one); `hop` is the socket to the first hop. */
+  establish(hop: net.Socket): void {
+    this.established = true;
+    this.connectMs = performance.now() - this.born;
+    this.remote = peerAddress(hop);
+  }
+
   usable(): boolean {
     const s = this.socket;
     return !s.destroyed && s.writable && !s.readableEnded;
@@ -377,6 +390,7 @@ class Connection {
 
   begin(ex: Exchange, head: string): void {
     this.exchange = ex;
+    this.uses++;
     const s = this.socket;
     s.setTimeout(0);
     if (this.pending !== undefined) {
@@ -423,6 +437,8 @@ export class Exchange {
   private requestDone = false;
   private onDrain: (() => void) | undefined;
   private readonly one: number[] = [0, 0];
+  /** On a connection opened for it, not taken from the pool. */
+  private readonly opened: boolean;
 
   constructor(
     private readonly conn: Connection,
@@ -431,6 +447,17 @@ export class Exchange {
     private readonly handler: ExchangeHandler,
   ) {
     if (body === 'none') this.requestDone = true;
+    this.opened = conn.uses === 0;
+  }
+
+  /** Set-up time of a connection opened for this exchange, once it is up; none for a pooled one. */
+  get connectMs(): number | undefined {
+    return this.opened ? this.conn.connectMs : undefined;
+  }
+
+  /** Where the connection went (`ip:port`; the egress proxy's through one), once it is up. */
+  get remote(): string | undefined {
+    return this.conn.remote;
   }
 
   /** The connection was up when the exchange failed, or is now. */
@@ -599,4 +626,11 @@ export class Exchange {
     this.conn.detach(false, undefined);
     this.handler.onError(err);
   }
+}
+
+/** `ip:port` of a connected socket's peer, IPv6 in brackets (as nginx's $upstream_addr). */
+export function peerAddress(socket: net.Socket): string | undefined {
+  const a = socket.remoteAddress;
+  if (a === undefined) return undefined;
+  return a.includes(':') ? `[${a}]:${socket.remotePort}` : `${a}:${socket.remotePort}`;
 }

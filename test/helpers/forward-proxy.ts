@@ -29,6 +29,8 @@ export interface ForwardProxyOptions {
   refuseConnect?: number;
   /** Accept CONNECTs and never answer them. */
   silent?: boolean;
+  /** Answer a CONNECT this long after the upstream connection is up (a slow proxy). */
+  connectDelayMs?: number;
   tls?: { key: Buffer; cert: Buffer };
 }
 
@@ -90,10 +92,15 @@ export async function startForwardProxy(opts: ForwardProxyOptions = {}): Promise
       return;
     }
     const up = net.connect({ host: m[1], port: Number(m[2]) }, () => {
-      client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      if (early.length > 0) up.write(early);
-      up.pipe(client);
-      client.pipe(up);
+      const open = () => {
+        if (client.destroyed) return;
+        client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        if (early.length > 0) up.write(early);
+        up.pipe(client);
+        client.pipe(up);
+      };
+      if (opts.connectDelayMs === undefined) open();
+      else setTimeout(open, opts.connectDelayMs);
     });
     sockets.add(up);
     up.on('close', () => {

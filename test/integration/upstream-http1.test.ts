@@ -196,14 +196,15 @@ describe('response framings', () => {
 });
 
 describe('upstream connections', () => {
-  async function countingServer(handler: http.RequestListener, keepAliveTimeout = 5000) {
+  async function countingServer(handler: http.RequestListener, keepAliveTimeout = 5000, host = '127.0.0.1') {
     const server = http.createServer(handler);
     server.keepAliveTimeout = keepAliveTimeout;
     const state = { connections: 0 };
     server.on('connection', () => state.connections++);
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    await new Promise<void>((r) => server.listen(0, host, r));
     cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
-    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, state };
+    const port = (server.address() as AddressInfo).port;
+    return { url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`, port, state };
   }
 
   it('reuses a kept-alive connection, and opens a new one after Connection: close', async () => {
@@ -213,12 +214,31 @@ describe('upstream connections', () => {
       res.writeHead(200, n === 2 ? { connection: 'close' } : {});
       res.end(`r${n}`);
     });
-    proxy = await startTestProxy(up.url);
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
     expect((await get(proxy.proxyUrl, '/a')).body).toBe('r1');
     expect((await get(proxy.proxyUrl, '/a')).body).toBe('r2');
     expect(up.state.connections).toBe(1);
     expect((await get(proxy.proxyUrl, '/a')).body).toBe('r3');
     expect(up.state.connections).toBe(2);
+    // The log says which requests paid for a new connection, and where it went.
+    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < 3; i++) await sleep(10);
+    const lines = logLines.filter((l) => l.msg === 'request');
+    expect(lines.map((l) => [l.upstreamAddr, typeof l.upstreamConnectMs])).toEqual([
+      [`127.0.0.1:${up.port}`, 'number'],
+      [`127.0.0.1:${up.port}`, 'undefined'],
+      [`127.0.0.1:${up.port}`, 'number'],
+    ]);
+    for (const l of [lines[0]!, lines[2]!]) expect(l.upstreamConnectMs as number).toBeLessThanOrEqual(l.durationMs as number);
+  });
+
+  it('names an IPv6 upstream address in brackets in the log, as a URL does', async () => {
+    const up = await countingServer((_req, res) => res.end('ok'), 5000, '::1');
+    const logLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines });
+    expect((await get(proxy.proxyUrl, '/a')).body).toBe('ok');
+    for (let i = 0; i < 100 && !logLines.some((l) => l.msg === 'request'); i++) await sleep(10);
+    expect(logLines.find((l) => l.msg === 'request')).toMatchObject({ status: 200, upstreamAddr: `[::1]:${up.port}` });
   });
 
   it('does not reuse a connection older than timeouts.upstreamConnectionMaxAge, so a busy pool looks the name up again', async () => {
