@@ -24,6 +24,7 @@ export const METRICS = Object.freeze({
   tokens: 'gen_ai_client_token_usage',
   streams: 'llm_proxy_streams_total',
   active: 'llm_proxy_streams_active',
+  connect: 'llm_proxy_upstream_connect_duration_seconds',
   loopP50: 'nodejs_eventloop_delay_p50_seconds',
   loopP99: 'nodejs_eventloop_delay_p99_seconds',
   loopMax: 'nodejs_eventloop_delay_max_seconds',
@@ -688,6 +689,27 @@ export function renderDashboard(p) {
         `sum by (gen_ai_provider_name, gen_ai_operation_name, server_address) (${METRICS.active}{${f.active}})`,
         '{{gen_ai_provider_name}} {{gen_ai_operation_name}} {{server_address}}',
       ),
+    ],
+  });
+  panel({
+    title: 'New upstream connections: set-up p50 / p99 (seconds), and opened per second (right axis)',
+    description: `Connections the proxy opened to each upstream (${METRICS.connect}: from the start of connecting, name lookup included, until TCP is up and TLS done, through an egress proxy's tunnel when there is one). The request that opened a connection waited for it inside its TTFT, so a TTFT rise together with a rise here is connection set-up (a cold pool after a restart, an upstream or a load balancer closing idle connections, DNS or TLS slowness), not the provider's model; requests on pooled connections do not pay it. Right axis: connections opened per second; steady traffic should reuse connections and open few.`,
+    fieldConfig: {
+      defaults: { unit: 's', min: 0, custom: { drawStyle: 'line', lineWidth: 1, fillOpacity: 0, showPoints: 'never', spanNulls: false } },
+      overrides: [
+        {
+          matcher: { id: 'byRegexp', options: '^opened' },
+          properties: [
+            { id: 'unit', value: 'cps' },
+            { id: 'custom.axisPlacement', value: 'right' },
+          ],
+        },
+      ],
+    },
+    targets: [
+      target(`histogram_quantile(0.5, sum by (le, server_address) (rate(${METRICS.connect}_bucket{${f.proc}, server_address=~"$server_address"}[${ri}])))`, 'p50 {{server_address}}'),
+      target(`histogram_quantile(0.99, sum by (le, server_address) (rate(${METRICS.connect}_bucket{${f.proc}, server_address=~"$server_address"}[${ri}])))`, 'p99 {{server_address}}'),
+      target(`sum by (server_address) (rate(${METRICS.connect}_count{${f.proc}, server_address=~"$server_address"}[${ri}]))`, 'opened {{server_address}}'),
     ],
   });
   panel({

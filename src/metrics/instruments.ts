@@ -2,7 +2,7 @@ import type { Attributes, Meter } from '@opentelemetry/api';
 import { FastHistogram, FastSum, type FastMetricProducer } from './fast-metrics.js';
 import { LabelSets } from './label-sets.js';
 import { RuntimeMetrics } from './runtime.js';
-import { DEFAULT_BUCKETS, METRIC, type BucketName } from './semconv.js';
+import { CONNECT_BUCKETS, DEFAULT_BUCKETS, METRIC, type BucketName } from './semconv.js';
 
 /** What the request path needs of a histogram. */
 export interface Recorder {
@@ -52,6 +52,7 @@ export class Instruments {
   readonly duration: Recorder;
   readonly tokenUsage: Recorder;
   readonly timeToFirstByte: Recorder;
+  readonly upstreamConnect: Recorder;
   /** Undefined unless per-token ITL was asked for. */
   readonly perTokenItl: TimesRecorder | undefined;
   readonly serverTtft: Recorder;
@@ -103,6 +104,13 @@ export class Instruments {
       's',
       'Time to first byte: arrival at the proxy of the first response body byte minus arrival of the request (any format, also unknown ones).',
       buckets.ttft,
+    );
+    // Once per new connection, not per event: a fast histogram whenever the others are.
+    this.upstreamConnect = perEvent(
+      METRIC.upstreamConnect,
+      's',
+      'New upstream connections: start of connecting (name lookup, TCP, the egress proxy tunnel, TLS) until the connection is up; one sample per connection, so its count is the connections opened.',
+      CONNECT_BUCKETS,
     );
     const perToken = opts.perTokenItl
       ? perEvent(

@@ -15,6 +15,8 @@ export const METRIC = {
   tokenUsage: 'gen_ai.client.token.usage',
   /** Request arrival -> first response body byte, for every measured request (also unknown stream formats). */
   timeToFirstByte: 'llm_proxy.upstream.time_to_first_byte',
+  /** A new upstream connection: start of connecting -> up (lookup, TCP, egress tunnel, TLS); one per connection. */
+  upstreamConnect: 'llm_proxy.upstream.connect_duration',
   /**
    * Opt-in (`metrics.perTokenItl`): per-token ITL. A content event's gap divided
    * by the tokens it carried, recorded once per token; only where the stream
@@ -105,6 +107,13 @@ export const DEFAULT_BUCKETS = {
  * milliseconds that show in the ITL of the fastest providers.
  */
 export const GC_DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 10] as const;
+
+/**
+ * Upstream connection set-up buckets, seconds: a connection on the same host or network takes
+ * well under a millisecond, a TLS handshake with a provider across a region 20-300 ms, and the
+ * connect timeout is 10 s by default.
+ */
+export const CONNECT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5, 10] as const;
 
 export type BucketName = keyof typeof DEFAULT_BUCKETS;
 

@@ -9,7 +9,7 @@ import { afterIo } from '../measure/after-io.js';
 import { endError, RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
-import { ERROR_TYPE } from '../metrics/semconv.js';
+import { ATTR, ERROR_TYPE } from '../metrics/semconv.js';
 import { detectApi } from '../providers/detect.js';
 import { genericStream } from '../providers/generic.js';
 import type { ApiDescriptor } from '../providers/types.js';
@@ -23,6 +23,7 @@ import { CONNECT_ALLOW, CONNECT_REFUSAL, errorBody, Tunnel, writeRawError } from
 import { deflateAccepted } from '../ws/messages.js';
 import { detectWsApi, recordUnopened, REALTIME_OPERATION, WsSession, type WsApiMatch } from '../ws/session.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
+import { serverName } from './lookup.js';
 
 export interface ForwarderDeps {
   config: Config;
@@ -54,6 +55,18 @@ export class Forwarder {
   readonly inFlight = new Set<{ abort(errorType: string): void; readonly queued?: boolean }>();
   /** Shutting down: no new request is forwarded, no connection is kept after its answer. */
   draining = false;
+  /** server.address and server.port of each route's origin, for the connect-duration metric. */
+  private readonly connectLabels = new Map<Origin, Readonly<Record<string, string | number>>>();
+  private readonly connected = (origin: Origin, ms: number): void => {
+    const ins = this.deps.instruments;
+    if (ins === undefined) return;
+    let labels = this.connectLabels.get(origin);
+    if (labels === undefined) {
+      labels = Object.freeze({ [ATTR.serverAddress]: serverName(origin.host) ?? origin.host, [ATTR.serverPort]: origin.port });
+      this.connectLabels.set(origin, labels);
+    }
+    ins.upstreamConnect.record(ms / 1000, labels);
+  };
 
   constructor(private readonly deps: ForwarderDeps) {
     this.router = new Router(deps.config.routes, deps.config.egress);
@@ -62,6 +75,7 @@ export class Forwarder {
       keepAliveMs: deps.config.timeouts.upstreamKeepAlive * 1000,
       keepAliveMaxMs: deps.config.timeouts.upstreamKeepAliveMax * 1000,
       maxAgeMs: deps.config.timeouts.upstreamConnectionMaxAge * 1000,
+      onConnected: this.connected,
     });
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
@@ -226,6 +240,7 @@ export class Forwarder {
         onDone: (t) => this.inFlight.delete(t),
         measure: (ext) => this.measureTunnel(match, ext),
         failed: (status, errorType, start) => this.recordFailedUpgrade(match, status, errorType, start),
+        onConnected: this.connected,
       },
       req,
       socket,

@@ -43,6 +43,8 @@ export interface TunnelOptions {
    * an upstream it could not reach or read (a 5xx, with the error type). Since `start`.
    */
   readonly failed?: (status: number, errorType: string | undefined, start: number) => void;
+  /** The upstream connection is up, `ms` after it was begun (the connect-duration metric). */
+  readonly onConnected?: (origin: Origin, ms: number) => void;
 }
 
 /** Client bytes held before the 101 (a client should send none: RFC 6455 §4.1). */
@@ -151,6 +153,7 @@ export class Tunnel {
       this.connected = true;
       this.connectMs = performance.now() - this.connectStart;
       this.upstreamAddr = peerAddress(hop);
+      this.opts.onConnected?.(this.opts.origin, this.connectMs);
       clearTimeout(this.timer);
       this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
     };

@@ -81,6 +81,8 @@ export interface UpstreamOptions {
   keepAliveMaxMs?: number;
   /** A connection older than this is not reused (closed when its exchange ends). */
   maxAgeMs?: number;
+  /** A new connection is up, `ms` after it was begun (the connect-duration metric). */
+  onConnected?: (origin: Origin, ms: number) => void;
 }
 
 // One read buffer for every plain-TCP upstream socket: reads are handled
@@ -194,6 +196,7 @@ export class UpstreamClient {
     socket.once(to.protocol === 'https:' ? 'secureConnect' : 'connect', () => {
       clearTimeout(timer);
       conn.establish(socket);
+      this.opts.onConnected?.(origin, conn.connectMs!);
     });
     socket.once('close', () => clearTimeout(timer));
     return conn;
@@ -226,6 +229,7 @@ export class UpstreamClient {
       s.once('secureConnect', () => {
         clearTimeout(timer);
         conn.establish(raw);
+        this.opts.onConnected?.(origin, conn.connectMs!);
       });
       s.once('close', () => clearTimeout(timer));
       s.setKeepAlive(true, 1000);

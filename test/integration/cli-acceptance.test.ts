@@ -98,6 +98,7 @@ describe('acceptance: separate processes, official client', () => {
       gen_ai_client_token_usage: 'histogram',
       llm_proxy_streams_total: 'counter',
       llm_proxy_streams_active: 'gauge',
+      llm_proxy_upstream_connect_duration_seconds: 'histogram',
       nodejs_eventloop_delay_p99_seconds: 'gauge',
       nodejs_eventloop_time_seconds_total: 'counter',
       process_cpu_time_seconds_total: 'counter',
@@ -114,6 +115,9 @@ describe('acceptance: separate processes, official client', () => {
     );
     const upstreamPort = new URL(simLine.url as string).port;
     expect(ttft.labels).toMatchObject({ gen_ai_provider_name: 'openai', gen_ai_operation_name: 'chat', gen_ai_request_model: 'names', server_address: '127.0.0.1', server_port: upstreamPort });
+    // One connection opened to the upstream, labelled by its address only.
+    const connects = s.filter((x) => x.name === 'llm_proxy_upstream_connect_duration_seconds_count');
+    expect(connects.map((x) => [x.labels.server_address, x.labels.server_port, x.value])).toEqual([['127.0.0.1', upstreamPort, 1]]);
     // 1.4 ms and 2.3 ms fall in different ITL buckets; 20-30 ms is resolved.
     const les = s.filter((x) => x.name === 'gen_ai_client_operation_time_per_output_chunk_seconds_bucket').map((x) => (x.labels.le === '+Inf' ? Infinity : Number(x.labels.le)));
     const bucketOf = (v: number) => les.filter((le) => le >= v).sort((a, b) => a - b)[0];

@@ -9,6 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { egressAgentFactory, parseProxyUrl } from '../../src/proxy/egress.js';
 import { startForwardProxy, type ForwardProxy } from '../helpers/forward-proxy.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
+import { hist, scrape } from '../helpers/prom.js';
 import { selfSignedCert } from '../helpers/tls.js';
 
 const sse = (k: number) => `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"tok ${k}"},"finish_reason":null}]}\n\n`;
@@ -105,6 +106,11 @@ describe('egress proxy', () => {
     expect(lines[0]!.ttftMs as number).toBeGreaterThanOrEqual(lines[0]!.upstreamConnectMs as number);
     expect(lines[1]).toMatchObject({ upstreamAddr: fpAddr });
     expect(lines[1]).not.toHaveProperty('upstreamConnectMs');
+    // One connection opened (labelled by the upstream, not the egress proxy), its set-up in the histogram.
+    const metricsUrl = spawned!.lines.find((l) => l.msg === 'listening')!.metricsUrl as string;
+    const connects = hist(await scrape(metricsUrl), 'llm_proxy_upstream_connect_duration_seconds', { server_address: 'localhost', server_port: String(up.port) });
+    expect(connects.count).toBe(1);
+    expect(connects.sum).toBeGreaterThanOrEqual(0.15);
     // The credentials never reach a log line.
     expect(JSON.stringify(spawned!.lines)).not.toContain('s3cr');
   });
@@ -335,6 +341,9 @@ describe('egress proxy', () => {
     const line = spawned!.lines.find((l) => l.msg === 'tunnel')!;
     expect(line).toMatchObject({ status: 101, outcome: 'ok', upstreamAddr: new URL(fp.url).host });
     expect(line.upstreamConnectMs as number).toBeGreaterThanOrEqual(100);
+    const metricsUrl = spawned!.lines.find((l) => l.msg === 'listening')!.metricsUrl as string;
+    const connects = hist(await scrape(metricsUrl), 'llm_proxy_upstream_connect_duration_seconds', { server_address: 'localhost', server_port: String(up.port) });
+    expect([connects.count, connects.sum >= 0.1]).toEqual([1, true]);
   });
 
   it.each(['https', 'http'])('pushes OTLP to an %s collector through the egress proxy (CONNECT), and directly to one NO_PROXY names', async (scheme) => {

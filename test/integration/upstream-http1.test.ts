@@ -230,6 +230,10 @@ describe('upstream connections', () => {
       [`127.0.0.1:${up.port}`, 'number'],
     ]);
     for (const l of [lines[0]!, lines[2]!]) expect(l.upstreamConnectMs as number).toBeLessThanOrEqual(l.durationMs as number);
+    // The connect-duration histogram: one sample per connection opened, their times summed.
+    const connects = hist(await scrape(proxy.metricsUrl), 'llm_proxy_upstream_connect_duration_seconds', { server_address: '127.0.0.1', server_port: String(up.port) });
+    expect(connects.count).toBe(2);
+    expect(connects.sum * 1000).toBeCloseTo((lines[0]!.upstreamConnectMs as number) + (lines[2]!.upstreamConnectMs as number), 1);
   });
 
   it('names an IPv6 upstream address in brackets in the log, as a URL does', async () => {
