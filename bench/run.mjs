@@ -99,7 +99,7 @@ const PLAN = QUICK
     }
   : {
       ttft: [
-        // 300 per repetition: a p99 of 40 samples is their largest value (nearest rank).
+        // 300 per repetition: a p99 of 40 samples is their largest value (index round(0.99·39)).
         { c: 1, sequential: true, count: 300 },
         { c: 100, rounds: 2 },
       ],
@@ -592,7 +592,10 @@ async function phaseCancel() {
           key: `cancel c=${c}`,
           rep,
           path: name,
+          requested: c,
           aborted: Object.keys(r.aborts).length,
+          errors: r.errors,
+          timedOut: r.timedOut,
           closed: delays.length,
           notClosed,
           p50: q(0.5),

@@ -180,6 +180,43 @@ describe('bench harness smoke', () => {
       expect(warnings.length).toBe(refusing.length);
       for (const w of warnings) expect(w).toMatch(/nginx: refused \d+ of \d+ requests .*its log: "upstream timed out"/);
       expect(readFileSync(join(out, 'latest.md'), 'utf8')).toContain('## Warnings');
+
+      // Events still missing at the deadline and streams failed after their head (review X:
+      // they passed, the figures coming from the streams that kept up), a cancellation run
+      // whose streams did not all reach their abort point, and a measurement the proxy did
+      // not record: failures for this proxy, warnings for a peer (the accuracy rows are the
+      // proxy's alone).
+      type Run = Results['runs'][number] & Record<string, unknown>;
+      const late = (r: Run, path: string): Run => ({ ...r, path, refused: 0, statuses: { 200: 1 }, ...(r.path === 'proxy-alt' && r.key === 'ttft c=100' ? { undelivered: 7, errors: 1, errorSamples: ['ECONNRESET'] } : {}) });
+      const cancel = (path: string) => ({ phase: 'cancel', key: 'cancel c=50', rep: 1, path, requested: 50, aborted: 31, errors: 19, timedOut: false, closed: 31, notClosed: 0, p50: 1, p99: 2, max: 2 });
+      const judged = (path: string, metrics: unknown) => {
+        const rs = [...res.runs.map((r) => late(r as Run, r.path === 'proxy-alt' ? path : r.path)).map((r) => (r.path === path && metrics !== undefined ? { ...r, metrics } : r)), cancel(path)];
+        return writeReports({ meta: { ...res.meta, paths: { direct: { ok: true }, [path]: { ok: true } } }, runs: rs, out }) as { failures: string[]; warnings: string[] };
+      };
+      const mine = judged('proxy', { error: 'connect ECONNREFUSED 127.0.0.1:9' });
+      expect(mine.warnings).toEqual([]);
+      expect(mine.failures).toEqual(
+        expect.arrayContaining([
+          expect.stringMatching(/^ttft c=100 rep1 proxy: 7 events undelivered by the deadline, 1 streams failed after their head \(ECONNRESET\)/),
+          'cancel c=50 rep1 proxy: 31 of 50 streams reached their abort point (errors 19)',
+        ]),
+      );
+      const targets = (JSON.parse(readFileSync(join(out, 'latest.json'), 'utf8')) as { targets: Array<{ target: string; met: boolean | null; note: string }> }).targets;
+      expect(targets.filter((t) => t.target.startsWith('measurement error')).map((t) => [t.met, t.note.slice(0, 40)])).toEqual([
+        [false, "the proxy's /metrics could not be read: "],
+        [false, "the proxy's /metrics could not be read: "],
+      ]);
+      // The double's /metrics page is empty: every figure the client saw is missing.
+      const empty = judged('proxy', undefined);
+      const rows = (JSON.parse(readFileSync(join(out, 'latest.json'), 'utf8')) as { targets: Array<{ target: string; met: boolean | null; note: string }> }).targets.filter((t) => t.target.startsWith('measurement error'));
+      expect(rows.length).toBeGreaterThanOrEqual(3);
+      for (const t of rows) expect([t.met, t.note]).toEqual([false, expect.stringMatching(/^the proxy recorded no (ttft|itl|tpot) samples; the client saw \d+$/)]);
+      expect(empty.failures.length).toBeGreaterThan(0);
+      const peer = judged('nginx', undefined);
+      expect(peer.failures).toEqual([]);
+      expect(peer.warnings).toEqual(
+        expect.arrayContaining([expect.stringMatching(/^ttft c=100 rep1 nginx: 7 events undelivered/), 'cancel c=50 rep1 nginx: 31 of 50 streams reached their abort point (errors 19)']),
+      );
     } finally {
       rmSync(out, { recursive: true, force: true });
     }
