@@ -8,9 +8,10 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 const engines = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).engines.node;
-const floor = /^>=(\d+\.\d+\.\d+|\d+\.\d+)$/.exec(engines)?.[1];
-if (floor === undefined) throw new Error(`engines.node is "${engines}": expected ">=X.Y" or ">=X.Y.Z"`);
-const want = `v${floor.split('.').length === 2 ? `${floor}.0` : floor}`;
+// A full version: .ci/run asks npx for node@X.Y.Z, and node@X.Y would be the newest X.Y.z.
+const floor = /^>=(\d+\.\d+\.\d+)$/.exec(engines)?.[1];
+if (floor === undefined) throw new Error(`engines.node is "${engines}": expected ">=X.Y.Z", the oldest release the smoke runs on`);
+const want = `v${floor}`;
 if (process.version !== want) throw new Error(`run this with the Node engines names (${want}), not ${process.version}`);
 
 const child = spawn(process.execPath, ['dist/cli.js', '--port', '0', '--metrics-port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });

@@ -247,7 +247,7 @@ export function computeFigures(meta, runs) {
 function targets(F) {
   const T = [];
   const g = (k, p) => F.gap[k]?.[p];
-  const add = (name, value, limit, met, note = '') => T.push({ target: name, value, limit, met, note });
+  const add = (name, value, limit, met, note = '', unmeasured = false) => T.push({ target: name, value, limit, met, note, ...(unmeasured ? { unmeasured } : {}) });
   for (const c of [100, 20]) {
     const k = `gap d=1.4 c=${c}`;
     const px = g(k, 'proxy');
@@ -313,7 +313,7 @@ function targets(F) {
   for (const [key, e] of Object.entries(F.accuracy)) {
     if (e.error !== undefined) {
       // A scrape that failed is no verdict of accuracy, and not a pass either.
-      add(`measurement error (${key})`, null, '<= max(1 % of the mean, 0.1 ms)', false, `the proxy's /metrics could not be read: ${String(e.error).slice(0, 120)}`);
+      add(`measurement error (${key})`, null, '<= max(1 % of the mean, 0.1 ms)', false, `the proxy's /metrics could not be read: ${String(e.error).slice(0, 120)}`, true);
       continue;
     }
     for (const k of ['ttft', 'itl', 'tpot']) {
@@ -322,7 +322,7 @@ function targets(F) {
       if (!x?.absErrMs) {
         // The client saw samples the proxy did not record: that is the failure to report, not nothing.
         const seen = (x?.samples ?? []).reduce((n, v) => n + (v.clientCount || 0), 0);
-        if (seen > 0) add(`measurement error ${k} (${key})`, null, '<= max(1 % of the mean, 0.1 ms)', false, `the proxy recorded no ${k} samples; the client saw ${seen}`);
+        if (seen > 0) add(`measurement error ${k} (${key})`, null, '<= max(1 % of the mean, 0.1 ms)', false, `the proxy recorded no ${k} samples; the client saw ${seen}`, true);
         continue;
       }
       add(`measurement error ${k} (${key})`, x.absErrMs.max, `<= ${fmt(x.tolMs.median, 3)} ms`, x.absErrMs.max <= x.tolMs.min && x.countsMatch, `worst rep, ms; proxy mean ${fmt(x.proxyMeanMs.median, 3)} vs client ${fmt(x.clientMeanMs.median, 3)}; counts ${x.countsMatch ? 'match' : 'DIFFER'}`);
@@ -392,6 +392,8 @@ export function writeReports({ meta, runs, out }) {
   const failures = [];
   const warnings = [];
   for (const [p, s] of Object.entries(meta.paths)) if (!s.ok) failures.push(`path ${p} did not run: ${s.error}`);
+  // No measurement is a broken proxy or harness, not a missed target.
+  for (const t of T) if (t.unmeasured) failures.push(`${t.target}: ${t.note}`);
   // A peer's trouble under load is the peer's behaviour (or the machine's), not a fault of this
   // proxy or of the bench: reported. This proxy's and direct's is a failed run.
   const fault = (p, line) => (PEERS.has(p) ? warnings : failures).push(line);
@@ -594,7 +596,7 @@ export function writeReports({ meta, runs, out }) {
   if (T.length)
     parts.push('## Targets (issue #5)\n\n' + table(['target', 'value', 'limit', 'met', 'detail'], T.map((t) => [t.target, fmt(t.value, 2), t.limit, t.met === null ? 'n/a' : t.met ? 'yes' : 'NO', t.note])));
   if (failures.length) parts.push('## Failures\n\n' + failures.map((f) => `- ${f}`).join('\n'));
-  if (warnings.length) parts.push('## Warnings (peers that refused requests; not failures)\n\n' + warnings.map((f) => `- ${f}`).join('\n'));
+  if (warnings.length) parts.push('## Warnings (a peer\'s refusals, late or failed streams, failed memory or cancellation runs; not failures)\n\n' + warnings.map((f) => `- ${f}`).join('\n'));
 
   const md = parts.join('\n\n') + '\n';
   fs.mkdirSync(out, { recursive: true });

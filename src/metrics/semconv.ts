@@ -110,8 +110,9 @@ export const GC_DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 
 /**
  * Upstream connection set-up buckets, seconds: a connection on the same host or network takes
- * well under a millisecond, a TLS handshake with a provider across a region 20-300 ms, and the
- * connect timeout is 10 s by default.
+ * well under a millisecond, a TLS handshake with a provider across a region 20-300 ms; the top
+ * buckets hold set-ups that came up just inside a long `timeouts.connect` (ones that time out
+ * record nothing).
  */
 export const CONNECT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5, 10] as const;
 

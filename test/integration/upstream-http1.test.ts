@@ -7,9 +7,10 @@ import https from 'node:https';
 import http2 from 'node:http2';
 import net, { type AddressInfo } from 'node:net';
 import os from 'node:os';
+import tls from 'node:tls';
 import path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { rawRequest } from '../helpers/http.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
@@ -418,6 +419,37 @@ async function proxyInFrontOf(server: https.Server, cert: string): Promise<strin
 }
 
 describe('TLS upstream', () => {
+  it('counts a new connection\'s set-up from before tls.connect, which works before it returns (a TLS context; the CA store the first time)', async () => {
+    const { key, cert } = selfSigned();
+    const server = https.createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, (_req, res) => res.end('ok'));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
+    // tls.connect made to take 200 ms before it returns (and to accept the test's certificate).
+    const real = tls.connect.bind(tls) as (o: tls.ConnectionOptions) => tls.TLSSocket;
+    const spy = vi.spyOn(tls, 'connect').mockImplementation(((o: tls.ConnectionOptions) => {
+      const until = performance.now() + 200;
+      while (performance.now() < until);
+      return real({ ...o, rejectUnauthorized: false });
+    }) as typeof tls.connect);
+    cleanups.push(async () => spy.mockRestore());
+    const seen: number[] = [];
+    const client = new UpstreamClient({ connectTimeoutMs: 5000, onConnected: (_o, ms) => seen.push(ms) });
+    cleanups.push(async () => client.close());
+    const origin = { protocol: 'https:', host: 'localhost', port: (server.address() as AddressInfo).port };
+    const ex = await new Promise<Exchange>((resolve, reject) => {
+      const e: Exchange = client.request(origin, 'GET', '/', ['host', 'localhost'], 'none', {
+        onHead: () => {},
+        onData: () => {},
+        onEnd: () => resolve(e),
+        onError: reject,
+      });
+    });
+    expect(spy).toHaveBeenCalledTimes(1);
+    expect(seen).toHaveLength(1);
+    expect(seen[0]).toBeGreaterThanOrEqual(200);
+    expect(ex.connectMs).toBe(seen[0]);
+  });
+
   it('streams from an https upstream whose CA the process trusts (NODE_EXTRA_CA_CERTS), reusing the connection', async () => {
     const { key, cert } = selfSigned();
     let connections = 0;
