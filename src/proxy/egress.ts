@@ -5,6 +5,7 @@ import type { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { headEnd, MAX_HEAD_BYTES, parseResponseHead } from './http1.js';
 import { serverName, upstreamLookup } from './lookup.js';
+import { upstreamTlsContext } from './tls-context.js';
 
 /**
  * Egress (forward) proxies: how the proxy reaches upstreams from a network that only lets
@@ -163,7 +164,7 @@ export function openTunnel(proxy: EgressProxy, host: string, port: number, done:
   const target = authority(host, port);
   const socket =
     proxy.protocol === 'https:'
-      ? tls.connect({ host: proxy.host, port: proxy.port, servername: serverName(proxy.host), ALPNProtocols: ['http/1.1'], lookup: upstreamLookup })
+      ? tls.connect({ host: proxy.host, port: proxy.port, secureContext: upstreamTlsContext(), servername: serverName(proxy.host), ALPNProtocols: ['http/1.1'], lookup: upstreamLookup })
       : net.connect({ host: proxy.host, port: proxy.port, lookup: upstreamLookup });
   socket.setNoDelay(true);
   // An error after the tunnel's owner took over reaches its listeners too; this one only keeps

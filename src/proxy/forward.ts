@@ -24,6 +24,7 @@ import { deflateAccepted } from '../ws/messages.js';
 import { detectWsApi, recordUnopened, REALTIME_OPERATION, WsSession, type WsApiMatch } from '../ws/session.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
 import { serverName } from './lookup.js';
+import { upstreamTlsContext } from './tls-context.js';
 
 export interface ForwarderDeps {
   config: Config;
@@ -77,6 +78,8 @@ export class Forwarder {
       maxAgeMs: deps.config.timeouts.upstreamConnectionMaxAge * 1000,
       onConnected: this.connected,
     });
+    // The first context loads the CA store (~2 ms): at start rather than in a first request's TTFT.
+    if (deps.config.routes.some((r) => new URL(r.upstream).protocol === 'https:') || deps.config.egress.https?.protocol === 'https:' || deps.config.egress.http?.protocol === 'https:') upstreamTlsContext();
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
   }

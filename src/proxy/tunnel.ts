@@ -9,6 +9,7 @@ import { ChunkedDecoder } from './chunked.js';
 import { connectionTokens, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
 import { ConnectStage } from './connect-stage.js';
+import { upstreamTlsContext } from './tls-context.js';
 import { authority, openTunnel } from './egress.js';
 import { safePath } from './routes.js';
 import { serverName, upstreamLookup } from './lookup.js';
@@ -108,7 +109,7 @@ export class Tunnel {
       const secure = origin.protocol === 'https:';
       this.attach(
         secure
-          ? tls.connect({ host: origin.host, port: origin.port, servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true, onread, lookup: upstreamLookup } as tls.ConnectionOptions)
+          ? tls.connect({ host: origin.host, port: origin.port, secureContext: upstreamTlsContext(), servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true, onread, lookup: upstreamLookup } as tls.ConnectionOptions)
           : net.connect({ host: origin.host, port: origin.port, allowHalfOpen: true, onread, lookup: upstreamLookup }),
         secure ? 'secureConnect' : 'connect',
       );
@@ -126,7 +127,7 @@ export class Tunnel {
         const secure = origin.protocol === 'https:';
         stage!.tunnelOpened(secure);
         const up = secure
-          ? tls.connect({ socket: raw, servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
+          ? tls.connect({ socket: raw, secureContext: upstreamTlsContext(), servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
           : raw;
         raw.allowHalfOpen = true;
         up.on('data', (b: Buffer) => this.fromUpstream(b, performance.now()));

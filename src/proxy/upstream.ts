@@ -4,6 +4,7 @@ import tls from 'node:tls';
 import { ChunkedDecoder } from './chunked.js';
 import { authority, EgressProxyError, openTunnel, type EgressProxy } from './egress.js';
 import { ConnectStage } from './connect-stage.js';
+import { upstreamTlsContext } from './tls-context.js';
 import { serverName, upstreamLookup } from './lookup.js';
 import {
   headEnd,
@@ -172,6 +173,7 @@ export class UpstreamClient {
       const s = tls.connect({
         host: to.host,
         port: to.port,
+        secureContext: upstreamTlsContext(),
         servername: serverName(to.host),
         session,
         lookup: upstreamLookup,
@@ -223,6 +225,7 @@ export class UpstreamClient {
       }
       const s = tls.connect({
         socket: raw,
+        secureContext: upstreamTlsContext(),
         servername: serverName(origin.host),
         session: this.tlsSessions.get(key),
         ALPNProtocols: ['http/1.1'],
