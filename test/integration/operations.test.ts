@@ -329,12 +329,15 @@ describe('logs, continued', () => {
       expect(typeof line[k], k).toBe('number');
       return line[k] as number;
     }) as [number, number, number, number];
-    // Timers fire no earlier than asked; a loaded machine makes them later, not earlier.
+    // Timers fire no earlier than asked, so the first chunk comes no earlier than 50 ms after
+    // the request. A gap can read shorter than the upstream's: the proxy may read the chunk
+    // before the stall late (a loaded machine; seen at 398.3 for 400) and the next one on time,
+    // so the stall is asserted with 100 ms of room, still far above every other gap (20 ms).
     expect(ttftMs).toBeGreaterThanOrEqual(49);
-    expect(maxGapMs).toBeGreaterThanOrEqual(399);
+    expect(maxGapMs).toBeGreaterThanOrEqual(300);
     expect(maxGapMs).toBeLessThanOrEqual(durationMs - ttftMs);
     // TPOT spreads the stall over the 5 gaps; the longest gap keeps it whole.
-    expect(tpotMs).toBeGreaterThanOrEqual(480 / 5 - 1);
+    expect(tpotMs).toBeGreaterThanOrEqual((480 - 100) / 5);
     expect(maxGapMs).toBeGreaterThan(tpotMs);
   });
   it('an unmeasured request with an error status is logged as an error, as a measured one is', async () => {
