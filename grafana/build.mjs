@@ -448,6 +448,22 @@ export function renderPrometheusRule(p) {
 
 const DS = { type: 'prometheus', uid: '${datasource}' };
 
+/** A time series with a second unit on the right axis, for the series whose legend matches `rightLegend`. */
+function twoAxes(leftUnit, rightLegend, rightUnit) {
+  return {
+    defaults: { unit: leftUnit, min: 0, custom: { drawStyle: 'line', lineWidth: 1, fillOpacity: 0, showPoints: 'never', spanNulls: false } },
+    overrides: [
+      {
+        matcher: { id: 'byRegexp', options: rightLegend },
+        properties: [
+          { id: 'unit', value: rightUnit },
+          { id: 'custom.axisPlacement', value: 'right' },
+        ],
+      },
+    ],
+  };
+}
+
 export function dashboardFilters(p) {
   const proc = `${p.selector}, job=~"$job", instance=~"$instance"`;
   const streamLabels = `${proc}, gen_ai_provider_name=~"$provider", server_address=~"$server_address"`;
@@ -694,18 +710,7 @@ export function renderDashboard(p) {
   panel({
     title: 'New upstream connections: set-up p50 / p99 (seconds), and opened per second (right axis)',
     description: `Connections the proxy opened to each upstream (${METRICS.connect}: from the start of connecting, name lookup included, until TCP is up and TLS done, through an egress proxy's tunnel when there is one). The request that opened a connection waited for it inside its TTFT, so a TTFT rise together with a rise here is connection set-up (a cold pool after a restart, an upstream or a load balancer closing idle connections, DNS or TLS slowness), not the provider's model; requests on pooled connections do not pay it. Right axis: connections opened per second; steady traffic should reuse connections and open few.`,
-    fieldConfig: {
-      defaults: { unit: 's', min: 0, custom: { drawStyle: 'line', lineWidth: 1, fillOpacity: 0, showPoints: 'never', spanNulls: false } },
-      overrides: [
-        {
-          matcher: { id: 'byRegexp', options: '^opened' },
-          properties: [
-            { id: 'unit', value: 'cps' },
-            { id: 'custom.axisPlacement', value: 'right' },
-          ],
-        },
-      ],
-    },
+    fieldConfig: twoAxes('s', '^opened', 'cps'),
     targets: [
       target(`histogram_quantile(0.5, sum by (le, server_address) (rate(${METRICS.connect}_bucket{${f.proc}, server_address=~"$server_address"}[${ri}])))`, 'p50 {{server_address}}'),
       target(`histogram_quantile(0.99, sum by (le, server_address) (rate(${METRICS.connect}_bucket{${f.proc}, server_address=~"$server_address"}[${ri}])))`, 'p99 {{server_address}}'),
@@ -749,18 +754,7 @@ export function renderDashboard(p) {
     title: 'Proxy GC: share of time paused, and p99 pause (seconds, right axis)',
     description: `Garbage collection in the proxy process (${METRICS.gc}). The event loop waits during a pause, so a pause of 20 ms delays every event in flight by up to 20 ms: it shows as a gap in the ITL of every stream at once. Left axis: share of time spent in GC, by kind (minor = scavenge, major = mark-compact's final pause, incremental = the start of marking); right axis: p99 pause. V8's incremental-marking steps between those are not reported by Node: with a large heap they show only in the event-loop delay.`,
     w: 8,
-    fieldConfig: {
-      defaults: { unit: 'percentunit', min: 0, custom: { drawStyle: 'line', lineWidth: 1, fillOpacity: 0, showPoints: 'never', spanNulls: false } },
-      overrides: [
-        {
-          matcher: { id: 'byRegexp', options: '^p99 pause' },
-          properties: [
-            { id: 'unit', value: 's' },
-            { id: 'custom.axisPlacement', value: 'right' },
-          ],
-        },
-      ],
-    },
+    fieldConfig: twoAxes('percentunit', '^p99 pause', 's'),
     targets: [
       target(`sum by (job, instance, v8js_gc_type) (rate(${METRICS.gc}_sum{${f.proc}}[${ri}]))`, 'in GC {{v8js_gc_type}} {{instance}}'),
       target(`histogram_quantile(0.99, sum by (le, job, instance) (rate(${METRICS.gc}_bucket{${f.proc}}[${ri}])))`, 'p99 pause {{instance}}'),
