@@ -109,7 +109,7 @@ export class Instruments {
     this.upstreamConnect = perEvent(
       METRIC.upstreamConnect,
       's',
-      'New upstream connections: start of connecting (name lookup, TCP, the egress proxy tunnel, TLS) until the connection is up; one sample per connection, so its count is the connections opened.',
+      'New upstream connections: start of connecting (name lookup, TCP, the egress proxy tunnel, TLS) until the connection is up; one sample per connection that came up (failed attempts record none), so its count is the connections opened.',
       CONNECT_BUCKETS,
     );
     const perToken = opts.perTokenItl
