@@ -23,7 +23,6 @@ import { CONNECT_ALLOW, CONNECT_REFUSAL, errorBody, Tunnel, writeRawError } from
 import { deflateAccepted } from '../ws/messages.js';
 import { detectWsApi, recordUnopened, REALTIME_OPERATION, WsSession, type WsApiMatch } from '../ws/session.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
-import { serverName } from './lookup.js';
 import { upstreamTlsContext } from './tls-context.js';
 
 export interface ForwarderDeps {
@@ -59,14 +58,8 @@ export class Forwarder {
   /** server.address and server.port of each route's origin, for the connect-duration metric. */
   private readonly connectLabels = new Map<Origin, Readonly<Record<string, string | number>>>();
   private readonly connected = (origin: Origin, ms: number): void => {
-    const ins = this.deps.instruments;
-    if (ins === undefined) return;
-    let labels = this.connectLabels.get(origin);
-    if (labels === undefined) {
-      labels = Object.freeze({ [ATTR.serverAddress]: serverName(origin.host) ?? origin.host, [ATTR.serverPort]: origin.port });
-      this.connectLabels.set(origin, labels);
-    }
-    ins.upstreamConnect.record(ms / 1000, labels);
+    const labels = this.connectLabels.get(origin);
+    if (labels !== undefined) this.deps.instruments?.upstreamConnect.record(ms / 1000, labels);
   };
 
   constructor(private readonly deps: ForwarderDeps) {
@@ -78,8 +71,11 @@ export class Forwarder {
       maxAgeMs: deps.config.timeouts.upstreamConnectionMaxAge * 1000,
       onConnected: this.connected,
     });
+    for (const r of this.router.routes) {
+      this.connectLabels.set(r.origin, Object.freeze({ [ATTR.serverAddress]: r.serverAddress, [ATTR.serverPort]: r.origin.port }));
+    }
     // The first context loads the CA store (~2 ms): at start rather than in a first request's TTFT.
-    if (deps.config.routes.some((r) => new URL(r.upstream).protocol === 'https:') || deps.config.egress.https?.protocol === 'https:' || deps.config.egress.http?.protocol === 'https:') upstreamTlsContext();
+    if (this.router.routes.some((r) => r.origin.protocol === 'https:' || r.origin.via?.protocol === 'https:')) upstreamTlsContext();
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
   }

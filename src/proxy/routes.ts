@@ -34,7 +34,8 @@ export interface RouteMatch {
  * can choose it.
  */
 export class Router {
-  private readonly routes: ResolvedRoute[];
+  /** Longest prefix first. */
+  readonly routes: readonly ResolvedRoute[];
 
   constructor(routes: readonly RouteConfig[], egress: EgressSettings = NO_EGRESS) {
     this.routes = routes

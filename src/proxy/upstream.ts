@@ -643,6 +643,5 @@ export class Exchange {
 /** `ip:port` of a connected socket's peer, IPv6 in brackets (as nginx's $upstream_addr). */
 export function peerAddress(socket: net.Socket): string | undefined {
   const a = socket.remoteAddress;
-  if (a === undefined) return undefined;
-  return a.includes(':') ? `[${a}]:${socket.remotePort}` : `${a}:${socket.remotePort}`;
+  return a === undefined ? undefined : authority(a, socket.remotePort!);
 }
