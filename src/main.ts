@@ -69,6 +69,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       })
     : undefined;
   const forwarder = new Forwarder({ config: cfg, log, instruments });
+  await forwarder.warmUp();
   let draining = false;
 
   // Which of the two could not listen, for the message (both may be given the same port).

@@ -23,7 +23,7 @@ import { CONNECT_ALLOW, CONNECT_REFUSAL, errorBody, Tunnel, writeRawError } from
 import { deflateAccepted } from '../ws/messages.js';
 import { detectWsApi, recordUnopened, REALTIME_OPERATION, WsSession, type WsApiMatch } from '../ws/session.js';
 import { UpstreamClient, UpstreamTimeout, type Exchange, type ExchangeHandler, type Origin, type RequestBody } from './upstream.js';
-import { upstreamTlsContext } from './tls-context.js';
+import { warmUp } from './warm-up.js';
 
 export interface ForwarderDeps {
   config: Config;
@@ -74,10 +74,13 @@ export class Forwarder {
     for (const r of this.router.routes) {
       this.connectLabels.set(r.origin, Object.freeze({ [ATTR.serverAddress]: r.serverAddress, [ATTR.serverPort]: r.origin.port }));
     }
-    // The first context loads the CA store (~2 ms): at start rather than in a first request's TTFT.
-    if (this.router.routes.some((r) => r.origin.protocol === 'https:' || r.origin.via?.protocol === 'https:')) upstreamTlsContext();
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
+  }
+
+  /** Start-up work a first request would otherwise wait for (warm-up.ts); before listening. */
+  warmUp(): Promise<void> {
+    return warmUp(this.router.routes);
   }
 
   handle(req: IncomingMessage, res: ServerResponse): void {

@@ -161,8 +161,8 @@ export class UpstreamClient {
 
   private connect(origin: Origin, key: string): Connection {
     // Before tls.connect, which works before it returns (10-14 ms for a process's first, Node's
-    // first-use costs; a context of its own cost ~0.7 ms more before tls-context.ts): the request
-    // waits for that inside its TTFT too (review Y).
+    // first-use costs, now paid at start by warm-up.ts; a context of its own cost ~0.7 ms more
+    // before tls-context.ts): the request waits for that inside its TTFT too (review Y).
     const born = performance.now();
     if (origin.via !== undefined && origin.protocol === 'https:') return this.connectThroughTunnel(origin, origin.via, key, born);
     // Plain http through an egress proxy: a connection to the proxy, which takes absolute-form requests.

@@ -1,6 +1,6 @@
 // One TLS client context for every upstream connection, made at start: tls.connect otherwise
-// builds one per connection on the event loop (~0.7 ms), the first loading the CA store (~15 ms)
-// inside a first request's TTFT.
+// builds one per connection on the event loop (~0.7 ms), the first loading the CA store (~2 ms)
+// inside a first request's TTFT. The start-up warm-up (warm-up.test.ts) connects with it too.
 import fs from 'node:fs';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -15,7 +15,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-it('builds the upstream TLS context once, at start, and gives it to every new connection', async () => {
+it('builds the upstream TLS context once, at start, and gives it to every new connection, the warm-up\'s too', async () => {
   const cert = selfSignedCert();
   cleanups.push(cert.remove);
   // Connection: close, so that every request opens a new TLS connection.
@@ -24,11 +24,13 @@ it('builds the upstream TLS context once, at start, and gives it to every new co
   cleanups.push(() => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }));
   const contexts = vi.spyOn(tls, 'createSecureContext');
   const real = tls.connect.bind(tls) as (o: tls.ConnectionOptions) => tls.TLSSocket;
-  const given: unknown[] = [];
+  const given: tls.ConnectionOptions[] = [];
+  const made: tls.TLSSocket[] = [];
   // The test's self-signed certificate accepted; what the proxy passed recorded.
   const connects = vi.spyOn(tls, 'connect').mockImplementation(((o: tls.ConnectionOptions) => {
-    given.push(o.secureContext);
-    return real({ ...o, rejectUnauthorized: false });
+    given.push(o);
+    made.push(real({ ...o, rejectUnauthorized: false }));
+    return made.at(-1);
   }) as typeof tls.connect);
   cleanups.push(() => {
     connects.mockRestore();
@@ -38,12 +40,28 @@ it('builds the upstream TLS context once, at start, and gives it to every new co
   cleanups.push(() => proxy.close());
   const atStart = contexts.mock.calls.length;
   expect(atStart).toBe(1);
+  // The warm-up's connection to its own listener, already closed.
+  expect(given.map((o) => o.host)).toEqual(['warm-up.invalid']);
+  expect(made[0]!.destroyed).toBe(true);
   for (let i = 0; i < 3; i++) {
     const r = await fetch(`${proxy.proxyUrl}/v1/models`);
     expect([r.status, await r.text()]).toEqual([200, 'ok']);
   }
-  expect(given).toHaveLength(3);
-  expect(given[0]).toBeInstanceOf(Object);
-  expect(new Set(given).size).toBe(1);
+  expect(given).toHaveLength(4);
+  expect(given.slice(1).map((o) => o.host)).toEqual(['localhost', 'localhost', 'localhost']);
+  expect(given[0]!.secureContext).toBeInstanceOf(Object);
+  expect(new Set(given.map((o) => o.secureContext)).size).toBe(1);
   expect(contexts.mock.calls.length).toBe(atStart);
+});
+
+it('makes no TLS context and no TLS warm-up when no route uses TLS', async () => {
+  const contexts = vi.spyOn(tls, 'createSecureContext');
+  const connects = vi.spyOn(tls, 'connect');
+  cleanups.push(() => {
+    connects.mockRestore();
+    contexts.mockRestore();
+  });
+  const proxy: RunningProxy = await startTestProxy('http://127.0.0.1:9');
+  cleanups.push(() => proxy.close());
+  expect([contexts.mock.calls.length, connects.mock.calls.length]).toEqual([0, 0]);
 });
