@@ -15,7 +15,10 @@ export function quant(values, p) {
 export function fmt(x, d = 2) {
   if (x === null || x === undefined || Number.isNaN(x)) return '–';
   if (!Number.isFinite(x)) return String(x);
-  return x.toFixed(d);
+  const s = x.toFixed(d);
+  // A small negative (a ratio a hair below 0, an added gap a hair below direct's) rounds to
+  // zero; written "-0.0" it read as a sign where there is none.
+  return /^-0\.?0*$/.test(s) ? s.slice(1) : s;
 }
 
 /** "median [min–max]" */

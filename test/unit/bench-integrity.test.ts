@@ -6,6 +6,8 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: the bench is plain JavaScript, with no types
 import { SseSplitter, buildRequestBody, expectedEvent, parseTag, placeEvent, tagOf } from '../../bench/lib/sse.mjs';
+// @ts-expect-error: the bench is plain JavaScript, with no types
+import { fmt } from '../../bench/lib/stats.mjs';
 
 const expectedOf = expectedEvent as (sid: number, i: number, n: number) => string | null;
 
@@ -165,5 +167,13 @@ describe('bench/run.mjs options', () => {
     expect(plan('--paths=proxy,proxy-alt', '--phases=ttft', '--reps=5')).toMatchObject({ paths: ['direct', 'proxy', 'proxy-alt'], reps: 5 });
     expect(plan('--phases=gap', '--gap=20x250,1.4x100')).toMatchObject({ gap: '20x250,1.4x100' });
     expect(plan('--quick', '--phases=gap', '--profile=/tmp/prof')).toMatchObject({ profile: '/tmp/prof' });
+  });
+});
+
+describe('report number format', () => {
+  it('writes what rounds to zero without a sign, and keeps real negatives', () => {
+    expect([fmt(-0.04, 1), fmt(-0.0004, 3), fmt(-0, 0), fmt(-0.4, 0), fmt(0.04, 1)]).toEqual(['0.0', '0.000', '0', '0', '0.0']);
+    expect([fmt(-0.06, 1), fmt(-1.25, 2), fmt(-12, 0), fmt(-0.0006, 3)]).toEqual(['-0.1', '-1.25', '-12', '-0.001']);
+    expect([fmt(null), fmt(Number.NaN), fmt(Number.POSITIVE_INFINITY)]).toEqual(['–', '–', 'Infinity']);
   });
 });
