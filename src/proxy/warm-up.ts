@@ -1,3 +1,4 @@
+import dns from 'node:dns';
 import net, { type LookupFunction } from 'node:net';
 import tls from 'node:tls';
 import { upstreamLookup } from './lookup.js';
@@ -7,67 +8,85 @@ import { upstreamTlsContext } from './tls-context.js';
 const WARM_UP_HOST = 'warm-up.invalid';
 
 /**
+ * What net.connect and tls.connect pass to their `lookup` on this platform (Node's
+ * lookupAndConnect: ADDRCONFIG unless on Windows; `all` with family auto-selection), so that a
+ * request for the same name while the warm-up's lookup runs shares it (lookup.ts keys on them).
+ */
+const CONNECT_LOOKUP_OPTIONS = { all: true, hints: process.platform === 'win32' ? 0 : dns.ADDRCONFIG } as const;
+
+/**
  * Work a process does once, on first use, done at start so that the first request's TTFT does
  * not carry it (bench/README.md, "The first connection of a process"): it took the first https
- * request's `upstreamConnectMs` from 14-17 to 10-11 ms on loopback, mostly from before
+ * request's `upstreamConnectMs` from 14-18 to 10-12 ms on loopback, mostly from before
  * tls.connect returned.
  * - One connection to a listener of its own on 127.0.0.1, made as an upstream connection is
  *   (a name given to a lookup, TLS with the shared context when a route or its egress proxy
- *   uses it) and closed by the listener after accepting it: Node's connect and TLS code run
- *   once. The name never reaches a resolver.
- * - One lookup of every name the proxy itself resolves (an upstream's, or its egress proxy's),
- *   which starts libuv's thread pool and the system resolver; nginx resolves its upstreams'
- *   names at start too. The answers are not kept and a failure is not reported: a request
- *   looks its name up again and says why it failed.
- * A warm-up that fails or hangs (no loopback) costs at most `limitMs` and is otherwise ignored.
+ *   uses it), which the listener closes once accepted: Node's connect code and the client side
+ *   of TLS up to its first flight run once. The made-up name reaches no resolver.
+ * - One lookup of the first name the proxy itself resolves (a route's upstream, or its egress
+ *   proxy), which starts libuv's thread pool and the system resolver. Only one: the pool runs
+ *   two lookups at a time, and a name whose DNS hangs must not hold both (lookup.ts). A request
+ *   for that name while it runs shares it. The answer is not kept and a failure not reported:
+ *   a request looks its name up again and says why it failed.
+ * At most `limitMs`: a connection still not done then is dropped with its listener (no
+ * loopback, a listener that never comes up), so nothing of it outlives the warm-up.
  */
 export async function warmUp(routes: readonly ResolvedRoute[], { lookup = upstreamLookup, limitMs = 1000 }: { lookup?: LookupFunction; limitMs?: number } = {}): Promise<void> {
-  const names = new Set<string>();
-  for (const { origin } of routes) {
-    // Behind an egress proxy the proxy resolves the upstream's name.
-    const host = origin.via?.host ?? origin.host;
-    if (net.isIP(host) === 0) names.add(host);
+  const name = routes.map(({ origin }) => origin.via?.host ?? origin.host).find((host) => net.isIP(host) === 0);
+  if (name !== undefined) {
+    try {
+      lookup(name, CONNECT_LOOKUP_OPTIONS, () => {});
+    } catch {
+      // A lookup that throws is the request's to report, not the start's.
+    }
   }
-  for (const name of names) lookup(name, { all: true }, () => {});
   const useTls = routes.some((r) => r.origin.protocol === 'https:' || r.origin.via?.protocol === 'https:');
   // Its CA store (~2 ms), even when the connection below cannot be made.
   if (useTls) upstreamTlsContext();
+  const self = connectToSelf(useTls);
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
-    connectToSelf(useTls),
+    self.done,
     new Promise<void>((resolve) => {
       timer = setTimeout(resolve, limitMs);
       timer.unref();
     }),
   ]);
   clearTimeout(timer);
+  self.drop();
 }
 
-async function connectToSelf(useTls: boolean): Promise<void> {
+function connectToSelf(useTls: boolean): { done: Promise<void>; drop: () => void } {
   const listener = net.createServer((c) => c.destroy());
+  // Both stay referenced: while start-up awaits them they may be all that keeps the process up.
+  listener.on('error', () => {});
   let socket: net.Socket | undefined;
-  try {
-    await new Promise<void>((resolve, reject) => {
-      listener.once('error', reject);
-      listener.listen(0, '127.0.0.1', resolve);
-    });
-    const port = (listener.address() as net.AddressInfo).port;
-    const lookup: LookupFunction = (_name, options, callback) => {
-      if (options.all === true) callback(null, [{ address: '127.0.0.1', family: 4 }]);
-      else callback(null, '127.0.0.1', 4);
-    };
-    socket = useTls
-      ? tls.connect({ host: WARM_UP_HOST, port, lookup, secureContext: upstreamTlsContext(), servername: WARM_UP_HOST, ALPNProtocols: ['http/1.1'] })
-      : net.connect({ host: WARM_UP_HOST, port, lookup });
-    const s = socket;
-    await new Promise<void>((resolve) => {
-      s.once('close', () => resolve());
-      s.on('error', () => {});
-    });
-  } catch {
-    // No loopback to listen on: nothing warmed, nothing else changes.
-  } finally {
+  const drop = () => {
     socket?.destroy();
     listener.close();
-  }
+  };
+  const done = (async () => {
+    try {
+      await new Promise<void>((resolve, reject) => {
+        listener.once('error', reject);
+        listener.listen(0, '127.0.0.1', resolve);
+      });
+      const port = (listener.address() as net.AddressInfo).port;
+      const lookup: LookupFunction = (_name, options, callback) => {
+        if (options.all === true) callback(null, [{ address: '127.0.0.1', family: 4 }]);
+        else callback(null, '127.0.0.1', 4);
+      };
+      const s = useTls
+        ? tls.connect({ host: WARM_UP_HOST, port, lookup, secureContext: upstreamTlsContext(), servername: WARM_UP_HOST, ALPNProtocols: ['http/1.1'] })
+        : net.connect({ host: WARM_UP_HOST, port, lookup });
+      socket = s;
+      s.on('error', () => {});
+      await new Promise<void>((resolve) => s.once('close', () => resolve()));
+    } catch {
+      // No loopback to listen on: nothing warmed, nothing else changes.
+    } finally {
+      drop();
+    }
+  })();
+  return { done, drop };
 }

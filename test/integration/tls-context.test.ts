@@ -54,14 +54,17 @@ it('builds the upstream TLS context once, at start, and gives it to every new co
   expect(contexts.mock.calls.length).toBe(atStart);
 });
 
-it('makes no TLS context and no TLS warm-up when no route uses TLS', async () => {
+it('makes no TLS context and no TLS connection when no route uses TLS', async () => {
+  // A fresh module graph: the test above left the shared context built in this one.
+  vi.resetModules();
+  const fresh = (await import('../helpers/proxy.js')) as typeof import('../helpers/proxy.js');
   const contexts = vi.spyOn(tls, 'createSecureContext');
   const connects = vi.spyOn(tls, 'connect');
   cleanups.push(() => {
     connects.mockRestore();
     contexts.mockRestore();
   });
-  const proxy: RunningProxy = await startTestProxy('http://127.0.0.1:9');
+  const proxy: RunningProxy = await fresh.startTestProxy('http://127.0.0.1:9');
   cleanups.push(() => proxy.close());
   expect([contexts.mock.calls.length, connects.mock.calls.length]).toEqual([0, 0]);
 });

@@ -8,6 +8,7 @@ import tls from 'node:tls';
 import { afterEach, expect, it, vi } from 'vitest';
 import type { ResolvedRoute } from '../../src/proxy/routes.js';
 import type { EgressProxy } from '../../src/proxy/egress.js';
+import { SharedLookup } from '../../src/proxy/lookup.js';
 import type { Origin } from '../../src/proxy/upstream.js';
 import { warmUp } from '../../src/proxy/warm-up.js';
 
@@ -79,21 +80,61 @@ it('without TLS anywhere, the one connection is plain TCP', async () => {
   expect(connects[0]!.destroyed).toBe(true);
 });
 
-it('looks up each name the proxy itself resolves, once: upstreams direct, egress proxies, not what is behind them', async () => {
+it('looks up one name, the first the proxy resolves itself: an upstream direct, or the egress proxy in front of one', async () => {
   watchSockets();
-  const { lookup, names } = recordingLookup();
-  await warmUp(
-    [
-      route({ protocol: 'https:', host: 'api.openai.com', port: 443 }),
-      route({ protocol: 'https:', host: 'api.openai.com', port: 8443 }),
-      route({ protocol: 'http:', host: 'vllm.internal', port: 8000 }),
-      route({ protocol: 'https:', host: 'api.anthropic.com', port: 443, via: egress('http:', 'squid.corp') }),
-      route({ protocol: 'http:', host: 'ollama.lan', port: 11434, via: egress('https:', 'squid.corp') }),
-      route({ protocol: 'http:', host: '::1', port: 8000 }),
-    ],
-    { lookup },
-  );
-  expect(names.sort()).toEqual(['api.openai.com', 'squid.corp', 'vllm.internal']);
+  const asked = async (routes: ResolvedRoute[]) => {
+    const { lookup, names } = recordingLookup();
+    await warmUp(routes, { lookup });
+    return names;
+  };
+  const direct = route({ protocol: 'https:', host: 'api.openai.com', port: 443 });
+  const behind = route({ protocol: 'https:', host: 'api.anthropic.com', port: 443, via: egress('http:', 'squid.corp') });
+  const literal = route({ protocol: 'http:', host: '::1', port: 8000 });
+  expect(await asked([literal, direct, behind])).toEqual(['api.openai.com']);
+  expect(await asked([literal, behind, direct])).toEqual(['squid.corp']);
+  expect(await asked([literal, route({ protocol: 'http:', host: '10.0.0.7', port: 8000 })])).toEqual([]);
+});
+
+it('a request for that name while the lookup runs shares it instead of taking a second resolver slot', async () => {
+  watchSockets();
+  const resolving: string[] = [];
+  // A resolver that never answers, as a hung DNS server does (Node runs two lookups at a time).
+  const shared = new SharedLookup(((name: string) => resolving.push(name)) as unknown as ConstructorParameters<typeof SharedLookup>[0]);
+  await warmUp([route({ protocol: 'https:', host: 'api.openai.com', port: 443 })], { lookup: shared.lookup });
+  expect([resolving, shared.inFlight]).toEqual([['api.openai.com'], 1]);
+  vi.restoreAllMocks();
+  const request = net.connect({ host: 'api.openai.com', port: 443, lookup: shared.lookup });
+  request.on('error', () => {});
+  await new Promise((r) => setImmediate(r));
+  request.destroy();
+  expect([resolving, shared.inFlight]).toEqual([['api.openai.com'], 1]);
+});
+
+it('a lookup that throws is not the start\'s failure', async () => {
+  watchSockets();
+  const lookup = (() => {
+    throw new Error('resolver broke');
+  }) as unknown as LookupFunction;
+  await expect(warmUp([route({ protocol: 'https:', host: 'api.openai.com', port: 443 })], { lookup })).resolves.toBeUndefined();
+});
+
+it('a connection still not done at limitMs is dropped, with its listener', async () => {
+  const held: net.Socket[] = [];
+  const createServer = net.createServer;
+  const listeners: net.Server[] = [];
+  // A listener that accepts and then says nothing: a TLS client waits for the server's answer.
+  vi.spyOn(net, 'createServer').mockImplementation((() => {
+    const s = (createServer as (h: (c: net.Socket) => void) => net.Server)((c) => held.push(c));
+    listeners.push(s);
+    return s;
+  }) as typeof net.createServer);
+  const made: tls.TLSSocket[] = [];
+  const real = tls.connect.bind(tls) as (o: tls.ConnectionOptions) => tls.TLSSocket;
+  vi.spyOn(tls, 'connect').mockImplementation(((o: tls.ConnectionOptions) => made[made.push(real(o)) - 1]) as typeof tls.connect);
+  await warmUp([route({ protocol: 'https:', host: '127.0.0.1', port: 9 })], { lookup: recordingLookup().lookup, limitMs: 100 });
+  expect(held).toHaveLength(1);
+  expect([made.length, made[0]!.destroyed, listeners[0]!.listening]).toEqual([1, true, false]);
+  for (const c of held) c.destroy();
 });
 
 it('a listener that never comes up holds the start for limitMs at most', async () => {
