@@ -10,7 +10,8 @@ const WARM_UP_HOST = 'warm-up.invalid';
 /**
  * What net.connect and tls.connect pass to their `lookup` on this platform (Node's
  * lookupAndConnect: ADDRCONFIG unless on Windows; `all` with family auto-selection), so that a
- * request for the same name while the warm-up's lookup runs shares it (lookup.ts keys on them).
+ * request to a `localhost` upstream while the warm-up's lookup runs shares it (lookup.ts keys
+ * on them).
  */
 const CONNECT_LOOKUP_OPTIONS = { all: true, hints: process.platform === 'win32' ? 0 : dns.ADDRCONFIG } as const;
 
@@ -23,21 +24,22 @@ const CONNECT_LOOKUP_OPTIONS = { all: true, hints: process.platform === 'win32' 
  *   (a name given to a lookup, TLS with the shared context when a route or its egress proxy
  *   uses it), which the listener closes once accepted: Node's connect code and the client side
  *   of TLS up to its first flight run once. The made-up name reaches no resolver.
- * - One lookup of the first name the proxy itself resolves (a route's upstream, or its egress
- *   proxy), which starts libuv's thread pool and the system resolver. Only one: the pool runs
- *   two lookups at a time, and a name whose DNS hangs must not hold both (lookup.ts). A request
- *   for that name while it runs shares it. The answer is not kept and a failure not reported:
- *   a request looks its name up again and says why it failed.
+ * - One lookup of `localhost`, when the proxy resolves any name itself (an upstream's, or its
+ *   egress proxy's): it starts libuv's thread pool and the system resolver, which a first
+ *   lookup of any name pays. Not an upstream's name: Node runs two lookups at a time, and at a
+ *   restart during a DNS outage a warm-up lookup of a hanging name nobody asked for would hold
+ *   one of the two while requests for another hanging name held the other, and a healthy
+ *   upstream's lookup waited for the resolver to give up (review Z2). `localhost` comes from
+ *   the hosts file. The answer is not kept and a failure not reported.
  * At most `limitMs`: a connection still not done then is dropped with its listener (no
  * loopback, a listener that never comes up), so nothing of it outlives the warm-up.
  */
 export async function warmUp(routes: readonly ResolvedRoute[], { lookup = upstreamLookup, limitMs = 1000 }: { lookup?: LookupFunction; limitMs?: number } = {}): Promise<void> {
-  const name = routes.map(({ origin }) => origin.via?.host ?? origin.host).find((host) => net.isIP(host) === 0);
-  if (name !== undefined) {
+  if (routes.some(({ origin }) => net.isIP(origin.via?.host ?? origin.host) === 0)) {
     try {
-      lookup(name, CONNECT_LOOKUP_OPTIONS, () => {});
+      lookup('localhost', CONNECT_LOOKUP_OPTIONS, () => {});
     } catch {
-      // A lookup that throws is the request's to report, not the start's.
+      // A resolver that throws is a request's to report, not the start's.
     }
   }
   const useTls = routes.some((r) => r.origin.protocol === 'https:' || r.origin.via?.protocol === 'https:');

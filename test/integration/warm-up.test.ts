@@ -1,7 +1,7 @@
 // The start-up warm-up (src/proxy/warm-up.ts): a first request would otherwise carry Node's
 // first-use connect and TLS work and the resolver's start (bench/README.md). What it may do is
-// narrow: connect only to a listener of its own on loopback, look up only the names the proxy
-// itself resolves, leave nothing open, and never hold the start up.
+// narrow: connect only to a listener of its own on loopback, look up no upstream's name (only
+// localhost), leave nothing open, and never hold the start up.
 import dns from 'node:dns';
 import net, { type LookupFunction } from 'node:net';
 import tls from 'node:tls';
@@ -80,7 +80,7 @@ it('without TLS anywhere, the one connection is plain TCP', async () => {
   expect(connects[0]!.destroyed).toBe(true);
 });
 
-it('looks up one name, the first the proxy resolves itself: an upstream direct, or the egress proxy in front of one', async () => {
+it('looks up localhost once when the proxy resolves any name itself, never an upstream\'s name (which could hang)', async () => {
   watchSockets();
   const asked = async (routes: ResolvedRoute[]) => {
     const { lookup, names } = recordingLookup();
@@ -88,26 +88,29 @@ it('looks up one name, the first the proxy resolves itself: an upstream direct, 
     return names;
   };
   const direct = route({ protocol: 'https:', host: 'api.openai.com', port: 443 });
-  const behind = route({ protocol: 'https:', host: 'api.anthropic.com', port: 443, via: egress('http:', 'squid.corp') });
+  const other = route({ protocol: 'http:', host: 'vllm.internal', port: 8000 });
+  const behindLiteral = route({ protocol: 'https:', host: 'api.anthropic.com', port: 443, via: egress('http:', '10.0.0.3') });
+  const behindName = route({ protocol: 'https:', host: '10.0.0.9', port: 443, via: egress('http:', 'squid.corp') });
   const literal = route({ protocol: 'http:', host: '::1', port: 8000 });
-  expect(await asked([literal, direct, behind])).toEqual(['api.openai.com']);
-  expect(await asked([literal, behind, direct])).toEqual(['squid.corp']);
-  expect(await asked([literal, route({ protocol: 'http:', host: '10.0.0.7', port: 8000 })])).toEqual([]);
+  expect(await asked([literal, direct, other])).toEqual(['localhost']);
+  expect(await asked([literal, behindName])).toEqual(['localhost']);
+  // Behind an egress proxy the proxy resolves the upstream's name: nothing to warm here.
+  expect(await asked([literal, behindLiteral, route({ protocol: 'http:', host: '10.0.0.7', port: 8000 })])).toEqual([]);
 });
 
-it('a request for that name while the lookup runs shares it instead of taking a second resolver slot', async () => {
+it('a request to a localhost upstream while that lookup runs shares it instead of taking a second resolver slot', async () => {
   watchSockets();
   const resolving: string[] = [];
-  // A resolver that never answers, as a hung DNS server does (Node runs two lookups at a time).
+  // A resolver that never answers, so the lookup is still running when the request comes.
   const shared = new SharedLookup(((name: string) => resolving.push(name)) as unknown as ConstructorParameters<typeof SharedLookup>[0]);
-  await warmUp([route({ protocol: 'https:', host: 'api.openai.com', port: 443 })], { lookup: shared.lookup });
-  expect([resolving, shared.inFlight]).toEqual([['api.openai.com'], 1]);
+  await warmUp([route({ protocol: 'http:', host: 'localhost', port: 8000 })], { lookup: shared.lookup });
+  expect([resolving, shared.inFlight]).toEqual([['localhost'], 1]);
   vi.restoreAllMocks();
-  const request = net.connect({ host: 'api.openai.com', port: 443, lookup: shared.lookup });
+  const request = net.connect({ host: 'localhost', port: 8000, lookup: shared.lookup });
   request.on('error', () => {});
   await new Promise((r) => setImmediate(r));
   request.destroy();
-  expect([resolving, shared.inFlight]).toEqual([['api.openai.com'], 1]);
+  expect([resolving, shared.inFlight]).toEqual([['localhost'], 1]);
 });
 
 it('a lookup that throws is not the start\'s failure', async () => {
