@@ -1,7 +1,6 @@
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -10,6 +9,7 @@ import { within } from '../helpers/bands.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, parseProm, scrape, total } from '../helpers/prom.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const procs: Spawned[] = [];
 const closers: (() => Promise<void>)[] = [];
@@ -172,7 +172,7 @@ describe('acceptance: separate processes, official client', () => {
   });
 
   it('invalid configuration: one clear message naming the key, exit code 2', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'llp-'));
+    const dir = tempDir('llp-');
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, 'routes:\n  - prefix: /openai\n    upstream: https://api.openai.com\n  - prefix: /x\n    upstreem: http://a\n');
     const p = spawnCli(['--config', file]);
@@ -317,7 +317,7 @@ describe('acceptance: separate processes, official client', () => {
     };
     // The metrics port comes from a config file named in the environment, as in a container.
     const port = await freePort();
-    const dir = mkdtempSync(join(tmpdir(), 'llm-proxy-hc-'));
+    const dir = tempDir('llm-proxy-hc-');
     const cfg = join(dir, 'proxy.yaml');
     writeFileSync(cfg, `metrics:\n  port: ${port}\n`);
     const proxy = spawnCli(['--upstream', 'http://127.0.0.1:1', '--port', '0'], { LLM_PROXY_CONFIG: cfg });

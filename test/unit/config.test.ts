@@ -1,10 +1,10 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
 import { buildConfig, ConfigError, envOverrides, hostOf, loadConfig, logLevelOf, upstreamOf } from '../../src/config.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 function errorOf(fn: () => unknown): string {
   try {
@@ -60,7 +60,7 @@ describe('config', () => {
   });
 
   it('reads several routes from YAML', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const dir = tempDir('cfg-');
     const file = join(dir, 'c.yaml');
     writeFileSync(
       file,
@@ -74,7 +74,7 @@ describe('config', () => {
   });
 
   it('flags win over the environment, which wins over the file', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const dir = tempDir('cfg-');
     const file = join(dir, 'c.yaml');
     writeFileSync(file, 'listen: {port: 1111}\nmetrics: {port: 2222}\nupstream: http://file:1\n');
     const env = { LLM_PROXY_CONFIG: file, LLM_PROXY_PORT: '3333', LLM_PROXY_UPSTREAM: 'http://env:2' };
@@ -87,7 +87,7 @@ describe('config', () => {
   });
 
   it('the OTLP endpoint variables win over the file\'s otlp.endpoint (the exporter reads them when given no URL)', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const dir = tempDir('cfg-');
     const file = join(dir, 'c.yaml');
     writeFileSync(file, 'otlp: {enabled: true, endpoint: "http://file:4318/v1/metrics"}\n');
     expect(loadConfig({ config: file }, {}).otlp.endpoint).toBe('http://file:4318/v1/metrics');
@@ -127,7 +127,7 @@ describe('config', () => {
       ['/', 'http://flag:2', 'vllm'],
     ]);
     // From the environment, and with no "/" route in the file: one is added.
-    const file = join(mkdtempSync(join(tmpdir(), 'cfg-')), 'c.yaml');
+    const file = join(tempDir('cfg-'), 'c.yaml');
     writeFileSync(file, 'routes:\n  - prefix: /anthropic\n    upstream: https://api.anthropic.com\n');
     const c2 = loadConfig({ config: file }, { LLM_PROXY_UPSTREAM: 'http://env:3' });
     expect(c2.routes.map((r) => [r.prefix, r.upstream])).toEqual([
@@ -196,7 +196,7 @@ describe('config', () => {
 
   it('reports unreadable and non-YAML files', () => {
     expect(errorOf(() => loadConfig({ config: '/nonexistent/x.yaml' }, {}))).toMatch(/cannot read config file/);
-    const dir = mkdtempSync(join(tmpdir(), 'cfg-'));
+    const dir = tempDir('cfg-');
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, 'routes: [\n');
     expect(errorOf(() => loadConfig({ config: file }, {}))).toMatch(/not valid YAML/);

@@ -1,9 +1,9 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { buildConfig } from '../../src/config.js';
 import { healthUrl, pid1Cmdline, proxyArgsOf } from '../../src/healthcheck.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 describe('healthcheck: which proxy it checks', () => {
   it("takes the proxy's flags from a command line that runs this CLI as the proxy, also behind an init", () => {
@@ -23,7 +23,7 @@ describe('healthcheck: which proxy it checks', () => {
   });
 
   it('reads a NUL-separated command line, empty arguments kept', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'hc-'));
+    const dir = tempDir('hc-');
     const f = join(dir, 'cmdline');
     writeFileSync(f, 'node\0dist/cli.js\0--upstream\0\0--port\x008080\0');
     expect(pid1Cmdline(f)).toEqual(['node', 'dist/cli.js', '--upstream', '', '--port', '8080']);

@@ -1,10 +1,10 @@
 import { execFileSync } from 'node:child_process';
-import { closeSync, constants, mkdtempSync, openSync, readSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, expect, it, vi } from 'vitest';
 import { createLogger, droppedLogLines, exitAfterLogs, stdoutDestination } from '../../src/log.js';
+import { tempDir } from '../helpers/temp-dir.js';
 
 type SonicBoom = { _len: number; destroy(): void };
 
@@ -16,7 +16,7 @@ afterEach(() => {
 it('exitAfterLogs exits once, without throwing, also when the log stream is already destroyed (SIGINT then SIGTERM)', () => {
   vi.useFakeTimers();
   const exit = vi.spyOn(process, 'exit').mockImplementation((() => undefined) as never);
-  const dest = pino.destination({ dest: join(mkdtempSync(join(tmpdir(), 'llp-log-')), 'log'), sync: true });
+  const dest = pino.destination({ dest: join(tempDir('llp-log-'), 'log'), sync: true });
   const log = createLogger('info', dest);
   log.info('a line');
   dest.destroy(); // sonic-boom now throws on end()
@@ -31,7 +31,7 @@ it('exitAfterLogs exits once, without throwing, also when the log stream is alre
 
 it('a log reader that does not read holds at most maxLength bytes; the rest is dropped and counted', async () => {
   // A FIFO opened read-write and never read: stdout's pipe behind a stalled log shipper.
-  const fifo = join(mkdtempSync(join(tmpdir(), 'llp-log-')), 'fifo');
+  const fifo = join(tempDir('llp-log-'), 'fifo');
   execFileSync('mkfifo', [fifo]);
   const fd = openSync(fifo, constants.O_RDWR | constants.O_NONBLOCK);
   const maxLength = 256 * 1024;
@@ -69,7 +69,7 @@ it('exitAfterLogs exits after its grace period when the reader never reads, with
   const fresh = await import('../../src/log.js');
   vi.useFakeTimers();
   const exit = vi.spyOn(process, 'exit').mockImplementation((() => undefined) as never);
-  const dest = pino.destination({ dest: join(mkdtempSync(join(tmpdir(), 'llp-log-')), 'log'), sync: true });
+  const dest = pino.destination({ dest: join(tempDir('llp-log-'), 'log'), sync: true });
   const log = fresh.createLogger('info', dest);
   const end = vi.spyOn(dest, 'end').mockImplementation(() => undefined); // a full pipe: the end never comes
   fresh.exitAfterLogs(log, 0, 2000);
