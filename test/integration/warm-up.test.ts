@@ -2,8 +2,10 @@
 // first-use connect and TLS work and the resolver's start (bench/README.md). What it may do is
 // narrow: connect only to a listener of its own on loopback, look up no upstream's name (only
 // localhost), leave nothing open, and never hold the start up.
+import { spawnSync } from 'node:child_process';
 import dns from 'node:dns';
 import net, { type LookupFunction } from 'node:net';
+import { join, resolve } from 'node:path';
 import tls from 'node:tls';
 import { afterEach, expect, it, vi } from 'vitest';
 import type { ResolvedRoute } from '../../src/proxy/routes.js';
@@ -161,4 +163,17 @@ it('a listener that cannot listen costs nothing more and throws nothing', async 
   const tlsConnects = vi.spyOn(tls, 'connect');
   await expect(warmUp([route({ protocol: 'https:', host: '127.0.0.1', port: 9 })], { lookup: recordingLookup().lookup })).resolves.toBeUndefined();
   expect(tlsConnects).not.toHaveBeenCalled();
+});
+
+it('keeps a process with nothing else open alive until it is done (its listener and socket stay referenced)', () => {
+  // As at start-up with an IP-only upstream: no lookup, no other handle. Were either unref'd, the
+  // process would exit 0 halfway, before the proxy listens (the built module, as the CLI runs it).
+  const warmUpModule = join(resolve(import.meta.dirname, '../..'), 'dist/proxy/warm-up.js');
+  for (const protocol of ['http:', 'https:']) {
+    const script = `import(${JSON.stringify(warmUpModule)}).then(({ warmUp }) => warmUp([{ origin: { protocol: '${protocol}', host: '127.0.0.1', port: 9 } }]).then(() => console.log('warmed')))`;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 30_000 });
+    expect(r.stderr, protocol).toBe('');
+    expect(r.status, protocol).toBe(0);
+    expect(r.stdout, protocol).toBe('warmed\n');
+  }
 });
