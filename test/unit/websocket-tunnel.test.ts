@@ -21,6 +21,8 @@ let upstream: http.Server;
 let upstreamUrl: string;
 let proxy: RunningProxy;
 let wsBase: string;
+/** When the upstream last sent its greeting: the idle test's lower bound counts from it. */
+let greetedAt = 0;
 /** Upgrade requests as they reached the upstream. */
 const upgrades: http.IncomingMessage[] = [];
 /** Plain requests as they reached the upstream. */
@@ -85,6 +87,7 @@ beforeAll(async () => {
         if (text === 'close-4001') return ws.close(4001, 'server says bye');
         ws.send(data, { binary: isBinary });
       });
+      greetedAt = performance.now();
       ws.send('hello from upstream');
     });
   });
@@ -520,15 +523,18 @@ describe('WebSocket upgrades', () => {
   });
 
   it('close a quiet tunnel after timeouts.idle, and cut open tunnels at the shutdown deadline', async () => {
-    const p = await startTestProxy(upstreamUrl, { timeouts: { idle: 0.3 } });
+    // Lower bounds count from a moment before the tunnel's last traffic (the upstream's greeting, the
+    // stalled request's start), so load cannot break them; counting from when the client had read the
+    // greeting did (240 ms against 250 on a loaded machine). 10 ms allows for timers firing early.
+    const p = await startTestProxy(upstreamUrl, { timeouts: { idle: 0.5 } });
     try {
       const base = p.proxyUrl.replace(/^http/, 'ws');
       const { ws } = await open(`${base}/v1/realtime`);
-      const t0 = performance.now();
+      const greeted = greetedAt;
       const code = await new Promise<number>((r) => ws.once('close', (c) => r(c)));
-      const waited = performance.now() - t0;
+      const waited = performance.now() - greeted;
       expect(code).toBe(1006); // cut, no close frame
-      expect(waited).toBeGreaterThanOrEqual(250);
+      expect(waited).toBeGreaterThanOrEqual(490);
       expect(waited).toBeLessThan(5000);
 
       // A declined answer that stalls is cut by the same timeout.
@@ -544,12 +550,13 @@ describe('WebSocket upgrades', () => {
         c.on('close', () => resolve(t));
       });
       expect(stalled).toBe('HTTP/1.1 403 Forbidden\r\nContent-Length: 100\r\nConnection: close\r\n\r\nhello');
-      expect(performance.now() - s0).toBeGreaterThanOrEqual(250);
+      expect(performance.now() - s0).toBeGreaterThanOrEqual(490);
       expect(p.forwarder.inFlight.size).toBe(0);
 
-      // Traffic keeps it open past the idle timeout.
+      // Traffic keeps it open past the idle timeout (~0.8 s of pings 100 ms apart: a stall of up to
+      // 400 ms on a loaded machine is still not idle).
       const { ws: busy } = await open(`${base}/v1/realtime`);
-      for (let i = 0; i < 6; i++) {
+      for (let i = 0; i < 8; i++) {
         await echo(busy, [`ping ${i}`]);
         busy.removeAllListeners('message');
         await new Promise((r) => setTimeout(r, 100));
