@@ -18,3 +18,65 @@ export function within(actual: number, expected: number, opts: { over?: number; 
   expect(actual, msg).toBeGreaterThanOrEqual(expected - tol);
   expect(actual, msg).toBeLessThanOrEqual(expected + tol);
 }
+
+/**
+ * What the application saw of one stream, on the clock it shares with the proxy and the upstream
+ * (all three run in this process): when it sent the request, and when it got its first and last
+ * content events. Create it just before the request; call `content()` as each content event
+ * reaches the application.
+ */
+export class ClientTimes {
+  readonly sent = performance.now();
+  first = NaN;
+  last = NaN;
+  content(): void {
+    const t = performance.now();
+    if (Number.isNaN(this.first)) this.first = t;
+    this.last = t;
+  }
+}
+
+/** Floating-point error in seconds computed from ms on both sides. */
+const EPS_S = 1e-6;
+
+/**
+ * Resolves once performance.now() has reached t0 + s seconds, never before: a timer alone can fire
+ * a millisecond or two early on this clock (Node truncates both its start time and the delay).
+ * Upstreams written in the tests send on it, so a content event is never written before its due time.
+ */
+export async function sleepUntil(t0: number, s: number): Promise<void> {
+  const due = t0 + s * 1000;
+  for (let left = due - performance.now(); left > 0; left = due - performance.now()) {
+    await new Promise((r) => setTimeout(r, Math.ceil(left)));
+  }
+}
+
+/**
+ * Bounds (s) on the proxy's TTFT and span (first to last content event: the sum of its gaps)
+ * for one stream, from the order of events rather than an allowance for stalls: the proxy starts
+ * its clock after the client sent the request and before the upstream has it; it stamps a chunk
+ * after the upstream wrote it and before the application reads it; the upstream writes content
+ * event k no earlier than its arrival + its due time (the simulator's schedule and `sleepUntil`
+ * never send early). `firstDue` / `lastDue`: the earliest due times (s after arrival) of the first
+ * and the last content events. A stall anywhere widens the client's window as much as the proxy's,
+ * so the bounds hold on a loaded machine, and on an idle one they are within a few ms of the
+ * schedule. Asserts that the application got a content event.
+ */
+export function streamBounds(c: ClientTimes, firstDue: number, lastDue: number): { ttft: Range; span: Range } {
+  expect(c.first, 'the application got no content event').not.toBeNaN();
+  const first = (c.first - c.sent) / 1000;
+  const last = (c.last - c.sent) / 1000;
+  return {
+    ttft: [firstDue - EPS_S, first + EPS_S],
+    span: [lastDue - first - EPS_S, last - firstDue + EPS_S],
+  };
+}
+
+export type Range = readonly [lo: number, hi: number];
+
+/** `actual` within [lo, hi]; `over` divides both (a mean over that many intervals). */
+export function between(actual: number, [lo, hi]: Range, what: string, over = 1): void {
+  const msg = `${what}: ${actual} vs [${lo / over}, ${hi / over}]`;
+  expect(actual, msg).toBeGreaterThanOrEqual(lo / over);
+  expect(actual, msg).toBeLessThanOrEqual(hi / over);
+}

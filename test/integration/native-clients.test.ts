@@ -5,7 +5,7 @@ import { InferenceClient } from '@huggingface/inference';
 import { CohereClient, CohereClientV2 } from 'cohere-ai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
-import { within } from '../helpers/bands.js';
+import { between, ClientTimes, sleepUntil, streamBounds } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch } from '../helpers/recording.js';
@@ -28,8 +28,6 @@ const sent: Promise<string>[] = [];
 const received: Promise<string>[] = [];
 /** What each request looked like on arrival at the upstream (after the proxy). */
 const requests: { url: string; headers: http.IncomingHttpHeaders; body: Record<string, unknown> }[] = [];
-
-const sleepUntil = (t0: number, s: number) => new Promise((r) => setTimeout(r, Math.max(0, t0 + s * 1000 - performance.now())));
 
 /** One upstream response: a hash of its bytes, and content events on the schedule. */
 class Reply {
@@ -234,20 +232,22 @@ interface Timing {
   usageOut?: number;
   /** Seconds from the first to the last content event. */
   span?: number;
+  /** What the application saw of the stream, on the shared clock. */
+  times: ClientTimes;
 }
 
-/** One request's TTFT, gaps and TPOT against the schedule; timed values get one stall of slack. */
+/** One request's TTFT, gaps and TPOT against the schedule, bounded by what the client saw. */
 function checkTiming(s: Sample[], f: Record<string, string>, t: Timing): void {
-  const span = t.span ?? GAP * (t.events - 1);
+  const b = streamBounds(t.times, TTFT, TTFT + (t.span ?? GAP * (t.events - 1)));
   const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', f);
   expect(ttft.count).toBe(1);
-  within(ttft.sum, TTFT, { what: 'TTFT', over: 1 });
+  between(ttft.sum, b.ttft, 'TTFT');
   const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f);
   expect(gaps.count).toBe(t.events - 1);
-  within(gaps.sum, span, { what: 'sum of gaps', over: 1 });
+  between(gaps.sum, b.span, 'sum of gaps');
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', f);
   expect(tpot.count).toBe(1);
-  within(tpot.sum, span / (t.out - 1), { what: 'TPOT', over: t.out - 1 });
+  between(tpot.sum, b.span, 'TPOT', t.out - 1);
   expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(t.usageOut ?? t.out);
   expect(hist(s, 'gen_ai_client_operation_duration_seconds', f).count).toBe(1);
 }
@@ -261,8 +261,10 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
     const thinking: string[] = [];
     const text: string[] = [];
     let end: unknown;
+    const times = new ClientTimes();
     const stream = await cohereV2Client().chatStream({ model, messages: [{ role: 'user', content: 'Count to three.' }] });
     for await (const e of stream) {
+      if (e.type === 'content-delta') times.content();
       if (e.type === 'content-delta' && e.delta?.message?.content?.thinking !== undefined) thinking.push(e.delta.message.content.thinking);
       if (e.type === 'content-delta' && e.delta?.message?.content?.text !== undefined) text.push(e.delta.message.content.text);
       if (e.type === 'message-end') end = e.delta;
@@ -280,7 +282,7 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
     const s = await settled(before, f);
     // Semantic conventions: "When systems report both used tokens and billable tokens,
     // instrumentation MUST report billable tokens." TPOT divides the streamed span by what was produced.
-    checkTiming(s, f, { events: THINKING.length + TEXT.length, out: COHERE_USAGE.tokens.output_tokens, usageOut: COHERE_USAGE.billed_units.output_tokens });
+    checkTiming(s, f, { times, events: THINKING.length + TEXT.length, out: COHERE_USAGE.tokens.output_tokens, usageOut: COHERE_USAGE.billed_units.output_tokens });
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(COHERE_USAGE.billed_units.input_tokens);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'cached_input' })).toBe(COHERE_USAGE.cached_tokens);
     const streams = s.filter((x) => x.name === 'llm_proxy_streams_total' && x.value > 0);
@@ -295,12 +297,14 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
     let plan = '';
     let args = '';
     let finish: unknown;
+    const times = new ClientTimes();
     const stream = await cohereV2Client().chatStream({
       model,
       messages: [{ role: 'user', content: 'Weather in Paris?' }],
       tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { location: { type: 'string' } } } } }],
     });
     for await (const e of stream) {
+      if (e.type === 'tool-plan-delta' || e.type === 'tool-call-delta') times.content();
       if (e.type === 'tool-plan-delta') plan += e.delta?.message?.toolPlan ?? '';
       if (e.type === 'tool-call-start') expect(e.delta?.message?.toolCalls).toMatchObject({ id: 'get_weather_1', function: { name: 'get_weather' } });
       if (e.type === 'tool-call-delta') args += e.delta?.message?.toolCalls?.function?.arguments ?? '';
@@ -313,7 +317,7 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
 
     const f = { gen_ai_request_model: model };
     const s = await settled(before, f);
-    checkTiming(s, f, { events: 7, out: 7 });
+    checkTiming(s, f, { times, events: 7, out: 7 });
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(30); // billed (900 read)
     expect(total(s, 'llm_proxy_streams_total', { ...f, gen_ai_provider_name: 'cohere', outcome: 'ok', token_count_source: 'usage' })).toBe(1);
   });
@@ -323,8 +327,10 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
     const model = 'command-a-error';
     const text: string[] = [];
     let end: unknown;
+    const times = new ClientTimes();
     const stream = await cohereV2Client().chatStream({ model, messages: [{ role: 'user', content: 'Hola' }] });
     for await (const e of stream) {
+      if (e.type === 'content-delta') times.content();
       if (e.type === 'content-delta') text.push(e.delta?.message?.content?.text ?? '');
       if (e.type === 'message-end') end = e.delta;
     }
@@ -340,7 +346,7 @@ describe('cohere-ai: CohereClientV2.chatStream (POST /v2/chat, SSE)', () => {
     expect(hist(s, 'gen_ai_client_operation_duration_seconds', { ...f, error_type: 'error' }).count).toBe(1);
     const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', f);
     expect(ttft.count).toBe(1);
-    within(ttft.sum, TTFT, { what: 'TTFT', over: 1 });
+    between(ttft.sum, streamBounds(times, TTFT, TTFT + GAP).ttft, 'TTFT');
     expect(hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f).count).toBe(1);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(2);
     // TPOT is for successful responses (semantic conventions), so a failed one records none.
@@ -355,8 +361,10 @@ describe('cohere-ai: CohereClient.chatStream (POST /v1/chat, JSON lines)', () =>
     const text: string[] = [];
     let end: unknown;
     const co = new CohereClient({ token: 'test-key', baseUrl: `${proxy.proxyUrl}/cohere`, maxRetries: 0, fetch: hashingFetch(received) });
+    const times = new ClientTimes();
     const stream = await co.chatStream({ model, message: 'Say hello.' });
     for await (const e of stream) {
+      if (e.eventType === 'text-generation') times.content();
       if (e.eventType === 'text-generation') text.push(e.text);
       if (e.eventType === 'stream-end') end = e;
     }
@@ -370,7 +378,7 @@ describe('cohere-ai: CohereClient.chatStream (POST /v1/chat, JSON lines)', () =>
 
     const f = { gen_ai_request_model: model };
     const s = await settled(before, f);
-    checkTiming(s, f, { events: V1_TEXT.length, out: 5 });
+    checkTiming(s, f, { times, events: V1_TEXT.length, out: 5 });
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(9); // billed (70 read)
     expect(total(s, 'llm_proxy_streams_total', { ...f, gen_ai_provider_name: 'cohere', gen_ai_operation_name: 'chat', outcome: 'ok', token_count_source: 'usage' })).toBe(1);
   });
@@ -385,7 +393,9 @@ describe('@huggingface/inference: textGenerationStream against a TGI endpoint (n
     const tokens: { text: string; special: boolean }[] = [];
     let generated: string | null = null;
     let got: unknown;
+    const times = new ClientTimes();
     for await (const e of hf.textGenerationStream({ inputs: 'Tell me a story.', parameters: { max_new_tokens: 20, details } })) {
+      times.content(); // every token event is content, </s> included
       tokens.push({ text: e.token.text, special: e.token.special });
       if (e.generated_text !== null) generated = e.generated_text;
       if (e.details) got = e.details;
@@ -396,11 +406,12 @@ describe('@huggingface/inference: textGenerationStream against a TGI endpoint (n
     if (details) expect(got).toMatchObject({ finish_reason: 'eos_token', generated_tokens: TGI_N, input_length: TGI_INPUT });
     else expect(got).toBeUndefined();
     await sameBytes();
+    return times;
   }
 
   it('endpointUrl = the server root: the client posts to it; a route forced to tgi-generate measures it; usage from details', async () => {
     const before = await scrape(proxy.metricsUrl);
-    await run(`${proxy.proxyUrl}/tgi`, true);
+    const times = await run(`${proxy.proxyUrl}/tgi`, true);
     const req = requests.at(-1)!;
     expect(req).toMatchObject({ url: '/', body: { inputs: 'Tell me a story.', parameters: { max_new_tokens: 20, details: true }, stream: true } });
     expect(req.body).not.toHaveProperty('model');
@@ -410,7 +421,7 @@ describe('@huggingface/inference: textGenerationStream against a TGI endpoint (n
     const f = { gen_ai_provider_name: 'tgi' };
     const s = await settled(before, f);
     // Every token event is a token, </s> included: N events, N − 1 gaps, TPOT = GAP.
-    checkTiming(s, f, { events: TGI_N, out: TGI_N });
+    checkTiming(s, f, { times, events: TGI_N, out: TGI_N });
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(TGI_INPUT);
     const streams = s.filter((x) => x.name === 'llm_proxy_streams_total' && x.value > 0);
     expect(streams.map((x) => x.labels)).toEqual([
@@ -421,12 +432,12 @@ describe('@huggingface/inference: textGenerationStream against a TGI endpoint (n
 
   it('endpointUrl = …/generate_stream, no details: detected from the path; the token events are the count', async () => {
     const before = await scrape(proxy.metricsUrl);
-    await run(`${proxy.proxyUrl}/generate_stream`, false);
+    const times = await run(`${proxy.proxyUrl}/generate_stream`, false);
     expect(requests.at(-1)).toMatchObject({ url: '/generate_stream', body: { stream: true } });
 
     const f = { gen_ai_provider_name: 'tgi' };
     const s = await settled(before, f);
-    checkTiming(s, f, { events: TGI_N, out: TGI_N });
+    checkTiming(s, f, { times, events: TGI_N, out: TGI_N });
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(0);
     expect(total(s, 'llm_proxy_streams_total', { ...f, gen_ai_operation_name: 'text_completion', outcome: 'ok', token_count_source: 'events' })).toBe(1);
   });
@@ -435,24 +446,35 @@ describe('@huggingface/inference: textGenerationStream against a TGI endpoint (n
 describe('fetch: llama.cpp native /completion (no official JS SDK)', () => {
   it('TPOT from the running tokens_predicted, input from tokens_evaluated; a chunk with no text is no event', async () => {
     const before = await scrape(proxy.metricsUrl);
+    const times = new ClientTimes();
     const res = await hashingFetch(received)(`${proxy.proxyUrl}/completion`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ prompt: 'Weather?', n_predict: 16, stream: true }),
     });
     expect(res.headers.get('content-type')).toBe('text/event-stream');
-    const text = (await res.text())
-      .split('\n\n')
-      .filter((b) => b.startsWith('data: '))
-      .map((b) => (JSON.parse(b.slice('data: '.length)) as { content: string }).content)
-      .join('');
+    // Read as it streams, to time the events with text as they arrive.
+    const contents: string[] = [];
+    let body = '';
+    const decoder = new TextDecoder();
+    for await (const chunk of res.body!) {
+      body += decoder.decode(chunk, { stream: true });
+      const events = body.split('\n\n');
+      body = events.pop()!;
+      for (const e of events.filter((b) => b.startsWith('data: '))) {
+        const c = (JSON.parse(e.slice('data: '.length)) as { content: string }).content;
+        if (c !== '') times.content();
+        contents.push(c);
+      }
+    }
+    const text = contents.join('');
     expect(text).toBe(LLAMA.map((c) => c.content).join(''));
     await sameBytes();
 
     const f = { gen_ai_provider_name: 'llama.cpp' };
     const s = await settled(before, f);
     // Text at k = 0, 1, 2 and 4 (k = 3 held a token back): 3 gaps over 4 GAPs; 6 tokens.
-    checkTiming(s, f, { events: 4, out: 6, span: 4 * GAP });
+    checkTiming(s, f, { times, events: 4, out: 6, span: 4 * GAP });
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(LLAMA_INPUT);
     const streams = s.filter((x) => x.name === 'llm_proxy_streams_total' && x.value > 0);
     expect(streams.map((x) => x.labels)).toEqual([
