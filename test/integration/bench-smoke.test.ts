@@ -36,6 +36,8 @@ interface Results {
     statuses: Record<string, number>;
     ttft: { p50: number };
     gap: { p50: number; mean: number; n: number };
+    /** ms from each event's due time to its arrival. */
+    latency: { min: number; max: number };
     upstream?: Record<'ttft' | 'itl' | 'tpot', { sum: number; count: number }>;
     ttftLegs?: { n: number; reqP50: number; respP50: number; reqStalled: number; respStalled: number };
     emitter: { lateness: { n: number; p50: number } };
@@ -107,14 +109,18 @@ describe('bench harness smoke', () => {
     expect(Math.abs(up.itl.sum / up.itl.count - seq.gap.mean)).toBeLessThan(1);
     expect(Math.abs(up.tpot.sum / up.tpot.count - seq.gap.mean)).toBeLessThan(1);
     // Figure 4's steady state (paths with a process to sample): the events that arrived in the
-    // window are what 100 streams at one event per 1.4 ms deliver in its wall time.
+    // window are what 100 streams at one event per 1.4 ms deliver in its wall time. Exactly:
+    // those due in the window moved by their latency (arrival − due, within [min, max] in this
+    // run), so each stream's count is off by at most the latencies' spread in ticks and a tick
+    // at the edges (allowed twice), however late a loaded machine ran the emitter or nginx.
     if (paths.includes('nginx')) {
       const batched = res.runs.find((r) => r.path === 'nginx' && r.key === 'gap d=1.4 c=100')!;
       const st = batched.steady!;
       expect(st.wallMs).toBeGreaterThanOrEqual(200);
       expect(st.cpuMs).toBeGreaterThan(0);
       expect(st.events).toBeLessThan(batched.events);
-      expect(Math.abs(st.events / ((100 * st.wallMs) / 1.4) - 1)).toBeLessThan(0.15);
+      const spreadTicks = (batched.latency.max - batched.latency.min) / 1.4;
+      expect(Math.abs(st.events - (100 * st.wallMs) / 1.4)).toBeLessThanOrEqual(100 * (spreadTicks + 2));
       expect(res.figures.eventsPerCoreSecond.nginx!.steady!.median).toBeGreaterThan(0);
 
       // Figure 4's metrics on vs off per scenario, from these runs relabelled: nginx's as the
