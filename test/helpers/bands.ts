@@ -20,10 +20,9 @@ export function within(actual: number, expected: number, opts: { over?: number; 
 }
 
 /**
- * What the application saw of one stream, on the clock it shares with the proxy and the upstream
- * (all three run in this process): when it sent the request, and when it got its first and last
- * content events. Create it just before the request; call `content()` as each content event
- * reaches the application.
+ * What the application saw of one stream: when it sent the request, and when it got its first
+ * and last content events (performance.now(), ms). Create it just before the request; call
+ * `content()` as each content event reaches the application.
  */
 export class ClientTimes {
   readonly sent = performance.now();
@@ -60,16 +59,26 @@ export async function sleepUntil(t0: number, s: number): Promise<void> {
  * never send early). `firstDue` / `lastDue`: the earliest due times (s after arrival) of the first
  * and the last content events. A stall anywhere widens the client's window as much as the proxy's,
  * so the bounds hold on a loaded machine, and on an idle one they are within a few ms of the
- * schedule. Asserts that the application got a content event.
+ * schedule. Only durations are compared, so the proxy or the upstream may run in another process:
+ * every process's performance.now() runs on the same monotonic clock. Given several streams,
+ * bounds the sums of their TTFTs and of their spans. Asserts that the application got a content
+ * event in each.
  */
-export function streamBounds(c: ClientTimes, firstDue: number, lastDue: number): { ttft: Range; span: Range } {
-  expect(c.first, 'the application got no content event').not.toBeNaN();
-  const first = (c.first - c.sent) / 1000;
-  const last = (c.last - c.sent) / 1000;
-  return {
-    ttft: [firstDue - EPS_S, first + EPS_S],
-    span: [lastDue - first - EPS_S, last - firstDue + EPS_S],
-  };
+export function streamBounds(c: ClientTimes | readonly ClientTimes[], firstDue: number, lastDue: number): { ttft: Range; span: Range } {
+  let ttftLo = 0;
+  let ttftHi = 0;
+  let spanLo = 0;
+  let spanHi = 0;
+  for (const t of Array.isArray(c) ? c : [c]) {
+    expect(t.first, 'the application got no content event').not.toBeNaN();
+    const first = (t.first - t.sent) / 1000;
+    const last = (t.last - t.sent) / 1000;
+    ttftLo += firstDue - EPS_S;
+    ttftHi += first + EPS_S;
+    spanLo += lastDue - first - EPS_S;
+    spanHi += last - firstDue + EPS_S;
+  }
+  return { ttft: [ttftLo, ttftHi], span: [spanLo, spanHi] };
 }
 
 export type Range = readonly [lo: number, hi: number];

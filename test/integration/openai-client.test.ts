@@ -2,14 +2,17 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
-import { within } from '../helpers/bands.js';
+import { between, ClientTimes, streamBounds } from '../helpers/bands.js';
 import { hist, scrape, total } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
 
-// The official client, pointed at the proxy, in front of the simulator.
-// Simulator, proxy and client share one event loop; `within` allows 10 % plus one stall.
+// The official client, pointed at the proxy, in front of the simulator. Simulator, proxy and
+// client share one clock: the proxy's timings are bounded by what the client saw and the schedule.
 const PLAN = { ttft: 0.3, itl: 0.004, tokens: 40, jitter: 0.2 };
+/** The earliest due times (s) of the first and the last token: jitter moves each by up to ±jitter/2 ITL. */
+const FIRST_DUE = PLAN.ttft - (PLAN.jitter * PLAN.itl) / 2;
+const LAST_DUE = PLAN.ttft + PLAN.itl * (PLAN.tokens - 1) - (PLAN.jitter * PLAN.itl) / 2;
 
 let sim: Simulator;
 let proxy: RunningProxy;
@@ -48,7 +51,10 @@ describe('official openai client through the proxy', () => {
   it('streams with include_usage: bytes identical, metrics match the schedule', async () => {
     const n = 5;
     const before = received.length;
+    const times: ClientTimes[] = [];
     for (let i = 0; i < n; i++) {
+      const t = new ClientTimes();
+      times.push(t);
       const stream = await client.chat.completions.create({
         model: 'usage-model',
         messages: [{ role: 'user', content: 'weather?' }],
@@ -58,6 +64,7 @@ describe('official openai client through the proxy', () => {
       let text = '';
       let usage: OpenAI.CompletionUsage | null | undefined;
       for await (const chunk of stream) {
+        if (chunk.choices[0]?.delta?.content) t.content();
         text += chunk.choices[0]?.delta?.content ?? '';
         if (chunk.usage) usage = chunk.usage;
       }
@@ -68,26 +75,31 @@ describe('official openai client through the proxy', () => {
     const got = await Promise.all(received.slice(before));
     expect(got).toEqual(sent.slice(sent.length - n));
     const m = await metricsFor('usage-model');
+    const b = streamBounds(times, FIRST_DUE, LAST_DUE);
     expect(m.ttft.count).toBe(n);
-    within(m.ttft.mean, PLAN.ttft, { over: n });
+    between(m.ttft.sum, b.ttft, 'TTFT');
     expect(m.gaps.count).toBe(n * (PLAN.tokens - 1));
-    within(m.gaps.mean, PLAN.itl, { over: n * (PLAN.tokens - 1) });
+    between(m.gaps.sum, b.span, 'sum of gaps');
     expect(m.tpot.count).toBe(n);
-    within(m.tpot.mean, PLAN.itl, { over: n * (PLAN.tokens - 1) });
+    between(m.tpot.sum, b.span, 'TPOT', PLAN.tokens - 1);
     expect(m.outTokens).toBe(n * PLAN.tokens);
     expect(m.inTokens).toBeGreaterThan(0);
     expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'usage-model', token_count_source: 'usage' })).toBe(n);
   });
 
   it('streams without usage: tokens are counted from events', async () => {
+    const times = new ClientTimes();
     const stream = await client.chat.completions.create({ model: 'count-model', messages: [{ role: 'user', content: 'x' }], stream: true });
     let chunks = 0;
-    for await (const c of stream) if (c.choices[0]?.delta?.content) chunks++;
+    for await (const c of stream) {
+      if (c.choices[0]?.delta?.content) times.content();
+      if (c.choices[0]?.delta?.content) chunks++;
+    }
     expect(chunks).toBe(PLAN.tokens);
     const m = await metricsFor('count-model');
     expect(m.outTokens).toBe(PLAN.tokens);
     expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'count-model', token_count_source: 'events' })).toBe(1);
-    within(m.tpot.mean, PLAN.itl, { over: PLAN.tokens - 1 });
+    between(m.tpot.sum, streamBounds(times, FIRST_DUE, LAST_DUE).span, 'TPOT', PLAN.tokens - 1);
   });
 
   it('streams tool-call arguments as content', async () => {
