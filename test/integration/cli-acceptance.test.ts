@@ -28,7 +28,8 @@ async function startProxyCli(upstream: string) {
 /**
  * Ten streamed chat completions with the official client; checks the scrape against a 0.2 s /
  * 5 ms / 50-token schedule (±0.25 ms of jitter), bounded by what the client saw. The proxy runs in
- * another process: its durations are still inside the client's, all timed on the one monotonic clock.
+ * another process: its durations are still inside the client's (each process times them on the
+ * one monotonic clock, from its own origin).
  */
 async function tenStreamsAndCheck(proxyUrl: string, metricsUrl: string) {
   const client = new OpenAI({ apiKey: 'sk-none', baseURL: `${proxyUrl}/v1`, maxRetries: 0 });

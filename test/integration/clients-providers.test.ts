@@ -138,7 +138,8 @@ describe('openai: Chat Completions and Responses', () => {
       let done: OpenAI.Responses.Response | undefined;
       const times = new ClientTimes();
       for await (const ev of await client().responses.create({ model, input: 'hi', stream: true, ...extra })) {
-        if (ev.type === 'response.output_text.delta' || ev.type === 'response.reasoning_summary_text.delta' || ev.type === 'response.function_call_arguments.delta') times.content();
+        const content = ev.type === 'response.output_text.delta' || ev.type === 'response.reasoning_summary_text.delta' || ev.type === 'response.function_call_arguments.delta';
+        if (content && ev.delta) times.content(); // the proxy counts a non-empty delta
         if (ev.type === 'response.output_text.delta') text += ev.delta;
         if (ev.type === 'response.reasoning_summary_text.delta') reasoning += ev.delta;
         if (ev.type === 'response.function_call_arguments.delta') args += ev.delta;

@@ -92,8 +92,9 @@ describe('official openai client through the proxy', () => {
     const stream = await client.chat.completions.create({ model: 'count-model', messages: [{ role: 'user', content: 'x' }], stream: true });
     let chunks = 0;
     for await (const c of stream) {
-      if (c.choices[0]?.delta?.content) times.content();
-      if (c.choices[0]?.delta?.content) chunks++;
+      if (!c.choices[0]?.delta?.content) continue;
+      times.content();
+      chunks++;
     }
     expect(chunks).toBe(PLAN.tokens);
     const m = await metricsFor('count-model');
