@@ -28,6 +28,12 @@ export class ClientTimes {
   }
 }
 
+/** The earliest due times (s after arrival) of a simulator plan's first and last tokens: jitter moves each by up to ±jitter/2 ITL. */
+export function earliestDue(plan: { ttft: number; itl: number; tokens: number; jitter: number }): { first: number; last: number } {
+  const early = (plan.jitter * plan.itl) / 2;
+  return { first: plan.ttft - early, last: plan.ttft + plan.itl * (plan.tokens - 1) - early };
+}
+
 /** Floating-point error in seconds computed from ms on both sides. */
 const EPS_S = 1e-6;
 

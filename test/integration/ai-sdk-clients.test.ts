@@ -11,7 +11,7 @@ import type { RunningProxy } from '../../src/main.js';
 import { planBlocks, planGroups } from '../../src/simulate/formats/groups.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
 import { fullText, promptTokens } from '../../src/simulate/text.js';
-import { between, ClientTimes, sleepUntil, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, sleepUntil, streamBounds } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -28,9 +28,7 @@ import { hashingFetch, recordResponses } from '../helpers/recording.js';
 // the client sent as the upstream saw it after the proxy, and the proxy's metrics.
 const PLAN = { ttft: 0.5, itl: 0.025, tokens: 30, jitter: 0.1 };
 const N = PLAN.tokens;
-/** The earliest due times (s) of the first and the last token: jitter moves each by up to ±jitter/2 ITL. */
-const SIM_FIRST_DUE = PLAN.ttft - (PLAN.jitter * PLAN.itl) / 2;
-const SIM_LAST_DUE = PLAN.ttft + PLAN.itl * (N - 1) - (PLAN.jitter * PLAN.itl) / 2;
+const DUE = earliestDue(PLAN);
 
 interface Seen {
   method: string;
@@ -186,7 +184,7 @@ async function checkMetrics(e: Expect): Promise<Sample[]> {
   expect(ttft.count).toBe(1);
   // Events go out when their last token is due: the first no earlier than the first token's
   // due time, the last at the last token's, so the gaps add up to the span of the N tokens.
-  const b = streamBounds(e.times, SIM_FIRST_DUE, SIM_LAST_DUE);
+  const b = streamBounds(e.times, DUE.first, DUE.last);
   between(ttft.sum, b.ttft, 'TTFT');
   const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f);
   expect(gaps.count).toBe(e.events - 1);
@@ -346,7 +344,7 @@ describe('ai + @ai-sdk/openai', () => {
     expect(hist(s, 'gen_ai_client_operation_duration_seconds', { ...f, error_type: 'client_cancelled' }).count).toBe(1);
     const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', f);
     expect(ttft.count).toBe(1);
-    between(ttft.sum, streamBounds(times, SIM_FIRST_DUE, SIM_LAST_DUE).ttft, 'TTFT');
+    between(ttft.sum, streamBounds(times, DUE.first, DUE.last).ttft, 'TTFT');
     // The proxy saw the K events the client read, and possibly more that were on their way when
     // the client closed (a stalled client reads late); never the whole stream.
     const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f);
@@ -381,7 +379,7 @@ describe('ai + @ai-sdk/openai', () => {
     expect(duration.count).toBe(1);
     // The answer is sent when the last token is due; the proxy's request starts after the client
     // sent it and ends before the client has the answer.
-    between(duration.sum, [SIM_LAST_DUE, (got - sent) / 1000], 'duration');
+    between(duration.sum, [DUE.last, (got - sent) / 1000], 'duration');
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(N);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'input' })).toBe(promptTokens(req.body));
     expect(total(s, 'llm_proxy_streams_total', { ...f, gen_ai_provider_name: 'openai', gen_ai_operation_name: 'chat', outcome: 'ok', token_count_source: 'usage' })).toBe(1);

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { between, ClientTimes, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, streamBounds } from '../helpers/bands.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, parseProm, scrape, total } from '../helpers/prom.js';
@@ -49,7 +49,8 @@ async function tenStreamsAndCheck(proxyUrl: string, metricsUrl: string) {
   const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds');
   const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds');
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds');
-  const b = streamBounds(times, 0.2 - 0.00025, 0.2 + 49 * 0.005 - 0.00025);
+  const due = earliestDue({ ttft: 0.2, itl: 0.005, tokens: 50, jitter: 0.1 });
+  const b = streamBounds(times, due.first, due.last);
   expect(ttft.count).toBe(10);
   between(ttft.sum, b.ttft, 'TTFT');
   expect(gaps.count).toBe(490);

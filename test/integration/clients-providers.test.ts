@@ -11,7 +11,7 @@ import type { RunningProxy } from '../../src/main.js';
 import { planBlocks, planGroups } from '../../src/simulate/formats/groups.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
 import { fullText } from '../../src/simulate/text.js';
-import { between, ClientTimes, streamBounds, within } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, streamBounds, within } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -20,9 +20,7 @@ import { hashingFetch, recordResponses } from '../helpers/recording.js';
 // proxy's timings are bounded by what each client saw (ClientTimes) and the simulator's schedule.
 const PLAN = { ttft: 0.5, itl: 0.025, tokens: 30, jitter: 0.1 };
 const N = PLAN.tokens;
-/** The earliest due times (s) of the first and the last token: jitter moves each by up to ±jitter/2 ITL. */
-const SIM_FIRST_DUE = PLAN.ttft - (PLAN.jitter * PLAN.itl) / 2;
-const SIM_LAST_DUE = PLAN.ttft + PLAN.itl * (N - 1) - (PLAN.jitter * PLAN.itl) / 2;
+const DUE = earliestDue(PLAN);
 
 let sim: Simulator;
 let proxy: RunningProxy;
@@ -71,7 +69,7 @@ async function checkMetrics(e: Expect): Promise<Sample[]> {
   // Events go out when their last token is due: the first no earlier than the first token's due
   // time, the last at the last token's, so the gaps add up to the span of the N tokens. Sums over
   // the requests: the bounds of each add up.
-  const b = streamBounds(e.times, SIM_FIRST_DUE, SIM_LAST_DUE);
+  const b = streamBounds(e.times, DUE.first, DUE.last);
   expect(ttft.count).toBe(requests);
   between(ttft.sum, b.ttft, 'TTFT');
   expect(gaps.count).toBe(requests * (e.events - 1));

@@ -2,7 +2,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
-import { between, ClientTimes, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, streamBounds } from '../helpers/bands.js';
 import { hist, scrape, total } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -10,9 +10,7 @@ import { hashingFetch, recordResponses } from '../helpers/recording.js';
 // The official client, pointed at the proxy, in front of the simulator. Simulator, proxy and
 // client share one clock: the proxy's timings are bounded by what the client saw and the schedule.
 const PLAN = { ttft: 0.3, itl: 0.004, tokens: 40, jitter: 0.2 };
-/** The earliest due times (s) of the first and the last token: jitter moves each by up to ±jitter/2 ITL. */
-const FIRST_DUE = PLAN.ttft - (PLAN.jitter * PLAN.itl) / 2;
-const LAST_DUE = PLAN.ttft + PLAN.itl * (PLAN.tokens - 1) - (PLAN.jitter * PLAN.itl) / 2;
+const DUE = earliestDue(PLAN);
 
 let sim: Simulator;
 let proxy: RunningProxy;
@@ -75,7 +73,7 @@ describe('official openai client through the proxy', () => {
     const got = await Promise.all(received.slice(before));
     expect(got).toEqual(sent.slice(sent.length - n));
     const m = await metricsFor('usage-model');
-    const b = streamBounds(times, FIRST_DUE, LAST_DUE);
+    const b = streamBounds(times, DUE.first, DUE.last);
     expect(m.ttft.count).toBe(n);
     between(m.ttft.sum, b.ttft, 'TTFT');
     expect(m.gaps.count).toBe(n * (PLAN.tokens - 1));
@@ -100,7 +98,7 @@ describe('official openai client through the proxy', () => {
     const m = await metricsFor('count-model');
     expect(m.outTokens).toBe(PLAN.tokens);
     expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'count-model', token_count_source: 'events' })).toBe(1);
-    between(m.tpot.sum, streamBounds(times, FIRST_DUE, LAST_DUE).span, 'TPOT', PLAN.tokens - 1);
+    between(m.tpot.sum, streamBounds(times, DUE.first, DUE.last).span, 'TPOT', PLAN.tokens - 1);
   });
 
   it('streams tool-call arguments as content', async () => {
