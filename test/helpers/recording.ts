@@ -1,5 +1,6 @@
 import { createHash, type Hash } from 'node:crypto';
 import type { Server, ServerResponse } from 'node:http';
+import { stampingFetch } from './bands.js';
 
 /** Hashes every response body a Node server writes (before transfer coding), in order of completion. */
 export function recordResponses(server: Server): string[] {
@@ -25,10 +26,14 @@ export function recordResponses(server: Server): string[] {
   return hashes;
 }
 
-/** A fetch (over `base`, the global one by default) that hashes each response body as the client reads it. */
+/**
+ * A fetch (over `base`, the global one by default) that hashes each response body as the client
+ * reads it, and stamps when a request went to it (`stampingFetch`).
+ */
 export function hashingFetch(hashes: Promise<string>[], base: typeof fetch = fetch): typeof fetch {
+  const send = stampingFetch(base);
   return async (input, init) => {
-    const res = await base(input, init);
+    const res = await send(input, init);
     if (!res.body) return res;
     const [a, b] = res.body.tee();
     hashes.push(

@@ -11,7 +11,7 @@ import type { RunningProxy } from '../../src/main.js';
 import { planBlocks, planGroups } from '../../src/simulate/formats/groups.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
 import { fullText, promptTokens } from '../../src/simulate/text.js';
-import { between, ClientTimes, earliestDue, sleepUntil, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, sleepUntil, streamBounds, warmFetch } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -127,6 +127,7 @@ beforeAll(async () => {
       { prefix: '/mistral', upstream: mockUrl, providerName: 'mistral_ai' },
     ],
   });
+  await warmFetch();
 });
 afterAll(async () => {
   await proxy?.close();

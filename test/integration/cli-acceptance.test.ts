@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import { WebSocket } from 'ws';
-import { between, ClientTimes, earliestDue, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, stampingFetch, streamBounds, warmFetch } from '../helpers/bands.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, parseProm, scrape, total } from '../helpers/prom.js';
@@ -32,7 +32,8 @@ async function startProxyCli(upstream: string) {
  * one monotonic clock, from its own origin).
  */
 async function tenStreamsAndCheck(proxyUrl: string, metricsUrl: string) {
-  const client = new OpenAI({ apiKey: 'sk-none', baseURL: `${proxyUrl}/v1`, maxRetries: 0 });
+  await warmFetch();
+  const client = new OpenAI({ apiKey: 'sk-none', baseURL: `${proxyUrl}/v1`, maxRetries: 0, fetch: stampingFetch() });
   const times: ClientTimes[] = [];
   for (let i = 0; i < 10; i++) {
     const t = new ClientTimes();

@@ -11,7 +11,7 @@ import type { RunningProxy } from '../../src/main.js';
 import { planBlocks, planGroups } from '../../src/simulate/formats/groups.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
 import { fullText } from '../../src/simulate/text.js';
-import { between, ClientTimes, earliestDue, streamBounds, within } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, requestSent, streamBounds, warmFetch, within } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -32,6 +32,7 @@ beforeAll(async () => {
   sent = recordResponses(sim.server);
   const simUrl = await sim.listen(0, '127.0.0.1');
   proxy = await startTestProxy(simUrl);
+  await warmFetch();
 });
 afterAll(async () => {
   await proxy?.close();
@@ -214,39 +215,30 @@ describe('@anthropic-ai/sdk: Messages', () => {
 
 describe('@google/genai: generateContentStream', () => {
   it('text and thoughts, cumulative usage, model from the path', async () => {
-    // @google/genai takes no fetch option: wrap the global one for this test.
-    const realFetch = globalThis.fetch;
-    globalThis.fetch = hashingFetch(received, realFetch);
     const before = received.length;
-    let textTimes!: ClientTimes;
-    let thinkTimes!: ClientTimes;
-    try {
-      const ai = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: proxy.proxyUrl } });
-      let text = '';
-      let last: number | undefined;
-      textTimes = new ClientTimes();
-      for await (const c of await ai.models.generateContentStream({ model: 'g-text', contents: 'hi' })) {
-        if (c.text) textTimes.content();
-        text += c.text ?? '';
-        last = c.usageMetadata?.candidatesTokenCount ?? last;
-      }
-      expect(text).toBe(fullText(N));
-      expect(last).toBe(N);
-      let thoughts = '';
-      let answer = '';
-      thinkTimes = new ClientTimes();
-      for await (const c of await ai.models.generateContentStream({ model: 'g-think', contents: 'hi', config: { thinkingConfig: { includeThoughts: true } } })) {
-        if (c.candidates?.[0]?.content?.parts?.some((p) => p.text)) thinkTimes.content();
-        for (const p of c.candidates?.[0]?.content?.parts ?? []) {
-          if (p.thought) thoughts += p.text ?? '';
-          else answer += p.text ?? '';
-        }
-      }
-      expect(thoughts + answer).toBe(fullText(N));
-      expect(thoughts.length).toBeGreaterThan(0);
-    } finally {
-      globalThis.fetch = realFetch;
+    const ai = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: proxy.proxyUrl, fetch: hashingFetch(received) } });
+    let text = '';
+    let last: number | undefined;
+    const textTimes = new ClientTimes();
+    for await (const c of await ai.models.generateContentStream({ model: 'g-text', contents: 'hi' })) {
+      if (c.text) textTimes.content();
+      text += c.text ?? '';
+      last = c.usageMetadata?.candidatesTokenCount ?? last;
     }
+    expect(text).toBe(fullText(N));
+    expect(last).toBe(N);
+    let thoughts = '';
+    let answer = '';
+    const thinkTimes = new ClientTimes();
+    for await (const c of await ai.models.generateContentStream({ model: 'g-think', contents: 'hi', config: { thinkingConfig: { includeThoughts: true } } })) {
+      if (c.candidates?.[0]?.content?.parts?.some((p) => p.text)) thinkTimes.content();
+      for (const p of c.candidates?.[0]?.content?.parts ?? []) {
+        if (p.thought) thoughts += p.text ?? '';
+        else answer += p.text ?? '';
+      }
+    }
+    expect(thoughts + answer).toBe(fullText(N));
+    expect(thoughts.length).toBeGreaterThan(0);
     await sameBytes(before, 2);
     await checkMetrics({ model: 'g-text', times: [textTimes], provider: 'gcp.gemini', operation: 'generate_content', events: multiEvents() });
     const s = await checkMetrics({ model: 'g-think', times: [thinkTimes], provider: 'gcp.gemini', operation: 'generate_content', events: multiEvents(true) });
@@ -329,6 +321,14 @@ describe('ollama: chat and generate (NDJSON)', () => {
   });
 });
 
+/** With `NodeHttpHandler` the Bedrock client sends through node:http, not fetch: the handler stamps when a request goes to it (after signing). */
+class StampingHandler extends NodeHttpHandler {
+  override handle(...a: Parameters<NodeHttpHandler['handle']>): ReturnType<NodeHttpHandler['handle']> {
+    requestSent();
+    return super.handle(...a);
+  }
+}
+
 describe('@aws-sdk/client-bedrock-runtime: ConverseStream and InvokeModelWithResponseStream', () => {
   const client = () =>
     new BedrockRuntimeClient({
@@ -336,7 +336,7 @@ describe('@aws-sdk/client-bedrock-runtime: ConverseStream and InvokeModelWithRes
       endpoint: proxy.proxyUrl,
       credentials: { accessKeyId: 'AKIDEXAMPLE', secretAccessKey: 'not-a-secret' },
       maxAttempts: 1,
-      requestHandler: new NodeHttpHandler(),
+      requestHandler: new StampingHandler(),
     });
 
   it('ConverseStream: text and usage; model from the path; event-stream framing measured', async () => {

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { GoogleGenAI } from '@google/genai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
-import { between, ClientTimes, sleepUntil, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, sleepUntil, stampingFetch, streamBounds, warmFetch } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 
@@ -62,6 +62,7 @@ beforeAll(async () => {
   upstream = http.createServer((req, res) => void serve(req, res).catch(() => res.destroy()));
   await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
   proxy = await startTestProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`);
+  await warmFetch();
 });
 afterAll(async () => {
   await proxy?.close();
@@ -79,10 +80,10 @@ async function settled(model: string, count: number): Promise<Sample[]> {
 describe('@google/genai: interactions.create({ stream: true })', () => {
   it('the SDK gets every event; TTFT at the thought summary, gaps per delta, usage with thoughts, bytes unchanged', async () => {
     const received: string[] = [];
-    const realFetch = globalThis.fetch;
-    // @google/genai takes no fetch option: wrap the global one to hash what the client receives.
-    globalThis.fetch = async (input, init) => {
-      const res = await realFetch(input, init);
+    // Hashes what the client receives, and stamps when the request went to fetch.
+    const send = stampingFetch();
+    const fetch: typeof globalThis.fetch = async (input, init) => {
+      const res = await send(input, init);
       const [a, b] = res.body!.tee();
       void new Response(b).arrayBuffer().then((buf) => received.push(createHash('sha256').update(Buffer.from(buf)).digest('hex')));
       return new Response(a, { status: res.status, statusText: res.statusText, headers: res.headers });
@@ -90,19 +91,14 @@ describe('@google/genai: interactions.create({ stream: true })', () => {
     const thoughts: string[] = [];
     const text: string[] = [];
     let usage: Record<string, unknown> | undefined;
-    let times!: ClientTimes;
-    try {
-      const ai = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: proxy.proxyUrl } });
-      times = new ClientTimes();
-      const stream = await ai.interactions.create({ model: 'gemini-3-flash-preview', input: 'Count to eight.', stream: true });
-      for await (const e of stream) {
-        if (e.event_type === 'step.delta' && (e.delta.type === 'text' || e.delta.type === 'thought_summary')) times.content();
-        if (e.event_type === 'step.delta' && e.delta.type === 'text') text.push(e.delta.text);
-        if (e.event_type === 'step.delta' && e.delta.type === 'thought_summary') thoughts.push((e.delta.content as { text: string }).text);
-        if (e.event_type === 'interaction.completed') usage = e.interaction.usage as Record<string, unknown>;
-      }
-    } finally {
-      globalThis.fetch = realFetch;
+    const ai = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: proxy.proxyUrl, fetch } });
+    const times = new ClientTimes();
+    const stream = await ai.interactions.create({ model: 'gemini-3-flash-preview', input: 'Count to eight.', stream: true });
+    for await (const e of stream) {
+      if (e.event_type === 'step.delta' && (e.delta.type === 'text' || e.delta.type === 'thought_summary')) times.content();
+      if (e.event_type === 'step.delta' && e.delta.type === 'text') text.push(e.delta.text);
+      if (e.event_type === 'step.delta' && e.delta.type === 'thought_summary') thoughts.push((e.delta.content as { text: string }).text);
+      if (e.event_type === 'interaction.completed') usage = e.interaction.usage as Record<string, unknown>;
     }
     expect(thoughts).toEqual(THOUGHTS);
     expect(text).toEqual(ANSWER);

@@ -5,7 +5,7 @@ import { InferenceClient } from '@huggingface/inference';
 import { CohereClient, CohereClientV2 } from 'cohere-ai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
-import { between, ClientTimes, sleepUntil, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, sleepUntil, streamBounds, warmFetch } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch } from '../helpers/recording.js';
@@ -195,6 +195,7 @@ beforeAll(async () => {
       { prefix: '/cohere', upstream: up, providerName: 'cohere' },
     ],
   });
+  await warmFetch();
 });
 afterAll(async () => {
   await proxy?.close();

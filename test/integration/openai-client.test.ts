@@ -2,7 +2,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
-import { between, ClientTimes, earliestDue, streamBounds } from '../helpers/bands.js';
+import { between, ClientTimes, earliestDue, streamBounds, warmFetch } from '../helpers/bands.js';
 import { hist, scrape, total } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { hashingFetch, recordResponses } from '../helpers/recording.js';
@@ -25,6 +25,7 @@ beforeAll(async () => {
   simUrl = await sim.listen(0, '127.0.0.1');
   proxy = await startTestProxy(simUrl);
   client = new OpenAI({ apiKey: 'sk-test-not-a-key', baseURL: `${proxy.proxyUrl}/v1`, fetch: hashingFetch(received), maxRetries: 0 });
+  await warmFetch();
 });
 afterAll(async () => {
   await proxy?.close();
