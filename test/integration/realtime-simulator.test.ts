@@ -7,14 +7,15 @@ import { WebSocket } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
 import { createSimulator, type Simulator } from '../../src/simulate/server.js';
 import { fullText } from '../../src/simulate/text.js';
+import { between, ClientTimes, streamBounds } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 
 // The simulator's Realtime and Live endpoints emit on its schedule (first token at ttft, then
-// one per itl, no jitter), so the proxy's figures have a ground truth that is not the client:
-// timers fire late, never early, so TTFT and TPOT are at least the plan's, and a little above.
+// one per itl, no jitter), never early, from when a response starts; the proxy's figures lie
+// between that schedule and what the client saw (`streamBounds`: the proxy starts its clock after
+// the client asked and stamps an event before the client has it).
 const PLAN = { ttft: 0.06, itl: 0.012, tokens: 9, jitter: 0 };
-const SLACK = 0.03; // how late a timer, a loaded machine and the loopback may make them
 
 let sim: Simulator;
 let proxy: RunningProxy;
@@ -29,10 +30,14 @@ afterAll(async () => {
   await sim?.close();
 });
 
-/** A Live session of `@google/genai` through the proxy; `nextTurn()` resolves at the next turnComplete. */
+/**
+ * A Live session of `@google/genai` through the proxy; `nextTurn()` resolves at the next
+ * turnComplete; `times` has what the client saw of each turn asked with `ask`.
+ */
 async function liveThroughProxy(model: string) {
   const ai = new GoogleGenAI({ apiKey: 'g-sim', httpOptions: { baseUrl: proxy.proxyUrl } });
   const messages: LiveServerMessage[] = [];
+  const times: ClientTimes[] = [];
   let turnDone: () => void = () => {};
   const session = await ai.live.connect({
     model,
@@ -40,24 +45,49 @@ async function liveThroughProxy(model: string) {
     callbacks: {
       onmessage: (m) => {
         messages.push(m);
+        if (m.serverContent?.modelTurn) times.at(-1)?.content();
         if (m.serverContent?.turnComplete) turnDone();
       },
     },
   });
   const nextTurn = () => new Promise<void>((r) => (turnDone = r));
-  return { session, messages, nextTurn };
+  const ask = (turns: string) => {
+    times.push(new ClientTimes());
+    session.sendClientContent({ turns, turnComplete: true });
+  };
+  return { session, messages, nextTurn, ask, times };
 }
 
-/** `responses` TTFTs and TPOTs, their means at the plan's or a little later, never earlier. */
-function expectOnPlan(s: Sample[], labels: Record<string, string>, tpotLabels: Record<string, string>, responses: number): void {
+/**
+ * The responses' TTFTs, gaps and TPOTs, bounded by the schedule and what the client saw of each
+ * (`times[i]`, with `tokens[i]` content events, one per token). `lead` (s): how much later than
+ * the upstream's start the proxy may have started a turn's clock (0 where the client's message
+ * starts the turn: the proxy sees it first).
+ */
+function expectOnPlan(s: Sample[], labels: Record<string, string>, tpotLabels: Record<string, string>, times: ClientTimes[], tokens: number[], lead = 0): void {
   const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
-  expect(ttft.count).toBe(responses);
-  expect(ttft.mean).toBeGreaterThanOrEqual(PLAN.ttft);
-  expect(ttft.mean).toBeLessThan(PLAN.ttft + SLACK);
+  expect(ttft.count).toBe(times.length);
+  const [lo, hi] = streamBounds(times, PLAN.ttft, PLAN.ttft).ttft;
+  between(ttft.sum, [lo - lead, hi], 'TTFT');
+  // Responses differ in length: their spans add up to the sum of gaps; TPOT divides each by its tokens − 1.
+  let spanLo = 0;
+  let spanHi = 0;
+  let tpotLo = 0;
+  let tpotHi = 0;
+  times.forEach((t, i) => {
+    const n = tokens[i]!;
+    const [lo, hi] = streamBounds(t, PLAN.ttft, PLAN.ttft + PLAN.itl * (n - 1)).span;
+    spanLo += lo;
+    spanHi += hi;
+    tpotLo += lo / (n - 1);
+    tpotHi += hi / (n - 1);
+  });
+  const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
+  expect(gaps.count).toBe(tokens.reduce((a, n) => a + n - 1, 0));
+  between(gaps.sum, [spanLo, spanHi], 'sum of gaps');
   const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', tpotLabels);
-  expect(tpot.count).toBe(responses);
-  expect(tpot.mean).toBeGreaterThan(PLAN.itl * 0.9);
-  expect(tpot.mean).toBeLessThan(PLAN.itl + SLACK / 4);
+  expect(tpot.count).toBe(times.length);
+  between(tpot.sum, [tpotLo, tpotHi], 'TPOT');
 }
 
 async function settled(): Promise<void> {
@@ -73,25 +103,33 @@ describe('the simulator over WebSocket, measured through the proxy', () => {
     const text: string[] = [];
     let audio = 0;
     const usage: (number | undefined)[] = [];
+    const times: ClientTimes[] = [];
+    let committedAt = NaN;
     let done: () => void = () => {};
-    rt.on('response.output_text.delta', (e) => text.push(e.delta));
-    rt.on('response.output_audio.delta', () => audio++);
+    rt.on('response.output_text.delta', (e) => {
+      text.push(e.delta);
+      times.at(-1)!.content();
+    });
+    rt.on('response.output_audio.delta', () => {
+      audio++;
+      times.at(-1)!.content();
+    });
+    rt.on('input_audio_buffer.committed', () => (committedAt = performance.now()));
     rt.on('response.done', (e) => {
       usage.push(e.response.usage?.output_tokens);
       done();
     });
-    const next = () => new Promise<void>((r) => (done = r));
+    const ask = (e: Parameters<typeof rt.send>[0]) => {
+      const p = new Promise<void>((r) => (done = r));
+      times.push(new ClientTimes());
+      rt.send(e);
+      return p;
+    };
     await new Promise<void>((r, j) => rt.socket.once('open', () => r()).once('error', j));
 
-    let p = next();
-    rt.send({ type: 'response.create' });
-    await p;
-    p = next();
-    rt.send({ type: 'response.create', response: { output_modalities: ['audio'], max_output_tokens: 5 } });
-    await p;
-    p = next();
-    rt.send({ type: 'input_audio_buffer.commit' });
-    await p;
+    await ask({ type: 'response.create' });
+    await ask({ type: 'response.create', response: { output_modalities: ['audio'], max_output_tokens: 5 } });
+    await ask({ type: 'input_audio_buffer.commit' });
     rt.close();
     await new Promise((r) => rt.socket.once('close', r));
 
@@ -103,18 +141,19 @@ describe('the simulator over WebSocket, measured through the proxy', () => {
     await settled();
     const s = await scrape(proxy.metricsUrl);
     const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'openai', gen_ai_request_model: 'gpt-realtime' };
-    expectOnPlan(s, labels, { ...labels, gen_ai_response_model: 'gpt-realtime' }, 3);
-    const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
-    expect(gaps.count).toBe(2 * (PLAN.tokens - 1) + 4);
+    // The third turn's clock starts at the server's `committed`, which the proxy may read after
+    // the simulator has started that response, but before the client has it.
+    expect(committedAt, 'the client got no input_audio_buffer.committed').not.toBeNaN();
+    expectOnPlan(s, labels, { ...labels, gen_ai_response_model: 'gpt-realtime' }, times, [PLAN.tokens, 5, PLAN.tokens], (committedAt - times[2]!.sent) / 1000);
     // The audio answer was cut by max_output_tokens: `incomplete`, a normal end.
     expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok', token_count_source: 'usage' })).toBe(3);
   });
 
   it('Gemini Live with @google/genai', async () => {
-    const { session, messages, nextTurn } = await liveThroughProxy('gemini-live-2.5-flash');
+    const { session, messages, nextTurn, ask, times } = await liveThroughProxy('gemini-live-2.5-flash');
     for (let i = 0; i < 2; i++) {
       const turn = nextTurn();
-      session.sendClientContent({ turns: 'Weather in Paris?', turnComplete: true });
+      ask('Weather in Paris?');
       await turn;
     }
     session.close();
@@ -124,26 +163,36 @@ describe('the simulator over WebSocket, measured through the proxy', () => {
     await settled();
     const s = await scrape(proxy.metricsUrl);
     const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'gcp.gemini', gen_ai_request_model: 'gemini-live-2.5-flash' };
-    expectOnPlan(s, labels, labels, 2);
+    expectOnPlan(s, labels, labels, times, [PLAN.tokens, PLAN.tokens]);
     expect(total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: 'output' })).toBe(2 * PLAN.tokens);
   });
 
   it('Gemini Live: a user turn over the answer interrupts it, and the cut turn is recorded as cancelled', async () => {
-    const { session, messages, nextTurn } = await liveThroughProxy('gemini-live-interrupt');
-    const turn = nextTurn();
-    session.sendClientContent({ turns: 'Weather in Paris?', turnComplete: true });
-    while (!messages.some((m) => m.serverContent?.modelTurn)) await new Promise((r) => setTimeout(r, 5));
-    session.sendClientContent({ turns: 'No, in Lyon.', turnComplete: true });
-    await turn;
-    session.close();
-    expect(messages.filter((m) => m.serverContent?.interrupted)).toHaveLength(1);
+    // A long answer (100 tokens, ~1.25 s), so that the second turn comes while it streams: with
+    // the plan's 9 tokens (~0.16 s) a 0.4 s stall of this process let the simulator send them all
+    // at once when it resumed, and the turn completed before the user spoke.
+    const config = `http://127.0.0.1:${(sim.server.address() as net.AddressInfo).port}/_sim/config`;
+    const setTokens = (tokens: number) => fetch(config, { method: 'PUT', body: JSON.stringify({ tokens }) });
+    expect((await setTokens(100)).status).toBe(200);
+    try {
+      const { session, messages, nextTurn } = await liveThroughProxy('gemini-live-interrupt');
+      const turn = nextTurn();
+      session.sendClientContent({ turns: 'Weather in Paris?', turnComplete: true });
+      while (!messages.some((m) => m.serverContent?.modelTurn)) await new Promise((r) => setTimeout(r, 5));
+      session.sendClientContent({ turns: 'No, in Lyon.', turnComplete: true });
+      await turn;
+      session.close();
+      expect(messages.filter((m) => m.serverContent?.interrupted)).toHaveLength(1);
 
-    await settled();
-    const s = await scrape(proxy.metricsUrl);
-    const labels = { gen_ai_operation_name: 'realtime', gen_ai_request_model: 'gemini-live-interrupt' };
-    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'cancelled' })).toBe(1);
-    expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok' })).toBe(1);
-    expect(hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels).count).toBe(2);
+      await settled();
+      const s = await scrape(proxy.metricsUrl);
+      const labels = { gen_ai_operation_name: 'realtime', gen_ai_request_model: 'gemini-live-interrupt' };
+      expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'cancelled' })).toBe(1);
+      expect(total(s, 'llm_proxy_streams_total', { ...labels, outcome: 'ok' })).toBe(1);
+      expect(hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels).count).toBe(2);
+    } finally {
+      await setTokens(PLAN.tokens);
+    }
   });
 
   it('speaks RFC 6455 where a client can get it wrong: version 13 only, masked client frames only', async () => {
