@@ -48,10 +48,19 @@ async function serve(req: http.IncomingMessage, res: http.ServerResponse): Promi
   send({ event_type: 'step.delta', index: 0, delta: { type: 'thought_signature', signature: 'c2ln' } });
   send({ event_type: 'step.stop', index: 0 });
   send({ event_type: 'step.start', index: 1, step: { type: 'model_output' } });
-  for (const t of ANSWER) {
+  for (const [i, t] of ANSWER.entries()) {
     await sleepUntil(t0, TTFT + GAP * k++);
     if (res.destroyed) return;
     send({ event_type: 'step.delta', index: 1, delta: { type: 'text', text: t } });
+    // The stream the client abandons after its second text waits here until the client has left
+    // (5 s at most): sent on the deadlines, the rest went out at once after a stall of the test's
+    // process, and the client found the stream complete before it could leave.
+    if (body.model === 'gemini-cancelled' && i === 1) {
+      await new Promise<void>((r) => {
+        const backstop = setTimeout(r, 5000);
+        res.once('close', () => (clearTimeout(backstop), r()));
+      });
+    }
   }
   send({ event_type: 'step.stop', index: 1 });
   send({ event_type: 'interaction.completed', interaction: { ...interaction, status: 'completed', usage: USAGE } });
@@ -61,8 +70,13 @@ async function serve(req: http.IncomingMessage, res: http.ServerResponse): Promi
 beforeAll(async () => {
   upstream = http.createServer((req, res) => void serve(req, res).catch(() => res.destroy()));
   await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-  proxy = await startTestProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`);
+  const upstreamUrl = `http://127.0.0.1:${(upstream.address() as AddressInfo).port}`;
+  proxy = await startTestProxy(upstreamUrl);
   await warmFetch();
+  // One stream straight from the upstream, not timed: the SDK's first stream (its code's first
+  // run) added 14-27 ms between the proxy's first event and the application's.
+  const direct = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: upstreamUrl } });
+  for await (const e of await direct.interactions.create({ model: 'warm-up', input: 'Count.', stream: true })) void e;
 });
 afterAll(async () => {
   await proxy?.close();
