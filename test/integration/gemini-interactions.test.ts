@@ -4,9 +4,10 @@ import type { AddressInfo } from 'node:net';
 import { GoogleGenAI } from '@google/genai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
-import { between, ClientTimes, sleepUntil, stampingFetch, streamBounds, warmFetch } from '../helpers/bands.js';
+import { between, ClientTimes, sleepUntil, streamBounds, warmFetch } from '../helpers/bands.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { hashingFetch } from '../helpers/recording.js';
 
 // The Gemini Interactions API (`POST /v1beta/interactions`, stream: true) through the proxy,
 // with Google's own SDK as the client. The upstream is written here from the SDK's event types
@@ -93,19 +94,12 @@ async function settled(model: string, count: number): Promise<Sample[]> {
 
 describe('@google/genai: interactions.create({ stream: true })', () => {
   it('the SDK gets every event; TTFT at the thought summary, gaps per delta, usage with thoughts, bytes unchanged', async () => {
-    const received: string[] = [];
     // Hashes what the client receives, and stamps when the request went to fetch.
-    const send = stampingFetch();
-    const fetch: typeof globalThis.fetch = async (input, init) => {
-      const res = await send(input, init);
-      const [a, b] = res.body!.tee();
-      void new Response(b).arrayBuffer().then((buf) => received.push(createHash('sha256').update(Buffer.from(buf)).digest('hex')));
-      return new Response(a, { status: res.status, statusText: res.statusText, headers: res.headers });
-    };
+    const received: Promise<string>[] = [];
     const thoughts: string[] = [];
     const text: string[] = [];
     let usage: Record<string, unknown> | undefined;
-    const ai = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: proxy.proxyUrl, fetch } });
+    const ai = new GoogleGenAI({ apiKey: 'test-key', httpOptions: { baseUrl: proxy.proxyUrl, fetch: hashingFetch(received) } });
     const times = new ClientTimes();
     const stream = await ai.interactions.create({ model: 'gemini-3-flash-preview', input: 'Count to eight.', stream: true });
     for await (const e of stream) {
@@ -118,7 +112,7 @@ describe('@google/genai: interactions.create({ stream: true })', () => {
     expect(text).toEqual(ANSWER);
     expect(usage).toMatchObject(USAGE);
     await new Promise((r) => setTimeout(r, 50));
-    expect(received).toEqual(sentHashes.slice(-1));
+    expect(await Promise.all(received)).toEqual(sentHashes.slice(-1));
 
     const s = await settled('gemini-3-flash-preview', 1);
     const f = { gen_ai_request_model: 'gemini-3-flash-preview' };
