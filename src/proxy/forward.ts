@@ -325,6 +325,8 @@ class InFlight implements ExchangeHandler {
   private done = false;
   private readonly requestId: string;
   private timer: NodeJS.Timeout | undefined;
+  /** Upload progress that re-armed the response timeout (see responseDue). */
+  private uploadMoves = 0;
   /** The client socket when the body is forwarded verbatim, else undefined (ServerResponse.write). */
   private raw: Socket | undefined;
   private paused = false;
@@ -443,7 +445,7 @@ class InFlight implements ExchangeHandler {
       }
       // An upload that moves puts the response timeout back; one the upstream stopped taking
       // (backpressure, no drain) lets it fire.
-      if (!this.done && this.upstreamStatus === undefined) this.timer?.refresh(); // refresh() re-arms even a cleared timer
+      this.uploadMoved();
       if (this.tap !== undefined) this.tap.push(c);
       else this.bodySeen?.push(c);
     });
@@ -454,9 +456,9 @@ class InFlight implements ExchangeHandler {
       // The response timeout counts from the request's last byte (as nginx's proxy_read_timeout
       // does), so a large upload on a slow link is not cut. An upstream that answered early
       // (a 413) has its head in already, and its timer is cleared.
-      if (!this.done && this.upstreamStatus === undefined) this.timer?.refresh(); // refresh() re-arms even a cleared timer
+      this.uploadMoved();
     });
-    this.timer = setTimeout(() => this.responseTimedOut(), deps.config.timeouts.response * 1000);
+    this.timer = setTimeout(this.responseDue, deps.config.timeouts.response * 1000);
     this.exchange = this.fwd.upstream.request(match.resolved.origin, req.method ?? 'GET', match.upstreamPath, headers, body, this);
     req.on('error', () => this.cancel());
 
@@ -612,6 +614,24 @@ class InFlight implements ExchangeHandler {
     this.exchange?.pause();
     sink.once('drain', this.resume);
   }
+
+  private uploadMoved(): void {
+    if (this.done || this.upstreamStatus !== undefined) return;
+    this.uploadMoves++;
+    this.timer?.refresh(); // refresh() re-arms a timer that has fired
+  }
+
+  /**
+   * Timers run before the loop reads its sockets: after a stall of this process as long as the
+   * timeout, the timer fires before a head or body bytes that arrived meanwhile are read. Judge
+   * after this turn's reads, which clear the timer (a head) or re-arm it (an upload that moved).
+   */
+  private readonly responseDue = (): void => {
+    const moves = this.uploadMoves;
+    setImmediate(() => {
+      if (!this.done && this.upstreamStatus === undefined && this.uploadMoves === moves) this.responseTimedOut();
+    });
+  };
 
   /**
    * No response head within timeouts.response of the request's last progress. While the client

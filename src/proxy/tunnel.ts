@@ -85,6 +85,8 @@ export class Tunnel {
   /** The upstream connection's set-up and address, for the log. */
   private connectMs: number | undefined;
   private upstreamAddr: string | undefined;
+  /** Reads from and writes to the upstream socket, and its resumes: what puts its idle timeout back. */
+  private upstreamMoves = 0;
 
   constructor(
     private readonly opts: TunnelOptions,
@@ -156,7 +158,11 @@ export class Tunnel {
       this.upstreamAddr = peerAddress(hop);
       this.opts.onConnected?.(this.opts.origin, this.connectMs);
       clearTimeout(this.timer);
-      this.timer = setTimeout(() => this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout'), this.opts.responseTimeoutMs);
+      // Judged after this turn's reads, for a head that came in while the process stalled (upstream.ts).
+      const late = () => {
+        if (this.status === undefined) this.fail(504, ERROR_TYPE.timeout, 'upstream response timeout');
+      };
+      this.timer = setTimeout(() => setImmediate(late), this.opts.responseTimeoutMs);
     };
     if (connectEvent === undefined) connected();
     else up.once(connectEvent, connected);
@@ -164,6 +170,20 @@ export class Tunnel {
     up.on('error', (err: NodeJS.ErrnoException) => this.upstreamFailed(err));
     up.on('close', () => this.upstreamFailed(undefined));
   }
+
+  /**
+   * The upstream socket's idle timeout, judged after this turn's reads, as the proxy's upstream
+   * connections judge theirs (upstream.ts): after a stall of the process the timer fires before
+   * what arrived meanwhile is read. When the tunnel moved, the idle period starts again.
+   */
+  private readonly idleDue = (): void => {
+    const moves = this.upstreamMoves;
+    setImmediate(() => {
+      if (this.done) return;
+      if (this.upstreamMoves === moves) this.close(ERROR_TYPE.timeout);
+      else if (!this.upstream!.destroyed) this.upstream!.setTimeout(this.opts.idleTimeoutMs);
+    });
+  };
 
   private fromClient(b: Buffer): void {
     if (this.done) return;
@@ -184,12 +204,14 @@ export class Tunnel {
   }
 
   private forwardUp(b: Buffer): void {
+    this.upstreamMoves++;
     this.bytesUp += b.length;
     if (!this.upstream!.write(b) && !this.upPaused) {
       this.upPaused = true;
       this.client.pause();
       this.upstream!.once('drain', () => {
         this.upPaused = false;
+        this.upstreamMoves++;
         this.client.resume();
       });
     }
@@ -225,6 +247,7 @@ export class Tunnel {
 
   private fromUpstream(b: Buffer, arrival: number): void {
     if (this.done) return;
+    this.upstreamMoves++;
     if (this.status === 101) {
       this.writeDown(b);
       this.session?.fromUpstream(b, arrival);
@@ -265,7 +288,8 @@ export class Tunnel {
       this.status = head.status;
       this.head = [];
       // From here on a quiet upstream (and, once open, a quiet tunnel) times out.
-      this.upstream!.setTimeout(this.opts.idleTimeoutMs, () => this.close(ERROR_TYPE.timeout));
+      this.upstream!.on('timeout', this.idleDue); // not setTimeout's callback: that one is a once listener
+      this.upstream!.setTimeout(this.opts.idleTimeoutMs);
       if (head.status === 101) {
         this.writeDown(buf);
         this.session = this.opts.measure?.(rawHeader(head.rawHeaders, 'sec-websocket-extensions'));
@@ -312,6 +336,7 @@ export class Tunnel {
       this.upstream!.pause();
       this.client.once('drain', () => {
         this.downPaused = false;
+        this.upstreamMoves++; // the client took what it was sent: the silence was not the upstream's
         this.upstream!.resume();
       });
     }

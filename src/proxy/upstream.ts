@@ -301,6 +301,8 @@ class Connection {
   private pending: Array<string | Buffer> | undefined;
   private pendingBytes = 0;
   private pausedEarly = false;
+  /** Reads, and resumes after backpressure: an idle timeout is dropped when one came after it fired. */
+  private moves = 0;
 
   constructor(
     private readonly client: UpstreamClient,
@@ -335,8 +337,25 @@ class Connection {
       this.exchange?.fail(new UpstreamClosed());
     });
     socket.on('timeout', () => {
-      if (this.exchange) this.exchange.fail(new UpstreamTimeout('idle'));
-      else socket.destroy(); // idle in the pool for too long
+      const ex = this.exchange;
+      if (ex === undefined) {
+        socket.destroy(); // idle in the pool for too long
+        return;
+      }
+      // Timers run before the loop reads its sockets: after a stall of this process (a long GC,
+      // a starved CPU) as long as the timeout, the timer fires before the bytes that arrived
+      // meanwhile are read. Judge after this turn's reads.
+      const moves = this.moves;
+      setImmediate(() => {
+        if (this.exchange !== ex || socket.destroyed) return;
+        if (this.moves === moves) {
+          ex.fail(new UpstreamTimeout('idle'));
+          return;
+        }
+        // It moved: the idle period starts again. Set anew, as not every move re-arms the fired
+        // timer (a resume, or bytes a paused 'data' socket had buffered).
+        if (socket.timeout) socket.setTimeout(socket.timeout);
+      });
     });
     socket.on('drain', () => this.exchange?.drained());
   }
@@ -356,6 +375,7 @@ class Connection {
   }
 
   resume(): void {
+    this.moves++; // the client took what it was sent: the silence was not the upstream's
     if (this.pending === undefined) this.socket.resume();
     else this.pausedEarly = false;
   }
@@ -416,6 +436,7 @@ class Connection {
   }
 
   onRead(buf: Buffer, arrival: number): void {
+    this.moves++;
     const ex = this.exchange;
     if (ex === undefined) {
       this.socket.destroy(); // bytes nobody asked for: the connection is out of sync

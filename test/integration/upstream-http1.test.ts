@@ -24,6 +24,7 @@ import { Writable } from 'node:stream';
 import { views } from '../helpers/ranges.js';
 import { afterHead, pump, type Progress } from '../helpers/flood.js';
 import { selfSignedCert } from '../helpers/tls.js';
+import { blockFor } from '../helpers/busy.js';
 
 type Script = (sock: net.Socket, head: string, index: number) => void | Promise<void>;
 
@@ -869,24 +870,21 @@ describe('the request path, continued', () => {
   });
 });
 
-describe('timeouts.idle mid-body', () => {
-  /** A proxy whose warn lines the test reads. */
-  async function proxyWithLog(upstream: string) {
-    const lines: Record<string, unknown>[] = [];
-    const sink = new Writable({
-      write(chunk: Buffer, _enc, cb) {
-        for (const l of chunk.toString('utf8').split('\n')) if (l) lines.push(JSON.parse(l) as Record<string, unknown>);
-        cb();
-      },
-    });
-    // 1 s: after a stall of this process that long, the upstream socket's idle timer can fire
-    // before what arrived meanwhile is read, and the upstream is blamed. At 0.4 s, a 0.4 s pause
-    // of the test process while the proxy was still reading the fast stream did so (1 of 3 runs).
-    const config = buildConfig({ timeouts: { idle: 1 } }, { upstream, port: 0, metricsPort: 0, logLevel: 'warn' });
-    proxy = await startProxy(config, createLogger('warn', sink));
-    return { proxy, lines };
-  }
+/** A proxy whose warn lines the test reads. */
+async function proxyWithLog(upstream: string, timeouts: { idle?: number; response?: number }) {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      for (const l of chunk.toString('utf8').split('\n')) if (l) lines.push(JSON.parse(l) as Record<string, unknown>);
+      cb();
+    },
+  });
+  const config = buildConfig({ timeouts }, { upstream, port: 0, metricsPort: 0, logLevel: 'warn' });
+  proxy = await startProxy(config, createLogger('warn', sink));
+  return { proxy, lines };
+}
 
+describe('timeouts.idle mid-body', () => {
   it('cuts a silent upstream and says so; cuts a client that stopped reading and does not blame the upstream', async () => {
     const body = '{"model":"m","stream":true,"messages":[]}';
     const post = (p: string) => `POST ${p} HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
@@ -902,7 +900,8 @@ describe('timeouts.idle mid-body', () => {
       };
       pump();
     });
-    const { lines } = await proxyWithLog(up.url);
+    // 1 s leaves the fast stream time to fill the socket buffers on a loaded machine.
+    const { lines } = await proxyWithLog(up.url, { idle: 1 });
 
     const silent = await rawExchange(proxy!.proxyUrl, post('/silent/v1/chat/completions'));
     expect(silent.head).toMatch(/^HTTP\/1.1 200/);
@@ -921,6 +920,167 @@ describe('timeouts.idle mid-body', () => {
     expect(lines.filter((l) => l.msg === 'upstream stream failed mid-body')).toHaveLength(1); // only the silent one
     stuck.resume(); // the cut arrives once what was buffered is read
     await closed;
+  });
+});
+
+// A stall of the process longer than a timeout (a long GC, a starved CPU), made exactly: the loop
+// is blocked inside an I/O callback just after the upstream wrote, so the bytes wait in the kernel
+// while the timer expires. The next loop turn runs its timers before it reads them; the proxy
+// judges a timeout after that turn's reads. Timeouts of 0.8 s leave room for a pause of the test
+// process before the stall (after which the timeout would be a genuine one).
+describe('a stall of the process past a timeout', () => {
+  it('does not cut a stream whose upstream bytes arrived while the process stalled past timeouts.idle, and still cuts it when the upstream then goes silent', async () => {
+    const body = '{"model":"m","stream":true,"messages":[]}';
+    const chunk = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
+    let upSock: net.Socket | undefined;
+    const up = await wireUpstream((sock) => {
+      upSock = sock;
+      sock.write(SSE_HEAD + chunk(sse(1)));
+    });
+    const { lines } = await proxyWithLog(up.url, { idle: 0.8 });
+    const u = new URL(proxy!.proxyUrl);
+    const client = net.connect(Number(u.port), u.hostname);
+    const parts: Buffer[] = [];
+    let stalled = false;
+    client.on('data', (d: Buffer) => {
+      parts.push(d);
+      if (stalled || !Buffer.concat(parts).includes('tok 1')) return;
+      stalled = true;
+      upSock!.write(chunk(sse(2)));
+      blockFor(1300); // the proxy last read from the upstream before this: its idle timer expires here
+      upSock!.write(chunk(sse(3))); // then silence: no end
+    });
+    const closed = new Promise<boolean>((r) => client.once('close', () => r(true)));
+    client.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    expect(await Promise.race([closed, sleep(5000).then(() => false)])).toBe(true); // cut by the proxy, not left open
+    client.destroy();
+    const text = Buffer.concat(parts).toString('latin1');
+    expect(stalled).toBe(true);
+    expect([...text.matchAll(/tok (\d)/g)].map((m) => m[1])).toEqual(['1', '2', '3']);
+    expect(text.endsWith('0\r\n\r\n')).toBe(false); // a cut, not a clean end
+    expect(lines.map((l) => [l.msg, l.err])).toEqual([['upstream stream failed mid-body', 'upstream idle timeout']]);
+  });
+
+  it('does not answer 504 when the response head arrived while the process stalled past timeouts.response', async () => {
+    const body = '{"model":"m","stream":true,"messages":[]}';
+    let stalled = false;
+    const up = await wireUpstream((sock) => {
+      sock.write(SSE_HEAD + `${Buffer.byteLength(sse(1)).toString(16)}\r\n${sse(1)}\r\n0\r\n\r\n`);
+      blockFor(1300); // the proxy's response timer (0.8 s from the request's last byte) expires here
+      stalled = true;
+    });
+    const { lines } = await proxyWithLog(up.url, { response: 0.8 });
+    const r = await rawExchange(proxy!.proxyUrl, `POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    expect(stalled).toBe(true);
+    expect(r.head).toMatch(/^HTTP\/1.1 200/);
+    expect(r.body.toString('latin1')).toContain('tok 1');
+    expect(lines.map((l) => l.msg)).toEqual([]); // the logger is at warn: nothing went wrong
+  });
+
+  it('does not answer 408 when the rest of the request body arrived while the process stalled past timeouts.response', async () => {
+    const body = '{"model":"m","stream":false,"messages":[]}';
+    let client: net.Socket | undefined;
+    let stalled = false;
+    // Raw: the upstream acts on the first piece of the body, before the request is complete.
+    const server = net.createServer((sock) => {
+      let got = '';
+      sock.on('data', (d: Buffer) => {
+        got += d.toString('latin1');
+        const at = got.indexOf('\r\n\r\n');
+        if (at < 0) return;
+        const rest = got.length - at - 4;
+        if (!stalled && rest > 0 && rest < body.length) {
+          stalled = true;
+          client!.write(body.slice(10));
+          blockFor(1300); // the response timer (0.8 s from the body's last progress) expires here
+        }
+        if (rest === body.length) sock.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}');
+      });
+      sock.on('error', () => {});
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    const { lines } = await proxyWithLog(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { response: 0.8 });
+    const u = new URL(proxy!.proxyUrl);
+    client = net.connect(Number(u.port), u.hostname);
+    const parts: Buffer[] = [];
+    client.on('data', (d: Buffer) => parts.push(d));
+    const closed = new Promise<void>((r) => client!.once('close', () => r()));
+    client.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`);
+    await closed;
+    const text = Buffer.concat(parts).toString('latin1');
+    expect(stalled).toBe(true);
+    expect(text).toMatch(/^HTTP\/1.1 200/);
+    expect(text.endsWith('{}')).toBe(true);
+    expect(lines.map((l) => l.msg)).toEqual([]);
+  });
+
+  /** Opens a WebSocket tunnel by hand; resolves when `until` holds for what came back, when the proxy closed it, or after 5 s. */
+  function rawUpgrade(url: string, onData: (got: string) => void, until: (got: string) => boolean = () => false) {
+    const u = new URL(url);
+    const s = net.connect(Number(u.port), u.hostname);
+    s.on('error', () => {});
+    let got = '';
+    return new Promise<{ got: string; closed: boolean }>((resolve) => {
+      const timer = setTimeout(() => {
+        s.destroy();
+        resolve({ got, closed: false });
+      }, 5000);
+      s.on('data', (d: Buffer) => {
+        got += d.toString('latin1');
+        onData(got);
+        if (until(got)) {
+          clearTimeout(timer);
+          s.destroy();
+          resolve({ got, closed: false });
+        }
+      });
+      s.on('close', () => {
+        clearTimeout(timer);
+        resolve({ got, closed: true });
+      });
+      s.write(`GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${Buffer.alloc(16, 7).toString('base64')}\r\n\r\n`);
+    });
+  }
+  /** An unmasked text frame, as a server sends it. */
+  const frame = (t: string) => Buffer.concat([Buffer.from([0x81, t.length]), Buffer.from(t)]);
+  const SWITCH = 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n';
+
+  it('does not close a WebSocket tunnel whose upstream frame arrived while the process stalled past timeouts.idle, and still closes it when the tunnel then goes quiet', async () => {
+    let upSock: net.Socket | undefined;
+    const up = await wireUpstream((sock) => {
+      upSock = sock;
+      sock.write(Buffer.concat([Buffer.from(SWITCH), frame('first')]));
+    });
+    const { lines } = await proxyWithLog(up.url, { idle: 0.8 });
+    let stalled = false;
+    const r = await rawUpgrade(proxy!.proxyUrl, (got) => {
+      if (stalled || !got.includes('first')) return;
+      stalled = true;
+      upSock!.write(frame('second'));
+      blockFor(1300); // the tunnel last heard from the upstream before this: its idle timer expires here
+      upSock!.write(frame('third')); // then nothing either way
+    });
+    expect(stalled).toBe(true);
+    expect(r.got.startsWith('HTTP/1.1 101')).toBe(true);
+    expect([...r.got.matchAll(/first|second|third/g)].map((m) => m[0])).toEqual(['first', 'second', 'third']);
+    expect(r.closed).toBe(true); // closed by the proxy's idle timeout, within 5 s
+    expect(lines.map((l) => l.msg)).toEqual([]);
+  });
+
+  it('does not answer a WebSocket upgrade 504 when the 101 arrived while the process stalled past timeouts.response', async () => {
+    let stalled = false;
+    const up = await wireUpstream((sock) => {
+      sock.write(Buffer.concat([Buffer.from(SWITCH), frame('hello')]));
+      blockFor(1300); // the tunnel's response timer (0.8 s from its connection) expires here
+      stalled = true;
+    });
+    const { lines } = await proxyWithLog(up.url, { response: 0.8 });
+    const r = await rawUpgrade(proxy!.proxyUrl, () => {}, (got) => got.includes('hello'));
+    expect(stalled).toBe(true);
+    expect(r.got.startsWith('HTTP/1.1 101')).toBe(true);
+    expect(r.closed).toBe(false);
+    expect(lines.map((l) => l.msg)).toEqual([]);
   });
 });
 
