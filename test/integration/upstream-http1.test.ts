@@ -87,6 +87,8 @@ async function get(url: string, p: string, method = 'GET') {
 
 const sse = (k: number) => `data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"tok ${k}"},"finish_reason":null}]}\n\n`;
 const SSE_HEAD = 'HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n';
+/** `s` as one piece of a chunked body. */
+const chunk = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
 
 let proxy: RunningProxy | undefined;
 let spawned: Spawned | undefined;
@@ -888,7 +890,6 @@ describe('timeouts.idle mid-body', () => {
   it('cuts a silent upstream and says so; cuts a client that stopped reading and does not blame the upstream', async () => {
     const body = '{"model":"m","stream":true,"messages":[]}';
     const post = (p: string) => `POST ${p} HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
-    const chunk = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
     const up = await wireUpstream((sock, head) => {
       sock.write(SSE_HEAD + chunk(sse(1)));
       if (head.startsWith('POST /silent')) return; // then nothing
@@ -931,7 +932,6 @@ describe('timeouts.idle mid-body', () => {
 describe('a stall of the process past a timeout', () => {
   it('does not cut a stream whose upstream bytes arrived while the process stalled past timeouts.idle, and still cuts it when the upstream then goes silent', async () => {
     const body = '{"model":"m","stream":true,"messages":[]}';
-    const chunk = (s: string) => `${Buffer.byteLength(s).toString(16)}\r\n${s}\r\n`;
     let upSock: net.Socket | undefined;
     const up = await wireUpstream((sock) => {
       upSock = sock;
@@ -965,7 +965,7 @@ describe('a stall of the process past a timeout', () => {
     const body = '{"model":"m","stream":true,"messages":[]}';
     let stalled = false;
     const up = await wireUpstream((sock) => {
-      sock.write(SSE_HEAD + `${Buffer.byteLength(sse(1)).toString(16)}\r\n${sse(1)}\r\n0\r\n\r\n`);
+      sock.write(SSE_HEAD + chunk(sse(1)) + '0\r\n\r\n');
       blockFor(1300); // the proxy's response timer (0.8 s from the request's last byte) expires here
       stalled = true;
     });
