@@ -34,6 +34,11 @@ export class ClientTimes {
   sent = performance.now();
   first = NaN;
   last = NaN;
+  /**
+   * When `hashingFetch`'s copy of the response body to the request that stamped `sent` read its
+   * end (so after the body's last byte reached the client's fetch), or NaN.
+   */
+  bodyEnd = NaN;
   constructor() {
     awaitingSend = this;
   }
@@ -44,11 +49,15 @@ export class ClientTimes {
   }
 }
 
-/** Stamps `sent` on the ClientTimes awaiting its request: call as a request goes to the client's transport. */
-export function requestSent(): void {
+/**
+ * Stamps `sent` on the ClientTimes awaiting its request: call as a request goes to the client's
+ * transport. Returns that ClientTimes, if any.
+ */
+export function requestSent(): ClientTimes | undefined {
   const t = awaitingSend;
   awaitingSend = undefined;
   if (t && Number.isNaN(t.first)) t.sent = performance.now();
+  return t;
 }
 
 /** A fetch (over `base`, the global one by default) that stamps `sent` on the ClientTimes awaiting its request. */

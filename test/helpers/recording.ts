@@ -1,6 +1,6 @@
 import { createHash, type Hash } from 'node:crypto';
 import type { Server, ServerResponse } from 'node:http';
-import { stampingFetch } from './bands.js';
+import { requestSent } from './bands.js';
 
 /** Hashes every response body a Node server writes (before transfer coding), in order of completion. */
 export function recordResponses(server: Server): string[] {
@@ -28,12 +28,13 @@ export function recordResponses(server: Server): string[] {
 
 /**
  * A fetch (over `base`, the global one by default) that hashes each response body as the client
- * reads it, and stamps when a request went to it (`stampingFetch`).
+ * reads it. Like `stampingFetch`, it stamps when a request went to it, and it stamps that
+ * ClientTimes' `bodyEnd` when the body has ended.
  */
 export function hashingFetch(hashes: Promise<string>[], base: typeof fetch = fetch): typeof fetch {
-  const send = stampingFetch(base);
   return async (input, init) => {
-    const res = await send(input, init);
+    const times = requestSent();
+    const res = await base(input, init);
     if (!res.body) return res;
     const [a, b] = res.body.tee();
     hashes.push(
@@ -43,7 +44,10 @@ export function hashingFetch(hashes: Promise<string>[], base: typeof fetch = fet
         try {
           for (;;) {
             const { done, value } = await reader.read();
-            if (done) break;
+            if (done) {
+              if (times) times.bodyEnd = performance.now();
+              break;
+            }
             h.update(value);
           }
         } catch {
