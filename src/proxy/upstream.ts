@@ -301,7 +301,10 @@ class Connection {
   private pending: Array<string | Buffer> | undefined;
   private pendingBytes = 0;
   private pausedEarly = false;
-  /** Reads, and resumes after backpressure: an idle timeout is dropped when one came after it fired. */
+  /**
+   * Reads, request bytes written and drained, and resumes after backpressure: an idle timeout is
+   * dropped when one came after it fired (Node's socket timer counts writes as activity too).
+   */
   private moves = 0;
 
   constructor(
@@ -357,13 +360,19 @@ class Connection {
         if (socket.timeout) socket.setTimeout(socket.timeout);
       });
     });
-    socket.on('drain', () => this.exchange?.drained());
+    socket.on('drain', () => {
+      this.moves++;
+      this.exchange?.drained();
+    });
   }
 
   /** Request bytes: held while a tunnel opens (false past 64 KiB, as a connecting socket does). */
   write(data: string | Buffer): boolean {
     const held = this.pending;
-    if (held === undefined) return typeof data === 'string' ? this.socket.write(data, 'latin1') : this.socket.write(data);
+    if (held === undefined) {
+      this.moves++;
+      return typeof data === 'string' ? this.socket.write(data, 'latin1') : this.socket.write(data);
+    }
     held.push(data);
     this.pendingBytes += data.length;
     return this.pendingBytes < 65536;

@@ -1015,6 +1015,52 @@ describe('a stall of the process past a timeout', () => {
     expect(lines.map((l) => l.msg)).toEqual([]);
   });
 
+  it('does not cut a stream when the rest of the request body came while the process stalled past timeouts.idle (the upload is the exchange moving), and still cuts it when the upstream then goes silent', async () => {
+    const body = '{"model":"m","stream":true,"messages":[]}';
+    let stalled = false;
+    // Raw: the upstream answers with a head and a first event on the first piece of the body
+    // (full duplex), sends a second event once the body is whole, then nothing: no end.
+    const server = net.createServer((sock) => {
+      let got = '';
+      let answered = false;
+      sock.on('data', (d: Buffer) => {
+        got += d.toString('latin1');
+        const at = got.indexOf('\r\n\r\n');
+        if (at < 0) return;
+        const rest = got.length - at - 4;
+        if (!answered && rest > 0) {
+          answered = true;
+          sock.write(SSE_HEAD + chunk(sse(1)));
+        }
+        if (rest === body.length) sock.write(chunk(sse(2)));
+      });
+      sock.on('error', () => {});
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    const { lines } = await proxyWithLog(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { idle: 0.8 });
+    const u = new URL(proxy!.proxyUrl);
+    const client = net.connect(Number(u.port), u.hostname);
+    const parts: Buffer[] = [];
+    client.on('data', (d: Buffer) => {
+      parts.push(d);
+      if (stalled || !Buffer.concat(parts).includes('tok 1')) return;
+      stalled = true;
+      client.write(body.slice(10));
+      blockFor(1300); // the proxy last read from the upstream (tok 1) before this: its idle timer expires here
+    });
+    const closed = new Promise<boolean>((r) => client.once('close', () => r(true)));
+    client.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`);
+    expect(await Promise.race([closed, sleep(5000).then(() => false)])).toBe(true); // cut by the proxy, not left open
+    client.destroy();
+    const text = Buffer.concat(parts).toString('latin1');
+    expect(stalled).toBe(true);
+    expect(text).toMatch(/^HTTP\/1.1 200/);
+    expect([...text.matchAll(/tok (\d)/g)].map((m) => m[1])).toEqual(['1', '2']);
+    expect(text.endsWith('0\r\n\r\n')).toBe(false); // a cut, not a clean end
+    expect(lines.map((l) => [l.msg, l.err])).toEqual([['upstream stream failed mid-body', 'upstream idle timeout']]);
+  });
+
   /** Opens a WebSocket tunnel by hand; resolves when `until` holds for what came back, when the proxy closed it, or after 5 s. */
   function rawUpgrade(url: string, onData: (got: string) => void, until: (got: string) => boolean = () => false) {
     const u = new URL(url);
