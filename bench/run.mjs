@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { pathDefs, killAllSync, children, cpuMsOf, rssKiBOf, allProcCpu, foreignCpuMs, ROOT } from './lib/paths.mjs';
 import { agg } from './lib/stats.mjs';
 import { writeReports } from './lib/report.mjs';
+import { shared as sharedClock } from './lib/clock.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const argv = process.argv.slice(2);
@@ -307,7 +308,7 @@ async function streamRun(p, sc) {
   // The path's CPU every 50 ms (shared clock), for figure 4's steady state: a batched run
   // also opens its streams, and per-request work is then part of the whole run's figure.
   const cpuSamples = [];
-  const sampler = sc.mode === 'batched' && p.pids ? setInterval(() => cpuSamples.push([performance.timeOrigin + performance.now(), pathCpu(p)]), 50) : null;
+  const sampler = sc.mode === 'batched' && p.pids ? setInterval(() => cpuSamples.push([sharedClock(), pathCpu(p)]), 50) : null;
   const schedMs = (sc.ttft ?? 10) + sc.n * sc.delta;
   const deadlineMs = Math.max(15_000, 10 * schedMs + 10_000);
   const r = await client.call(

@@ -5,8 +5,7 @@
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { SseSplitter, placeEvent, buildRequestBody, tagOf } from './sse.mjs';
-
-const origin = performance.timeOrigin;
+import { origin } from './clock.mjs'; // origin + performance.now(): the clock the bench's processes share ("epoch ms")
 const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 2048 });
 // Every request carries a tag of its own (the body's `user` field, which the emitter reads
 // back): a path that hands one request's stream to another client (a pooled-connection mix-up)

@@ -12,8 +12,9 @@
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { roleEvent, contentEvent, usageEvent, DONE_EVENT, parseTag } from './sse.mjs';
+import { origin } from './clock.mjs';
 
-const origin = performance.timeOrigin;
+/** performance.now() `t` on the clock the bench's processes share ("epoch ms" below; clock.mjs). */
 const epoch = (t) => origin + t;
 
 let sidCounter = 0;

@@ -1,7 +1,7 @@
 // What the focused benchmarks (bench/ws.mjs, bench/tls.mjs) share: their options, the shared
 // clock and the wait for a scheduled time, and killing the paths on any exit.
-import { performance } from 'node:perf_hooks';
 import { killAllSync } from './paths.mjs';
+import { shared } from './clock.mjs';
 
 /** `--name=value` from the command line, or `dflt`. */
 export const arg = (name, dflt) => process.argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? dflt;
@@ -16,8 +16,8 @@ export function scenarios(dflt) {
     });
 }
 
-/** The clock the emitter and the client share (ms since the epoch). */
-export const epoch = () => performance.timeOrigin + performance.now();
+/** The clock the emitter and the client share (CLOCK_MONOTONIC ms, clock.mjs). */
+export const epoch = shared;
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** Resolves at `due` (epoch ms): a timer to within 1.5 ms of it, then one loop turn at a time. */

@@ -560,7 +560,7 @@ export function writeReports({ meta, runs, out }) {
     if (!x) continue;
     rows.push([p, x.key, fmtAgg(x.p50), fmtAgg(x.p99), fmtAgg(x.max), x.notClosed, x.failed.length ? `FAILED ${x.failed[0].slice(0, 80)}` : '']);
   }
-  if (rows.length) parts.push('## 6. Cancellation: client abort → upstream socket closed (shared clock: performance.timeOrigin + now)\n\n' + table(['path', 'scenario', 'p50', 'p99', 'max', 'not closed', ''], rows));
+  if (rows.length) parts.push('## 6. Cancellation: client abort → upstream socket closed (shared clock: CLOCK_MONOTONIC)\n\n' + table(['path', 'scenario', 'p50', 'p99', 'max', 'not closed', ''], rows));
 
   // 7 accuracy
   rows = [];
