@@ -977,30 +977,39 @@ describe('a stall of the process past a timeout', () => {
     expect(lines.map((l) => l.msg)).toEqual([]); // the logger is at warn: nothing went wrong
   });
 
-  it('does not answer 408 when the rest of the request body arrived while the process stalled past timeouts.response', async () => {
-    const body = '{"model":"m","stream":false,"messages":[]}';
-    let client: net.Socket | undefined;
-    let stalled = false;
-    // Raw: the upstream acts on the first piece of the body, before the request is complete.
+  /**
+   * A raw upstream that acts on a request before it is complete: `onBody` runs on every read
+   * once the head is in, with the body bytes received so far. Resolves to its URL.
+   */
+  async function bodyUpstream(onBody: (sock: net.Socket, rest: number) => void): Promise<string> {
     const server = net.createServer((sock) => {
       let got = '';
       sock.on('data', (d: Buffer) => {
         got += d.toString('latin1');
         const at = got.indexOf('\r\n\r\n');
-        if (at < 0) return;
-        const rest = got.length - at - 4;
-        if (!stalled && rest > 0 && rest < body.length) {
-          stalled = true;
-          client!.write(body.slice(10));
-          blockFor(1300); // the response timer (0.8 s from the body's last progress) expires here
-        }
-        if (rest === body.length) sock.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}');
+        if (at >= 0) onBody(sock, got.length - at - 4);
       });
       sock.on('error', () => {});
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
-    const { lines } = await proxyWithLog(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { response: 0.8 });
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  it('does not answer 408 when the rest of the request body arrived while the process stalled past timeouts.response', async () => {
+    const body = '{"model":"m","stream":false,"messages":[]}';
+    let client: net.Socket | undefined;
+    let stalled = false;
+    // The upstream acts on the first piece of the body, before the request is complete.
+    const url = await bodyUpstream((sock, rest) => {
+      if (!stalled && rest > 0 && rest < body.length) {
+        stalled = true;
+        client!.write(body.slice(10));
+        blockFor(1300); // the response timer (0.8 s from the body's last progress) expires here
+      }
+      if (rest === body.length) sock.end('HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}');
+    });
+    const { lines } = await proxyWithLog(url, { response: 0.8 });
     const u = new URL(proxy!.proxyUrl);
     client = net.connect(Number(u.port), u.hostname);
     const parts: Buffer[] = [];
@@ -1018,27 +1027,17 @@ describe('a stall of the process past a timeout', () => {
   it('does not cut a stream when the rest of the request body came while the process stalled past timeouts.idle (the upload is the exchange moving), and still cuts it when the upstream then goes silent', async () => {
     const body = '{"model":"m","stream":true,"messages":[]}';
     let stalled = false;
-    // Raw: the upstream answers with a head and a first event on the first piece of the body
-    // (full duplex), sends a second event once the body is whole, then nothing: no end.
-    const server = net.createServer((sock) => {
-      let got = '';
-      let answered = false;
-      sock.on('data', (d: Buffer) => {
-        got += d.toString('latin1');
-        const at = got.indexOf('\r\n\r\n');
-        if (at < 0) return;
-        const rest = got.length - at - 4;
-        if (!answered && rest > 0) {
-          answered = true;
-          sock.write(SSE_HEAD + chunk(sse(1)));
-        }
-        if (rest === body.length) sock.write(chunk(sse(2)));
-      });
-      sock.on('error', () => {});
+    // The upstream answers with a head and a first event on the first piece of the body (full
+    // duplex), sends a second event once the body is whole, then nothing: no end.
+    let answered = false;
+    const url = await bodyUpstream((sock, rest) => {
+      if (!answered && rest > 0) {
+        answered = true;
+        sock.write(SSE_HEAD + chunk(sse(1)));
+      }
+      if (rest === body.length) sock.write(chunk(sse(2)));
     });
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
-    const { lines } = await proxyWithLog(`http://127.0.0.1:${(server.address() as AddressInfo).port}`, { idle: 0.8 });
+    const { lines } = await proxyWithLog(url, { idle: 0.8 });
     const u = new URL(proxy!.proxyUrl);
     const client = net.connect(Number(u.port), u.hostname);
     const parts: Buffer[] = [];
