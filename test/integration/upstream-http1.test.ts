@@ -1060,6 +1060,54 @@ describe('a stall of the process past a timeout', () => {
     expect(lines.map((l) => [l.msg, l.err])).toEqual([['upstream stream failed mid-body', 'upstream idle timeout']]);
   });
 
+  it('does not cut an exchange whose reader took up its backpressure while the process stalled past timeouts.idle (a resume is the exchange moving), and starts its idle period anew', async () => {
+    const up = await wireUpstream((sock) => void sock.write(SSE_HEAD + chunk(sse(1)))); // then silence: no end
+    // A loopback pair in for the client's socket: its read, queued during the stall, is the
+    // 'drain' on which the forwarder resumes the exchange. It comes in the poll phase after the
+    // timers, so after the idle timer fired and before the timeout is judged.
+    let ex: Exchange | undefined;
+    let resumedAt: number | undefined;
+    const drainer = net.createServer((s) =>
+      s.on('data', () => {
+        resumedAt = performance.now();
+        ex!.resume();
+      }),
+    );
+    await new Promise<void>((r) => drainer.listen(0, '127.0.0.1', r));
+    const kick = net.connect((drainer.address() as AddressInfo).port, '127.0.0.1');
+    await new Promise<void>((r) => kick.once('connect', () => r()));
+    cleanups.push(() => new Promise<void>((r) => (kick.destroy(), drainer.close(() => r()))));
+
+    const client = new UpstreamClient({ connectTimeoutMs: 2000 });
+    cleanups.push(async () => client.close());
+    const origin = { protocol: 'http:', host: '127.0.0.1', port: Number(new URL(up.url).port) };
+    let body = '';
+    let stalled = false;
+    const cut = await new Promise<{ err: Error | undefined; at: number }>((resolve) => {
+      const done = (err?: Error) => resolve({ err, at: performance.now() });
+      ex = client.request(origin, 'GET', '/', ['host', 'x'], 'none', {
+        onHead: () => ex!.setIdleTimeout(800),
+        onData: (_wire, data, ranges) => {
+          body += Buffer.concat(views(data, ranges)).toString();
+          if (stalled) return;
+          stalled = true;
+          ex!.pause(); // as the forwarder does when the client's buffer is full
+          kick.write('x'); // the client reads what it was sent, while this process stalls
+          blockFor(1300); // the last read from the upstream was just before this: its idle timer expires here
+        },
+        onEnd: () => done(),
+        onError: done,
+      });
+      setTimeout(() => done(new Error('not cut within 5 s')), 5000).unref();
+    });
+    expect(stalled).toBe(true);
+    expect(body).toContain('tok 1');
+    expect(cut.err?.message).toBe('upstream idle timeout');
+    // Cut by a timer set at the resume (no read re-armed it), not by the one that fired in the stall.
+    expect(resumedAt).toBeDefined();
+    expect(cut.at - resumedAt!).toBeGreaterThanOrEqual(750);
+  });
+
   /** Opens a WebSocket tunnel by hand; resolves when `until` holds for what came back, when the proxy closed it, or after 5 s. */
   function rawUpgrade(url: string, onData: (got: string) => void, until: (got: string) => boolean = () => false) {
     const u = new URL(url);
