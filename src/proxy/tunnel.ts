@@ -13,7 +13,7 @@ import { upstreamTlsContext } from './tls-context.js';
 import { authority, openTunnel } from './egress.js';
 import { safePath } from './routes.js';
 import { serverName, upstreamLookup } from './lookup.js';
-import { peerAddress, sharedRead, UpstreamTimeout, type Origin } from './upstream.js';
+import { peerAddress, sharedRead, UpstreamTimeout, writeQueueSize, type Origin } from './upstream.js';
 import type { WsSession } from '../ws/session.js';
 
 /**
@@ -174,13 +174,15 @@ export class Tunnel {
   /**
    * The upstream socket's idle timeout, judged after this turn's reads, as the proxy's upstream
    * connections judge theirs (upstream.ts): after a stall of the process the timer fires before
-   * what arrived meanwhile is read. When the tunnel moved, the idle period starts again.
+   * what arrived meanwhile is read. When the tunnel moved (the upstream taking a part of a pending
+   * write counts), the idle period starts again.
    */
   private readonly idleDue = (): void => {
     const moves = this.upstreamMoves;
+    const queued = writeQueueSize(this.upstream!);
     setImmediate(() => {
       if (this.done) return;
-      if (this.upstreamMoves === moves) this.close(ERROR_TYPE.timeout);
+      if (this.upstreamMoves === moves && writeQueueSize(this.upstream!) === queued) this.close(ERROR_TYPE.timeout);
       else if (!this.upstream!.destroyed) this.upstream!.setTimeout(this.opts.idleTimeoutMs);
     });
   };

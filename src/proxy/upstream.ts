@@ -284,6 +284,14 @@ export class UpstreamClient {
   }
 }
 
+/**
+ * Bytes libuv still has to write on the socket (the handle's, as Node's own socket timeout reads
+ * it; TLS's too): a large request-body write shrinks it as the upstream reads.
+ */
+export function writeQueueSize(socket: net.Socket): number | undefined {
+  return (socket as unknown as { _handle?: { writeQueueSize?: number } })._handle?.writeQueueSize;
+}
+
 /** One upstream socket; carries one exchange at a time. */
 class Connection {
   exchange: Exchange | undefined;
@@ -303,7 +311,8 @@ class Connection {
   private pausedEarly = false;
   /**
    * Reads, request bytes written and drained, and resumes after backpressure: an idle timeout is
-   * dropped when one came after it fired (Node's socket timer counts writes as activity too).
+   * dropped when one came after it fired, or when the upstream took a part of a pending write
+   * (Node's socket timer counts both as activity too).
    */
   private moves = 0;
 
@@ -349,9 +358,11 @@ class Connection {
       // a starved CPU) as long as the timeout, the timer fires before the bytes that arrived
       // meanwhile are read. Judge after this turn's reads.
       const moves = this.moves;
+      const queued = writeQueueSize(socket);
       setImmediate(() => {
         if (this.exchange !== ex || socket.destroyed) return;
-        if (this.moves === moves) {
+        // A write the upstream takes a part of at a time shrinks libuv's queue with no event.
+        if (this.moves === moves && writeQueueSize(socket) === queued) {
           ex.fail(new UpstreamTimeout('idle'));
           return;
         }

@@ -1,6 +1,6 @@
 // The proxy's own HTTP/1.1 upstream client, at the wire: an upstream that
 // writes exact bytes (net.Server), and clients that read exact bytes.
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -1106,6 +1106,76 @@ describe('a stall of the process past a timeout', () => {
     // Cut by a timer set at the resume (no read re-armed it), not by the one that fired in the stall.
     expect(resumedAt).toBeDefined();
     expect(cut.at - resumedAt!).toBeGreaterThanOrEqual(750);
+  });
+
+  it('does not cut an exchange whose upstream took request body bytes while the process stalled past timeouts.idle (a pending write that shrank is the exchange moving)', async () => {
+    // The upstream must read while this process stalls: a child process. It answers on the head
+    // (full duplex), then leaves the body unread: on "arm" it says "now" 0.9 s later, on "read" it
+    // reads on and reports the body bytes it has.
+    const script = `
+      const head = ${JSON.stringify(SSE_HEAD + chunk(sse(1)))};
+      const srv = require('node:net').createServer((s) => {
+        let got = '';
+        const onHead = (d) => {
+          got += d.toString('latin1');
+          const at = got.indexOf('\\r\\n\\r\\n');
+          if (at < 0) return;
+          s.off('data', onHead);
+          s.pause();
+          s.write(head);
+          let body = got.length - at - 4;
+          process.stdin.on('data', (cmd) => {
+            if (String(cmd).startsWith('arm')) setTimeout(() => console.log('now'), 900);
+            else s.on('data', (d) => console.log(body += d.length)).resume();
+          });
+        };
+        s.on('data', onHead).on('error', () => {});
+      });
+      srv.listen(0, '127.0.0.1', () => console.log(srv.address().port));`;
+    const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
+    cleanups.push(async () => void child.kill());
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    while (!out.includes('\n')) await sleep(10);
+    const port = Number(out.split('\n')[0]);
+
+    const client = new UpstreamClient({ connectTimeoutMs: 2000 });
+    cleanups.push(async () => client.close());
+    const size = 64 << 20; // one write that the socket buffers take only a part of
+    let ex: Exchange | undefined;
+    let drainedAt: number | undefined;
+    let held = false;
+    let stalled = false;
+    child.stdout!.on('data', (d: Buffer) => {
+      if (stalled || !d.toString().includes('now')) return;
+      stalled = true;
+      // The socket's idle timer fired once at 0.8 s and Node let it pass: the write had moved
+      // since it was made. Nothing moved since, and this stall runs past its second expiry.
+      child.stdin!.write('read\n'); // the upstream reads on, while this process stalls
+      blockFor(1300);
+    });
+    const cut = await new Promise<{ err: Error | undefined; at: number }>((resolve) => {
+      const done = (err?: Error) => resolve({ err, at: performance.now() });
+      ex = client.request({ protocol: 'http:', host: '127.0.0.1', port }, 'POST', '/', ['host', 'x', 'content-length', String(size)], 'length', {
+        onHead: () => ex!.setIdleTimeout(800),
+        onData: () => {
+          if (held) return;
+          held = !ex!.write(Buffer.alloc(size, 120));
+          ex!.whenDrained(() => (drainedAt = performance.now()));
+          child.stdin!.write('arm\n');
+        },
+        onEnd: () => done(),
+        onError: done,
+      });
+      setTimeout(() => done(new Error('not cut within 8 s')), 8000).unref();
+    });
+    expect(held).toBe(true);
+    expect(stalled).toBe(true);
+    expect(cut.err?.message).toBe('upstream idle timeout');
+    expect(out.trim().split('\n').at(-1)).toBe(String(size)); // the whole body reached the upstream
+    // Cut once the upstream had it all and then sent nothing for the idle period.
+    expect(drainedAt).toBeDefined();
+    expect(cut.at - drainedAt!).toBeGreaterThanOrEqual(750);
   });
 
   /** Opens a WebSocket tunnel by hand; resolves when `until` holds for what came back, when the proxy closed it, or after 5 s. */
