@@ -16,7 +16,7 @@ import https from 'node:https';
 import os from 'node:os';
 import path from 'node:path';
 import { cpuMsOf, pathDefs } from './lib/paths.mjs';
-import { arg, epoch, killPathsOnExit, scenarios, until } from './lib/focused.mjs';
+import { arg, shared, killPathsOnExit, scenarios, until } from './lib/focused.mjs';
 import { agg, fmt, fmtAgg, quant } from './lib/stats.mjs';
 
 const REPS = Number(arg('reps', '3'));
@@ -49,7 +49,7 @@ const emitterPort = emitter.address().port;
 const emitterUrl = `https://localhost:${emitterPort}`;
 
 async function emit(streams, delta, events) {
-  const t0 = epoch() + 20;
+  const t0 = shared() + 20;
   for (let k = 0; k < events; k++) {
     const due = t0 + k * delta;
     await until(due);
@@ -76,7 +76,7 @@ async function run(url, { delta, streams, events }, agent) {
           let next = 0;
           res.setEncoding('utf8');
           res.on('data', (d) => {
-            const at = epoch();
+            const at = shared();
             buf += d;
             let j;
             while ((j = buf.indexOf('\n\n')) !== -1) {

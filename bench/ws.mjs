@@ -15,7 +15,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { WebSocket, WebSocketServer } from 'ws';
 import { children, cpuMsOf, freePort, killAllSync, pathDefs } from './lib/paths.mjs';
-import { arg, epoch, killPathsOnExit, scenarios, sleep, until } from './lib/focused.mjs';
+import { arg, shared, killPathsOnExit, scenarios, sleep, until } from './lib/focused.mjs';
 import { agg, fmt, fmtAgg, quant } from './lib/stats.mjs';
 
 const REPS = Number(arg('reps', '3'));
@@ -46,12 +46,12 @@ wss.on('connection', (ws, req) => {
 
 /** Writes every delta of the run on the shared clock; returns the emitter's lateness p99 (ms). */
 async function emit(sessions, delta, messages) {
-  const t0 = epoch() + 20;
+  const t0 = shared() + 20;
   const late = [];
   for (let k = 0; k < messages; k++) {
     const due = t0 + k * delta;
     await until(due);
-    late.push(epoch() - due);
+    late.push(shared() - due);
     for (const s of sessions) s.ws.send(payload(s.i, k, due));
   }
   for (const s of sessions) s.ws.send(JSON.stringify({ type: 'response.done', response: { id: `r${s.i}`, status: 'completed', usage: { output_tokens: messages } } }));
@@ -71,7 +71,7 @@ async function run(url, { delta, sessions, messages }) {
     c.done = new Promise((resolve, reject) => {
       ws.on('error', reject);
       ws.on('message', (d) => {
-        const at = epoch();
+        const at = shared();
         const s = d.toString();
         if (s.startsWith('{"type":"response.output_text.delta"')) {
           const m = /"sched":([\d.]+),"delta":" tok(\d+)"\}$/.exec(s);

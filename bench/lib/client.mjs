@@ -5,7 +5,7 @@
 import http from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { SseSplitter, placeEvent, buildRequestBody, tagOf } from './sse.mjs';
-import { origin } from './clock.mjs'; // origin + performance.now(): the clock the bench's processes share ("epoch ms")
+import { origin } from './clock.mjs'; // origin + performance.now(): the clock the bench's processes share ("shared ms")
 const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 2048 });
 // Every request carries a tag of its own (the body's `user` field, which the emitter reads
 // back): a path that hands one request's stream to another client (a pooled-connection mix-up)
@@ -216,7 +216,7 @@ function tailShape(lat, latTick, n, p99) {
   return { p99, events, ticks: ticks.size, ticksTotal: n, first3 };
 }
 
-// Where each first event's time went, on the shared epoch clock: the request leg (client
+// Where each first event's time went, on the shared clock: the request leg (client
 // start -> the emitter has the request) and the response leg (the emitter writes event 1 ->
 // the client has it); the emitter's own wait and lateness are in neither. A leg over
 // STALL_MS is counted as stalled: their p50s are 0.1-0.8 ms, and on this VM a woken process
@@ -241,7 +241,7 @@ function ttftLegShape(legs) {
 }
 
 function analyze(m) {
-  // m.t0BySid: sid -> epoch ms of due(1); m.delta: ms; m.window: [from, to] epoch ms (events arrived in it are counted)
+  // m.t0BySid: sid -> shared ms of due(1); m.delta: ms; m.window: [from, to] shared ms (events arrived in it are counted)
   const { recs } = last;
   const n = last.m.n;
   const lat = [];
@@ -418,7 +418,7 @@ async function holdWait(m) {
 
 async function cancelRun(m) {
   // Open m.c streams; each aborts after a random number of content events
-  // in [m.minEvents, m.maxEvents]. Returns sid -> abort time (epoch ms).
+  // in [m.minEvents, m.maxEvents]. Returns sid -> abort time (shared ms).
   const aborts = {};
   const recs = [];
   for (let i = 0; i < m.c; i++) {
@@ -451,7 +451,6 @@ process.on('message', async (m) => {
     else if (m.cmd === 'hold') res = await holdOpen(m);
     else if (m.cmd === 'holdWait') res = await holdWait(m);
     else if (m.cmd === 'cancel') res = await cancelRun(m);
-    else if (m.cmd === 'clock') res = { now: origin + performance.now() };
     else if (m.cmd === 'dropIdle') res = { dropped: dropIdle() };
     else if (m.cmd === 'exit') process.exit(0);
     else res = { error: 'unknown cmd ' + m.cmd };

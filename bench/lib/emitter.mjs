@@ -14,8 +14,8 @@ import { performance } from 'node:perf_hooks';
 import { roleEvent, contentEvent, usageEvent, DONE_EVENT, parseTag } from './sse.mjs';
 import { origin } from './clock.mjs';
 
-/** performance.now() `t` on the clock the bench's processes share ("epoch ms" below; clock.mjs). */
-const epoch = (t) => origin + t;
+/** performance.now() `t` on the clock the bench's processes share ("shared ms" below; clock.mjs). */
+const toShared = (t) => origin + t;
 
 let sidCounter = 0;
 let cfg = { mode: 'staggered', delta: 20, n: 3, ttft: 10, expected: 0, lead: 25 };
@@ -29,12 +29,12 @@ function newRun() {
     streams: [],
     lateness: [], // ms, one per content event written
     t0: null, // batched: shared perf-time t0
-    closes: new Map(), // sid -> epoch ms of premature close
+    closes: new Map(), // sid -> shared ms of premature close
     cpu0: process.cpuUsage(),
-    arrivals: new Map(), // sid -> epoch ms of request arrival
-    t0BySid: new Map(), // sid -> epoch ms of due(1)
-    sent1BySid: new Map(), // sid -> epoch ms at which event 1 was written
-    sentLastBySid: new Map(), // sid -> epoch ms at which event n was written
+    arrivals: new Map(), // sid -> shared ms of request arrival
+    t0BySid: new Map(), // sid -> shared ms of due(1)
+    sent1BySid: new Map(), // sid -> shared ms at which event 1 was written
+    sentLastBySid: new Map(), // sid -> shared ms at which event n was written
     tagBySid: new Map(), // sid -> the client's tag for the request that opened it
   };
 }
@@ -51,7 +51,7 @@ function startStream(req, res, tag) {
   res.flushHeaders();
   res.write(roleEvent(sid));
   const s = { sid, res, k: 1, n: cfg.n, delta: cfg.delta, t0: Infinity, done: false, arrival: now };
-  run.arrivals.set(sid, epoch(now));
+  run.arrivals.set(sid, toShared(now));
   res.on('close', () => {
     if (!s.done) {
       s.done = true;
@@ -61,7 +61,7 @@ function startStream(req, res, tag) {
   run.streams.push(s);
   if (cfg.mode === 'staggered' || cfg.mode === 'cancel') {
     s.t0 = now + cfg.ttft;
-    run.t0BySid.set(sid, epoch(s.t0));
+    run.t0BySid.set(sid, toShared(s.t0));
     active.push(s);
     kick();
   } else if (cfg.mode === 'batched') {
@@ -69,7 +69,7 @@ function startStream(req, res, tag) {
     if (run.t0 !== null) {
       // late stream (the batch already started without it): joins the ticks
       s.t0 = run.t0;
-      run.t0BySid.set(sid, epoch(s.t0));
+      run.t0BySid.set(sid, toShared(s.t0));
       kick();
     } else if (run.streams.length === cfg.expected) startBatch();
     else if (run.streams.length === 1) {
@@ -92,7 +92,7 @@ function startBatch() {
   for (const s of run.streams) {
     if (s.t0 === Infinity) {
       s.t0 = t0;
-      run.t0BySid.set(s.sid, epoch(t0));
+      run.t0BySid.set(s.sid, toShared(t0));
     }
   }
   kick();
@@ -128,8 +128,8 @@ function loop() {
       s.res.write(contentEvent(s.sid, s.k));
       // When the upstream sent its first and last token: the truth the proxy's TTFT and
       // ITL should match, less the loopback hop (bench/README.md, figure 7).
-      if (s.k === 1) run.sent1BySid.set(s.sid, epoch(now));
-      if (s.k === s.n) run.sentLastBySid.set(s.sid, epoch(now));
+      if (s.k === 1) run.sent1BySid.set(s.sid, toShared(now));
+      if (s.k === s.n) run.sentLastBySid.set(s.sid, toShared(now));
       s.k++;
       due = s.t0 + (s.k - 1) * s.delta;
     }
@@ -221,7 +221,6 @@ process.on('message', (m) => {
       streams: run.streams.length,
       unfinished: run.streams.filter((s) => !s.done).length,
       startedIncomplete: run.startedIncomplete ?? null,
-      t0Epoch: run.t0 === null ? null : epoch(run.t0),
       t0BySid: Object.fromEntries(run.t0BySid),
       sent1BySid: Object.fromEntries(run.sent1BySid),
       sentLastBySid: Object.fromEntries(run.sentLastBySid),

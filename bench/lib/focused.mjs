@@ -16,14 +16,14 @@ export function scenarios(dflt) {
     });
 }
 
-/** The clock the emitter and the client share (CLOCK_MONOTONIC ms, clock.mjs). */
-export const epoch = shared;
+/** The clock the emitter and the client share (CLOCK_MONOTONIC ms). */
+export { shared };
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-/** Resolves at `due` (epoch ms): a timer to within 1.5 ms of it, then one loop turn at a time. */
+/** Resolves at `due` (shared-clock ms): a timer to within 1.5 ms of it, then one loop turn at a time. */
 export async function until(due) {
   for (;;) {
-    const now = epoch();
+    const now = shared();
     if (now >= due) return;
     if (due - now > 1.5) await sleep(due - now - 1);
     else await new Promise((r) => setImmediate(r));
