@@ -284,12 +284,22 @@ export class UpstreamClient {
   }
 }
 
+interface QueueHandle {
+  writeQueueSize?: number;
+  /** A TLS handle's: the stream handle it writes its encrypted output to. */
+  _parent?: QueueHandle;
+}
+
 /**
- * Bytes libuv still has to write on the socket (the handle's, as Node's own socket timeout reads
- * it; TLS's too): a large request-body write shrinks it as the upstream reads.
+ * Bytes the socket's handle still has to write, as Node's own socket timeout reads them: a large
+ * request-body write shrinks it as the upstream reads. Over TLS that count holds the encrypted
+ * output until the TCP write under it completes whole, so the TCP handle's count is added: each
+ * only shrinks as the upstream takes bytes (TLS hands bytes on to TCP once TCP's previous write
+ * is done), so the sum changes whenever either moved.
  */
 export function writeQueueSize(socket: net.Socket): number | undefined {
-  return (socket as unknown as { _handle?: { writeQueueSize?: number } })._handle?.writeQueueSize;
+  const h = (socket as unknown as { _handle?: QueueHandle | null })._handle;
+  return h == null ? undefined : (h.writeQueueSize ?? 0) + (h._parent?.writeQueueSize ?? 0);
 }
 
 /** One upstream socket; carries one exchange at a time. */

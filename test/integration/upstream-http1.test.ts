@@ -17,6 +17,7 @@ import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { UpstreamClient, type Exchange } from '../../src/proxy/upstream.js';
+import { upstreamTlsContext } from '../../src/proxy/tls-context.js';
 import { buildConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { startProxy } from '../../src/main.js';
@@ -1060,23 +1061,30 @@ describe('a stall of the process past a timeout', () => {
     expect(lines.map((l) => [l.msg, l.err])).toEqual([['upstream stream failed mid-body', 'upstream idle timeout']]);
   });
 
+  /**
+   * A loopback pair: `kick()` has `onKick` run in the poll phase of a later loop turn, where a
+   * socket's events come; a stall begun there is followed by the timers, then the reads.
+   */
+  async function loopbackKick(onKick: () => void): Promise<() => void> {
+    const server = net.createServer((s) => s.on('data', onKick));
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const sock = net.connect((server.address() as AddressInfo).port, '127.0.0.1');
+    await new Promise<void>((r) => sock.once('connect', () => r()));
+    cleanups.push(() => new Promise<void>((r) => (sock.destroy(), server.close(() => r()))));
+    return () => void sock.write('x');
+  }
+
   it('does not cut an exchange whose reader took up its backpressure while the process stalled past timeouts.idle (a resume is the exchange moving), and starts its idle period anew', async () => {
     const up = await wireUpstream((sock) => void sock.write(SSE_HEAD + chunk(sse(1)))); // then silence: no end
-    // A loopback pair in for the client's socket: its read, queued during the stall, is the
+    // The kick stands in for the client's socket: its read, queued during the stall, is the
     // 'drain' on which the forwarder resumes the exchange. It comes in the poll phase after the
     // timers, so after the idle timer fired and before the timeout is judged.
     let ex: Exchange | undefined;
     let resumedAt: number | undefined;
-    const drainer = net.createServer((s) =>
-      s.on('data', () => {
-        resumedAt = performance.now();
-        ex!.resume();
-      }),
-    );
-    await new Promise<void>((r) => drainer.listen(0, '127.0.0.1', r));
-    const kick = net.connect((drainer.address() as AddressInfo).port, '127.0.0.1');
-    await new Promise<void>((r) => kick.once('connect', () => r()));
-    cleanups.push(() => new Promise<void>((r) => (kick.destroy(), drainer.close(() => r()))));
+    const kick = await loopbackKick(() => {
+      resumedAt = performance.now();
+      ex!.resume();
+    });
 
     const client = new UpstreamClient({ connectTimeoutMs: 2000 });
     cleanups.push(async () => client.close());
@@ -1092,7 +1100,7 @@ describe('a stall of the process past a timeout', () => {
           if (stalled) return;
           stalled = true;
           ex!.pause(); // as the forwarder does when the client's buffer is full
-          kick.write('x'); // the client reads what it was sent, while this process stalls
+          kick(); // the client reads what it was sent, while this process stalls
           blockFor(1300); // the last read from the upstream was just before this: its idle timer expires here
         },
         onEnd: () => done(),
@@ -1108,13 +1116,14 @@ describe('a stall of the process past a timeout', () => {
     expect(cut.at - resumedAt!).toBeGreaterThanOrEqual(750);
   });
 
-  it('does not cut an exchange whose upstream took request body bytes while the process stalled past timeouts.idle (a pending write that shrank is the exchange moving)', async () => {
+  it.each(['http', 'https'] as const)('does not cut an exchange whose upstream took request body bytes while the process stalled past timeouts.idle (a pending write that shrank is the exchange moving): %s', async (scheme) => {
     // The upstream must read while this process stalls: a child process. It answers on the head
-    // (full duplex), then leaves the body unread: on "arm" it says "now" 0.9 s later, on "read" it
-    // reads on and reports the body bytes it has.
+    // (full duplex), leaves the body unread until told to read, then reports the body bytes it has.
     const script = `
+      const fs = require('node:fs');
+      const [key, cert] = process.argv.slice(1);
       const head = ${JSON.stringify(SSE_HEAD + chunk(sse(1)))};
-      const srv = require('node:net').createServer((s) => {
+      const serve = (s) => {
         let got = '';
         const onHead = (d) => {
           got += d.toString('latin1');
@@ -1124,20 +1133,27 @@ describe('a stall of the process past a timeout', () => {
           s.pause();
           s.write(head);
           let body = got.length - at - 4;
-          process.stdin.on('data', (cmd) => {
-            if (String(cmd).startsWith('arm')) setTimeout(() => console.log('now'), 900);
-            else s.on('data', (d) => console.log(body += d.length)).resume();
-          });
+          process.stdin.once('data', () => s.on('data', (d) => console.log(body += d.length)).resume());
         };
         s.on('data', onHead).on('error', () => {});
-      });
+      };
+      const srv = key
+        ? require('node:tls').createServer({ key: fs.readFileSync(key), cert: fs.readFileSync(cert) }, serve)
+        : require('node:net').createServer(serve);
       srv.listen(0, '127.0.0.1', () => console.log(srv.address().port));`;
-    const child = spawn(process.execPath, ['-e', script], { stdio: ['pipe', 'pipe', 'inherit'] });
-    cleanups.push(async () => void child.kill());
+    const files = scheme === 'https' ? selfSigned() : undefined;
+    // The in-process client trusts the certificate as NODE_EXTRA_CA_CERTS would make it.
+    if (files) upstreamTlsContext().context.addCACert(fs.readFileSync(files.cert));
+    const child = spawn(process.execPath, ['-e', script, ...(files ? [files.key, files.cert] : [])], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    child.on('error', () => {});
+    cleanups.push(async () => (child.kill(), await exited));
     let out = '';
     child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-    while (!out.includes('\n')) await sleep(10);
+    const listening = Date.now() + 10_000;
+    while (!out.includes('\n') && Date.now() < listening) await sleep(10);
     const port = Number(out.split('\n')[0]);
+    expect(port).toBeGreaterThan(0);
 
     const client = new UpstreamClient({ connectTimeoutMs: 2000 });
     cleanups.push(async () => client.close());
@@ -1146,28 +1162,29 @@ describe('a stall of the process past a timeout', () => {
     let drainedAt: number | undefined;
     let held = false;
     let stalled = false;
-    child.stdout!.on('data', (d: Buffer) => {
-      if (stalled || !d.toString().includes('now')) return;
+    // At 0.8 s the socket's idle timer fired and Node let it pass: the write it had on record was
+    // the whole 64 MiB, and what was left of it is less. At 0.9 s this stall begins, and runs
+    // past the timer's next expiry, with nothing written since.
+    const kick = await loopbackKick(() => {
       stalled = true;
-      // The socket's idle timer fired once at 0.8 s and Node let it pass: the write had moved
-      // since it was made. Nothing moved since, and this stall runs past its second expiry.
       child.stdin!.write('read\n'); // the upstream reads on, while this process stalls
       blockFor(1300);
     });
     const cut = await new Promise<{ err: Error | undefined; at: number }>((resolve) => {
       const done = (err?: Error) => resolve({ err, at: performance.now() });
-      ex = client.request({ protocol: 'http:', host: '127.0.0.1', port }, 'POST', '/', ['host', 'x', 'content-length', String(size)], 'length', {
+      const origin = { protocol: `${scheme}:`, host: files ? 'localhost' : '127.0.0.1', port };
+      ex = client.request(origin, 'POST', '/', ['host', 'x', 'content-length', String(size)], 'length', {
         onHead: () => ex!.setIdleTimeout(800),
         onData: () => {
           if (held) return;
           held = !ex!.write(Buffer.alloc(size, 120));
           ex!.whenDrained(() => (drainedAt = performance.now()));
-          child.stdin!.write('arm\n');
+          setTimeout(kick, 900);
         },
         onEnd: () => done(),
         onError: done,
       });
-      setTimeout(() => done(new Error('not cut within 8 s')), 8000).unref();
+      setTimeout(() => done(new Error('not cut within 10 s')), 10_000).unref();
     });
     expect(held).toBe(true);
     expect(stalled).toBe(true);
