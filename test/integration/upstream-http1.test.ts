@@ -1248,6 +1248,62 @@ describe('a stall of the process past a timeout', () => {
     expect(lines.map((l) => l.msg)).toEqual([]);
   });
 
+  it('does not close a WebSocket tunnel whose client took up its backpressure while the process stalled past timeouts.idle, and still closes it when the tunnel then goes quiet', async () => {
+    // The upstream sends more than the socket buffers hold; the client, a child process so that
+    // it can read while this process stalls, reads nothing until told, then everything.
+    const total = 16 << 20;
+    const piece = Buffer.alloc(64 * 1024, 'x');
+    let progress: Progress | undefined;
+    const up = await wireUpstream((sock) => {
+      sock.write(SWITCH);
+      progress = pump(sock, total, () => piece);
+    });
+    const { lines } = await proxyWithLog(up.url, { idle: 0.8 });
+    const script = `
+      const s = require('node:net').connect(Number(process.argv[1]), '127.0.0.1', () =>
+        s.write('GET /ws HTTP/1.1\\r\\nHost: h\\r\\nConnection: Upgrade\\r\\nUpgrade: websocket\\r\\nSec-WebSocket-Version: 13\\r\\nSec-WebSocket-Key: ${Buffer.alloc(16, 7).toString('base64')}\\r\\n\\r\\n'));
+      s.pause();
+      s.on('error', () => {});
+      let got = 0;
+      process.stdin.once('data', () => s.on('data', (d) => (got += d.length)).resume());
+      s.on('close', () => console.log(got));`;
+    const child = spawn(process.execPath, ['-e', script, new URL(proxy!.proxyUrl).port], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    child.on('error', () => {});
+    cleanups.push(async () => (child.kill(), await exited));
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+
+    // The tunnel stops reading the upstream once the client's socket is full: the upstream's
+    // writes then stop moving. The stall begins 0.25 s later, before the tunnel's idle timer
+    // (0.8 s from its last read of the upstream) expires, and runs past it.
+    let stalled = false;
+    const kick = await loopbackKick(() => {
+      stalled = true;
+      child.stdin!.write('read\n'); // the client reads what it was sent, while this process stalls
+      blockFor(1300);
+    });
+    let seen = -1;
+    let still = 0;
+    const watch = setInterval(() => {
+      if (progress === undefined || progress.done) return;
+      still = progress.written === seen ? still + 50 : 0;
+      seen = progress.written;
+      if (still < 250) return;
+      clearInterval(watch);
+      kick();
+    }, 50);
+    cleanups.push(async () => clearInterval(watch));
+    const deadline = Date.now() + 15_000;
+    while (!out.includes('\n') && Date.now() < deadline) await sleep(20);
+    expect(stalled).toBe(true);
+    // Every byte reached the client (a close at the stall would have cut the flood short), then
+    // the quiet tunnel was closed by the idle timeout.
+    expect(Number(out.trim())).toBe(SWITCH.length + total);
+    expect(progress?.done).toBe(true);
+    expect(lines.map((l) => l.msg)).toEqual([]);
+  });
+
   it('does not answer a WebSocket upgrade 504 when the 101 arrived while the process stalled past timeouts.response', async () => {
     let stalled = false;
     const up = await wireUpstream((sock) => {
