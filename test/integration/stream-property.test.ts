@@ -1,6 +1,8 @@
-// Generated OpenAI Chat streams through the proxy: any line ending, `data:` with or without its
-// space, comment events between, usage or not, any body framing, cut at generated points and
-// written a millisecond apart. The client gets the body unchanged; the proxy counts exactly the
+// Generated streams of five APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
+// JSON array, Ollama NDJSON)
+// through the proxy: any line ending, `data:` and `event:` with or without their space, comment
+// events between, usage or not (Chat), any body framing, cut at generated points and written a
+// millisecond apart. The client gets the body unchanged; the proxy counts exactly the
 // content events (or the usage), and its TTFT and gap sums lie within what the upstream's writes
 // and the client's reads allow, on the one clock they share.
 import fc from 'fast-check';
@@ -18,49 +20,116 @@ const MODEL = 'prop-model';
 const EPS = 1e-6;
 
 interface Plan {
+  path: string;
+  request: object;
+  contentType: string;
   body: Buffer;
-  /** Offset just past each content event's blank line, in body bytes. */
-  contentEnds: number[];
+  /**
+   * For each content event, the body offsets between which it is complete: just past its blank
+   * line's CR and just past its LF, as the proxy may take a CRLF; else both just past its end.
+   */
+  contentEnds: [earliest: number, latest: number][];
   tokens: number;
+  /** The count is the provider's (usage), not the number of content events. */
   usage: boolean;
   framing: 'chunked' | 'length' | 'close';
   pieces: Buffer[];
 }
 
 const genArb = fc.record({
+  api: fc.constantFrom('chat' as const, 'anthropic' as const, 'responses' as const, 'gemini' as const, 'gemini-array' as const, 'ollama' as const),
   eol: fc.constantFrom('\n', '\r\n', '\r'),
   space: fc.boolean(),
-  texts: fc.array(fc.string({ minLength: 1, maxLength: 8, unit: fc.constantFrom('a', 'é', '°', '中', '😀', '"', '\\', '\n', ' ') }), { minLength: 1, maxLength: 20 }),
+  texts: fc.array(fc.string({ minLength: 1, maxLength: 8, unit: fc.constantFrom('a', 'é', '°', '中', '😀', '"', '\\', '\n', ' ', '{', '}', ']', ',') }), { minLength: 1, maxLength: 20 }),
   comments: fc.array(fc.boolean(), { maxLength: 24 }),
+  /** Tokens beyond one per content event in the provider's count; none: no count (Chat only). */
   usage: fc.option(fc.integer({ min: 0, max: 5 }), { nil: undefined }),
   framing: fc.constantFrom('chunked' as const, 'length' as const, 'close' as const),
   cuts: fc.array(fc.nat(), { maxLength: 12 }),
 });
 type Gen = typeof genArb extends fc.Arbitrary<infer T> ? T : never;
 
+/** The request and the answer `g` describes, in its API's wire format. */
 function render(g: Gen): Plan {
   const parts: string[] = [];
-  const contentEnds: number[] = [];
+  const contentEnds: [number, number][] = [];
   let at = 0;
   let i = 0;
-  const event = (data: string, content = false) => {
-    if (g.comments[i++ % Math.max(g.comments.length, 1)]) push(`: keep-alive${g.eol}${g.eol}`);
-    push(`data:${g.space ? ' ' : ''}${data}${g.eol}${g.eol}`);
-    if (content) contentEnds.push(at);
-  };
   const push = (s: string) => {
     parts.push(s);
     at += Buffer.byteLength(s);
   };
-  const chunk = (delta: object) => JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta, finish_reason: null }] });
-  event(chunk({ role: 'assistant', content: '' }));
-  for (const t of g.texts) event(chunk({ content: t }), true);
-  event(JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }));
-  const tokens = g.usage === undefined ? g.texts.length : g.texts.length + g.usage;
-  if (g.usage !== undefined) event(JSON.stringify({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [], usage: { prompt_tokens: 5, completion_tokens: tokens, total_tokens: 5 + tokens } }));
-  event('[DONE]');
+  /** An SSE event (a comment event before it, as `g.comments` says); `content` when it carries output. */
+  const event = (data: object | string, content = false, type?: string) => {
+    if (g.comments[i++ % Math.max(g.comments.length, 1)]) push(`: keep-alive${g.eol}${g.eol}`);
+    if (type !== undefined) push(`event:${g.space ? ' ' : ''}${type}${g.eol}`);
+    push(`data:${g.space ? ' ' : ''}${typeof data === 'string' ? data : JSON.stringify(data)}${g.eol}${g.eol}`);
+    if (content) contentEnds.push([g.eol === '\r\n' ? at - 1 : at, at]);
+  };
+  const k = g.texts.length;
+  const usage = g.api !== 'chat' || g.usage !== undefined;
+  const tokens = k + (g.usage ?? 0);
+  const messages = [{ role: 'user', content: 'x' }];
+  let path = '/v1/chat/completions';
+  let request: object = { model: MODEL, stream: true, messages };
+  let contentType = 'text/event-stream';
+  if (g.api === 'chat') {
+    const chunk = (delta: object) => ({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta, finish_reason: null }] });
+    event(chunk({ role: 'assistant', content: '' }));
+    for (const t of g.texts) event(chunk({ content: t }), true);
+    event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
+    if (usage) event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [], usage: { prompt_tokens: 5, completion_tokens: tokens, total_tokens: 5 + tokens } });
+    event('[DONE]');
+  } else if (g.api === 'anthropic') {
+    path = '/v1/messages';
+    request = { model: MODEL, stream: true, max_tokens: 100, messages };
+    const e = (type: string, data: object, content = false) => event({ type, ...data }, content, type);
+    e('message_start', { message: { id: 'm', type: 'message', role: 'assistant', model: MODEL, content: [], stop_reason: null, usage: { input_tokens: 5, output_tokens: 1 } } });
+    e('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
+    e('ping', {});
+    for (const t of g.texts) e('content_block_delta', { index: 0, delta: { type: 'text_delta', text: t } }, true);
+    e('content_block_stop', { index: 0 });
+    e('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: tokens } });
+    e('message_stop', {});
+  } else if (g.api === 'responses') {
+    path = '/v1/responses';
+    request = { model: MODEL, stream: true, input: 'x' };
+    const e = (type: string, data: object, content = false) => event({ type, ...data }, content, type);
+    e('response.created', { response: { id: 'r', object: 'response', model: MODEL, status: 'in_progress' } });
+    for (const t of g.texts) e('response.output_text.delta', { item_id: 'i', output_index: 0, content_index: 0, delta: t }, true);
+    e('response.completed', { response: { id: 'r', object: 'response', model: MODEL, status: 'completed', usage: { input_tokens: 5, output_tokens: tokens, total_tokens: 5 + tokens } } });
+  } else if (g.api === 'gemini') {
+    path = `/v1beta/models/${MODEL}:streamGenerateContent?alt=sse`;
+    request = { contents: [{ role: 'user', parts: [{ text: 'x' }] }] };
+    const candidate = (text: string, extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0, ...extra }], modelVersion: MODEL });
+    for (const t of g.texts) event(candidate(t), true);
+    event({ ...candidate('', { finishReason: 'STOP' }), usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } });
+  } else if (g.api === 'gemini-array') {
+    // Without alt=sse: one JSON array, each element an event once its closing brace is in.
+    path = `/v1beta/models/${MODEL}:streamGenerateContent`;
+    request = { contents: [{ role: 'user', parts: [{ text: 'x' }] }] };
+    contentType = 'application/json; charset=UTF-8';
+    const sep = g.eol === '\r' ? '\r\n' : g.eol;
+    const candidate = (text: string, extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0, ...extra }], modelVersion: MODEL });
+    g.texts.forEach((t, j) => {
+      push(`${j === 0 ? '[' : `${sep},${sep}`}${JSON.stringify(candidate(t), null, g.space ? 2 : undefined)}`);
+      contentEnds.push([at, at]);
+    });
+    push(`${sep},${sep}${JSON.stringify({ ...candidate('', { finishReason: 'STOP' }), usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } })}${sep}]`);
+  } else {
+    path = '/api/chat';
+    request = { model: MODEL, messages };
+    contentType = 'application/x-ndjson';
+    const eol = g.eol === '\r' ? '\n' : g.eol; // NDJSON lines end in LF
+    const line = (o: object, content = false) => {
+      push(JSON.stringify({ model: MODEL, created_at: '2026-12-04T00:00:00Z', ...o }) + eol);
+      if (content) contentEnds.push([at, at]); // a line ends at its LF
+    };
+    for (const t of g.texts) line({ message: { role: 'assistant', content: t }, done: false }, true);
+    line({ message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop', prompt_eval_count: 5, eval_count: tokens });
+  }
   const body = Buffer.from(parts.join(''));
-  return { body, contentEnds, tokens, usage: g.usage !== undefined, framing: g.framing, pieces: splitAt(body, g.cuts) };
+  return { path, request, contentType, body, contentEnds, tokens, usage, framing: g.framing, pieces: splitAt(body, g.cuts) };
 }
 
 let proxy: RunningProxy;
@@ -83,7 +152,7 @@ beforeAll(async () => {
       c.got = performance.now();
       const { plan } = c;
       const framing = plan.framing === 'chunked' ? 'transfer-encoding: chunked' : plan.framing === 'length' ? `content-length: ${plan.body.length}` : 'connection: close';
-      sock.write(`HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n${framing}\r\n\r\n`);
+      sock.write(`HTTP/1.1 200 OK\r\ncontent-type: ${plan.contentType}\r\n${framing}\r\n\r\n`);
       let end = 0;
       for (const p of plan.pieces) {
         await sleep(1);
@@ -114,15 +183,15 @@ function figures(s: Sample[]) {
   };
 }
 
-/** Sends the request; resolves with the decoded body and when each byte count was reached. */
-function request(): Promise<{ sent: number; body: Buffer; reads: { at: number; end: number }[] }> {
+/** Sends the plan's request; resolves with the decoded body and when each byte count was reached. */
+function request(plan: Plan): Promise<{ sent: number; body: Buffer; reads: { at: number; end: number }[] }> {
   const u = new URL(proxy.proxyUrl);
-  const payload = JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'x' }] });
+  const payload = JSON.stringify(plan.request);
   return new Promise((resolve, reject) => {
     const reads: { at: number; end: number }[] = [];
     const parts: Buffer[] = [];
     let end = 0;
-    const req = http.request({ host: u.hostname, port: u.port, path: '/v1/chat/completions', method: 'POST', agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (res) => {
+    const req = http.request({ host: u.hostname, port: u.port, path: plan.path, method: 'POST', agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (res) => {
       res.on('data', (d: Buffer) => {
         end += d.length;
         reads.push({ at: performance.now(), end }); // before: the proxy had it
@@ -138,13 +207,13 @@ function request(): Promise<{ sent: number; body: Buffer; reads: { at: number; e
 }
 
 describe('generated streams through the proxy', () => {
-  it('any line ending, comment, usage, framing and split: the body unchanged, every content event counted once, TTFT and gaps within what the wire allows', async () => {
+  it('any API, line ending, comment, usage, framing and split: the body unchanged, every content event counted once, TTFT and gaps within what the wire allows', async () => {
     await fc.assert(
       fc.asyncProperty(genArb, async (g) => {
         const plan = render(g);
         const before = figures(await scrape(proxy.metricsUrl));
         current = { plan, got: NaN, writes: [] };
-        const r = await request();
+        const r = await request(plan);
         expect(r.body.equals(plan.body)).toBe(true);
         // The stream is recorded when the proxy's exchange ends, just after the client's end.
         let now = figures(await scrape(proxy.metricsUrl));
@@ -164,13 +233,13 @@ describe('generated streams through the proxy', () => {
         const read = (end: number) => r.reads.find((x) => x.end >= end)!.at;
         const [first, last] = [plan.contentEnds[0]!, plan.contentEnds[k - 1]!];
         const ttft = now.ttft.sum - before.ttft.sum;
-        expect(ttft).toBeGreaterThanOrEqual((written(first) - current!.got) / 1000 - EPS);
-        expect(ttft).toBeLessThanOrEqual((read(first) - r.sent) / 1000 + EPS);
+        expect(ttft).toBeGreaterThanOrEqual((written(first[0]) - current!.got) / 1000 - EPS);
+        expect(ttft).toBeLessThanOrEqual((read(first[1]) - r.sent) / 1000 + EPS);
         const span = now.gaps.sum - before.gaps.sum;
-        expect(span).toBeGreaterThanOrEqual((written(last) - read(first)) / 1000 - EPS);
-        expect(span).toBeLessThanOrEqual((read(last) - written(first)) / 1000 + EPS);
+        expect(span).toBeGreaterThanOrEqual((written(last[0]) - read(first[1])) / 1000 - EPS);
+        expect(span).toBeLessThanOrEqual((read(last[1]) - written(first[0])) / 1000 + EPS);
       }),
-      { numRuns: 60 },
+      { numRuns: 100 },
     );
   });
 });
