@@ -1,5 +1,5 @@
-// Generated streams of five APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
-// JSON array, Ollama NDJSON)
+// Generated streams of six APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
+// JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream)
 // through the proxy: any line ending, `data:` and `event:` with or without their space, comment
 // events between, usage or not (Chat), any body framing, cut at generated points and written a
 // millisecond apart. The client gets the body unchanged; the proxy counts exactly the
@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { crc32 } from 'node:zlib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
@@ -37,7 +38,7 @@ interface Plan {
 }
 
 const genArb = fc.record({
-  api: fc.constantFrom('chat' as const, 'anthropic' as const, 'responses' as const, 'gemini' as const, 'gemini-array' as const, 'ollama' as const),
+  api: fc.constantFrom('chat' as const, 'anthropic' as const, 'responses' as const, 'gemini' as const, 'gemini-array' as const, 'ollama' as const, 'bedrock' as const),
   eol: fc.constantFrom('\n', '\r\n', '\r'),
   space: fc.boolean(),
   texts: fc.array(fc.string({ minLength: 1, maxLength: 8, unit: fc.constantFrom('a', 'é', '°', '中', '😀', '"', '\\', '\n', ' ', '{', '}', ']', ',') }), { minLength: 1, maxLength: 20 }),
@@ -49,15 +50,45 @@ const genArb = fc.record({
 });
 type Gen = typeof genArb extends fc.Arbitrary<infer T> ? T : never;
 
+/**
+ * An AWS event-stream frame (the wire format of Bedrock's streams), written here from the format's
+ * description rather than with the proxy's own encoder: string headers, CRC-32 of the prelude and
+ * of the whole frame.
+ */
+function eventStreamFrame(eventType: string, payload: string): Buffer {
+  const headers = Buffer.concat(
+    Object.entries({ ':event-type': eventType, ':content-type': 'application/json', ':message-type': 'event' }).map(([k, v]) => {
+      const value = Buffer.from(v);
+      const h = Buffer.alloc(1 + k.length + 3);
+      h.writeUInt8(k.length, 0);
+      h.write(k, 1, 'latin1');
+      h.writeUInt8(7, 1 + k.length); // string
+      h.writeUInt16BE(value.length, 2 + k.length);
+      return Buffer.concat([h, value]);
+    }),
+  );
+  const body = Buffer.from(payload);
+  const total = 12 + headers.length + body.length + 4;
+  const out = Buffer.alloc(total);
+  out.writeUInt32BE(total, 0);
+  out.writeUInt32BE(headers.length, 4);
+  out.writeUInt32BE(crc32(out.subarray(0, 8)), 8);
+  headers.copy(out, 12);
+  body.copy(out, 12 + headers.length);
+  out.writeUInt32BE(crc32(out.subarray(0, total - 4)), total - 4);
+  return out;
+}
+
 /** The request and the answer `g` describes, in its API's wire format. */
 function render(g: Gen): Plan {
-  const parts: string[] = [];
+  const parts: Buffer[] = [];
   const contentEnds: [number, number][] = [];
   let at = 0;
   let i = 0;
-  const push = (s: string) => {
-    parts.push(s);
-    at += Buffer.byteLength(s);
+  const push = (s: string | Buffer) => {
+    const b = Buffer.from(s);
+    parts.push(b);
+    at += b.length;
   };
   /** An SSE event (a comment event before it, as `g.comments` says); `content` when it carries output. */
   const event = (data: object | string, content = false, type?: string) => {
@@ -116,6 +147,19 @@ function render(g: Gen): Plan {
       contentEnds.push([at, at]);
     });
     push(`${sep},${sep}${JSON.stringify({ ...candidate('', { finishReason: 'STOP' }), usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } })}${sep}]`);
+  } else if (g.api === 'bedrock') {
+    path = `/model/${MODEL}/converse-stream`;
+    request = { messages: [{ role: 'user', content: [{ text: 'x' }] }] };
+    contentType = 'application/vnd.amazon.eventstream';
+    const frame = (type: string, payload: object, content = false) => {
+      push(eventStreamFrame(type, JSON.stringify({ ...payload, p: 'abcdefghij'.slice(0, 1 + (at % 10)) })));
+      if (content) contentEnds.push([at, at]);
+    };
+    frame('messageStart', { role: 'assistant' });
+    for (const t of g.texts) frame('contentBlockDelta', { contentBlockIndex: 0, delta: { text: t } }, true);
+    frame('contentBlockStop', { contentBlockIndex: 0 });
+    frame('messageStop', { stopReason: 'end_turn' });
+    frame('metadata', { metrics: { latencyMs: 100 }, usage: { inputTokens: 5, outputTokens: tokens, totalTokens: 5 + tokens } });
   } else {
     path = '/api/chat';
     request = { model: MODEL, messages };
@@ -128,7 +172,7 @@ function render(g: Gen): Plan {
     for (const t of g.texts) line({ message: { role: 'assistant', content: t }, done: false }, true);
     line({ message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop', prompt_eval_count: 5, eval_count: tokens });
   }
-  const body = Buffer.from(parts.join(''));
+  const body = Buffer.concat(parts);
   return { path, request, contentType, body, contentEnds, tokens, usage, framing: g.framing, pieces: splitAt(body, g.cuts) };
 }
 
@@ -239,7 +283,7 @@ describe('generated streams through the proxy', () => {
         expect(span).toBeGreaterThanOrEqual((written(last[0]) - read(first[1])) / 1000 - EPS);
         expect(span).toBeLessThanOrEqual((read(last[1]) - written(first[0])) / 1000 + EPS);
       }),
-      { numRuns: 100 },
+      { numRuns: 120 },
     );
   });
 });
