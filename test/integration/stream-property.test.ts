@@ -1,10 +1,11 @@
 // Generated streams of six APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
-// JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream)
-// through the proxy: any line ending, `data:` and `event:` with or without their space, comment
-// events between, usage or not (Chat), any body framing, cut at generated points and written a
-// millisecond apart. The client gets the body unchanged; the proxy counts exactly the
-// content events (or the usage), and its TTFT and gap sums lie within what the upstream's writes
-// and the client's reads allow, on the one clock they share.
+// JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream) through the proxy:
+// any line ending, `data:` and `event:` with or without their space, comment events between,
+// usage or not, any body framing, cut at generated points and written a millisecond apart. The
+// client gets the body unchanged; the proxy counts exactly the content events, takes the output
+// count from the usage, the events or nowhere as the API allows, and its TTFT and gap sums lie
+// within what the upstream's writes and the client's reads allow, on the one clock they share;
+// TPOT is their span over the count less one.
 import fc from 'fast-check';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
@@ -31,8 +32,8 @@ interface Plan {
    */
   contentEnds: [earliest: number, latest: number][];
   tokens: number;
-  /** The count is the provider's (usage), not the number of content events. */
-  usage: boolean;
+  /** Where the output count comes from: the provider's usage; counted content events; none (an API whose events carry several tokens, with no usage). */
+  source: 'usage' | 'events' | 'none';
   framing: 'chunked' | 'length' | 'close';
   pieces: Buffer[];
 }
@@ -43,7 +44,7 @@ const genArb = fc.record({
   space: fc.boolean(),
   texts: fc.array(fc.string({ minLength: 1, maxLength: 8, unit: fc.constantFrom('a', 'é', '°', '中', '😀', '"', '\\', '\n', ' ', '{', '}', ']', ',') }), { minLength: 1, maxLength: 20 }),
   comments: fc.array(fc.boolean(), { maxLength: 24 }),
-  /** Tokens beyond one per content event in the provider's count; none: no count (Chat only). */
+  /** Tokens beyond one per content event in the provider's count; undefined: the stream has no count. */
   usage: fc.option(fc.integer({ min: 0, max: 5 }), { nil: undefined }),
   framing: fc.constantFrom('chunked' as const, 'length' as const, 'close' as const),
   cuts: fc.array(fc.nat(), { maxLength: 12 }),
@@ -98,8 +99,10 @@ function render(g: Gen): Plan {
     if (content) contentEnds.push([g.eol === '\r\n' ? at - 1 : at, at]);
   };
   const k = g.texts.length;
-  const usage = g.api !== 'chat' || g.usage !== undefined;
+  const usage = g.usage !== undefined;
   const tokens = k + (g.usage ?? 0);
+  // Without usage, APIs whose events carry one token are counted; the others have no count.
+  const source = usage ? 'usage' : ['chat', 'responses', 'ollama'].includes(g.api) ? 'events' : 'none';
   const messages = [{ role: 'user', content: 'x' }];
   let path = '/v1/chat/completions';
   let request: object = { model: MODEL, stream: true, messages };
@@ -120,7 +123,7 @@ function render(g: Gen): Plan {
     e('ping', {});
     for (const t of g.texts) e('content_block_delta', { index: 0, delta: { type: 'text_delta', text: t } }, true);
     e('content_block_stop', { index: 0 });
-    e('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: tokens } });
+    e('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, ...(usage && { usage: { output_tokens: tokens } }) });
     e('message_stop', {});
   } else if (g.api === 'responses') {
     path = '/v1/responses';
@@ -128,13 +131,13 @@ function render(g: Gen): Plan {
     const e = (type: string, data: object, content = false) => event({ type, ...data }, content, type);
     e('response.created', { response: { id: 'r', object: 'response', model: MODEL, status: 'in_progress' } });
     for (const t of g.texts) e('response.output_text.delta', { item_id: 'i', output_index: 0, content_index: 0, delta: t }, true);
-    e('response.completed', { response: { id: 'r', object: 'response', model: MODEL, status: 'completed', usage: { input_tokens: 5, output_tokens: tokens, total_tokens: 5 + tokens } } });
+    e('response.completed', { response: { id: 'r', object: 'response', model: MODEL, status: 'completed', ...(usage && { usage: { input_tokens: 5, output_tokens: tokens, total_tokens: 5 + tokens } }) } });
   } else if (g.api === 'gemini') {
     path = `/v1beta/models/${MODEL}:streamGenerateContent?alt=sse`;
     request = { contents: [{ role: 'user', parts: [{ text: 'x' }] }] };
     const candidate = (text: string, extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0, ...extra }], modelVersion: MODEL });
     for (const t of g.texts) event(candidate(t), true);
-    event({ ...candidate('', { finishReason: 'STOP' }), usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } });
+    event({ ...candidate('', { finishReason: 'STOP' }), ...(usage && { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } }) });
   } else if (g.api === 'gemini-array') {
     // Without alt=sse: one JSON array, each element an event once its closing brace is in.
     path = `/v1beta/models/${MODEL}:streamGenerateContent`;
@@ -146,7 +149,7 @@ function render(g: Gen): Plan {
       push(`${j === 0 ? '[' : `${sep},${sep}`}${JSON.stringify(candidate(t), null, g.space ? 2 : undefined)}`);
       contentEnds.push([at, at]);
     });
-    push(`${sep},${sep}${JSON.stringify({ ...candidate('', { finishReason: 'STOP' }), usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } })}${sep}]`);
+    push(`${sep},${sep}${JSON.stringify({ ...candidate('', { finishReason: 'STOP' }), ...(usage && { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } }) })}${sep}]`);
   } else if (g.api === 'bedrock') {
     path = `/model/${MODEL}/converse-stream`;
     request = { messages: [{ role: 'user', content: [{ text: 'x' }] }] };
@@ -159,7 +162,7 @@ function render(g: Gen): Plan {
     for (const t of g.texts) frame('contentBlockDelta', { contentBlockIndex: 0, delta: { text: t } }, true);
     frame('contentBlockStop', { contentBlockIndex: 0 });
     frame('messageStop', { stopReason: 'end_turn' });
-    frame('metadata', { metrics: { latencyMs: 100 }, usage: { inputTokens: 5, outputTokens: tokens, totalTokens: 5 + tokens } });
+    frame('metadata', { metrics: { latencyMs: 100 }, ...(usage && { usage: { inputTokens: 5, outputTokens: tokens, totalTokens: 5 + tokens } }) });
   } else {
     path = '/api/chat';
     request = { model: MODEL, messages };
@@ -170,10 +173,10 @@ function render(g: Gen): Plan {
       if (content) contentEnds.push([at, at]); // a line ends at its LF
     };
     for (const t of g.texts) line({ message: { role: 'assistant', content: t }, done: false }, true);
-    line({ message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop', prompt_eval_count: 5, eval_count: tokens });
+    line({ message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop', ...(usage && { prompt_eval_count: 5, eval_count: tokens }) });
   }
   const body = Buffer.concat(parts);
-  return { path, request, contentType, body, contentEnds, tokens, usage, framing: g.framing, pieces: splitAt(body, g.cuts) };
+  return { path, request, contentType, body, contentEnds, tokens, source, framing: g.framing, pieces: splitAt(body, g.cuts) };
 }
 
 let proxy: RunningProxy;
@@ -222,8 +225,8 @@ function figures(s: Sample[]) {
     ttft: hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', f),
     gaps: hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f),
     out: total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' }),
-    usage: total(s, 'llm_proxy_streams_total', { ...f, token_count_source: 'usage', outcome: 'ok' }),
-    events: total(s, 'llm_proxy_streams_total', { ...f, token_count_source: 'events', outcome: 'ok' }),
+    tpot: hist(s, 'gen_ai_server_time_per_output_token_seconds', f),
+    streams: (['usage', 'events', 'none'] as const).map((source) => total(s, 'llm_proxy_streams_total', { ...f, token_count_source: source, outcome: 'ok' })),
   };
 }
 
@@ -260,16 +263,18 @@ describe('generated streams through the proxy', () => {
         const r = await request(plan);
         expect(r.body.equals(plan.body)).toBe(true);
         // The stream is recorded when the proxy's exchange ends, just after the client's end.
+        const recorded = (f: ReturnType<typeof figures>) => f.streams.reduce((a, b) => a + b);
         let now = figures(await scrape(proxy.metricsUrl));
-        for (let i = 0; i < 50 && now.ttft.count === before.ttft.count; i++) {
+        for (let i = 0; i < 50 && recorded(now) === recorded(before); i++) {
           await sleep(10);
           now = figures(await scrape(proxy.metricsUrl));
         }
         const k = plan.contentEnds.length;
         expect(now.ttft.count - before.ttft.count).toBe(1);
         expect(now.gaps.count - before.gaps.count).toBe(k - 1);
-        expect(now.out - before.out).toBe(plan.tokens);
-        expect([now.usage - before.usage, now.events - before.events]).toEqual(plan.usage ? [1, 0] : [0, 1]);
+        const counted = plan.source === 'usage' ? plan.tokens : plan.source === 'events' ? k : undefined;
+        expect(now.out - before.out).toBe(counted ?? 0);
+        expect(now.streams.map((n, j) => n - before.streams[j]!)).toEqual(['usage', 'events', 'none'].map((s) => (s === plan.source ? 1 : 0)));
 
         // The proxy saw event j complete after the upstream's write that completed it, and before
         // the client's read that did.
@@ -282,6 +287,10 @@ describe('generated streams through the proxy', () => {
         const span = now.gaps.sum - before.gaps.sum;
         expect(span).toBeGreaterThanOrEqual((written(last[0]) - read(first[1])) / 1000 - EPS);
         expect(span).toBeLessThanOrEqual((read(last[1]) - written(first[0])) / 1000 + EPS);
+        // TPOT = (last − first) / (output tokens − 1): the same span, when both are defined.
+        const tpot = counted !== undefined && k >= 2 && counted >= 2;
+        expect(now.tpot.count - before.tpot.count).toBe(tpot ? 1 : 0);
+        if (tpot) expect(Math.abs((now.tpot.sum - before.tpot.sum) * (counted - 1) - span)).toBeLessThanOrEqual(EPS * counted);
       }),
       { numRuns: 120 },
     );
