@@ -1254,9 +1254,13 @@ describe('a stall of the process past a timeout', () => {
     const total = 16 << 20;
     const piece = Buffer.alloc(64 * 1024, 'x');
     let progress: Progress | undefined;
+    let lastWriteAt: number | undefined;
     const up = await wireUpstream((sock) => {
       sock.write(SWITCH);
-      progress = pump(sock, total, () => piece);
+      progress = pump(sock, total, (offset) => {
+        if (offset + piece.length >= total) lastWriteAt = performance.now(); // written just after
+        return piece;
+      });
     });
     const { lines } = await proxyWithLog(up.url, { idle: 0.8 });
     const script = `
@@ -1295,12 +1299,16 @@ describe('a stall of the process past a timeout', () => {
     }, 50);
     cleanups.push(async () => clearInterval(watch));
     const deadline = Date.now() + 15_000;
-    while (!out.includes('\n') && Date.now() < deadline) await sleep(20);
+    let closedAt: number | undefined;
+    child.stdout!.on('data', () => (closedAt ??= performance.now())); // it prints once, on the close
+    while (closedAt === undefined && Date.now() < deadline) await sleep(20);
     expect(stalled).toBe(true);
     // Every byte reached the client (a close at the stall would have cut the flood short), then
-    // the quiet tunnel was closed by the idle timeout.
+    // the quiet tunnel was closed by the idle timeout: 0.8 s after the tunnel's last read of the
+    // upstream, which came after the upstream's last write.
     expect(Number(out.trim())).toBe(SWITCH.length + total);
     expect(progress?.done).toBe(true);
+    expect(closedAt! - lastWriteAt!).toBeGreaterThanOrEqual(750);
     expect(lines.map((l) => l.msg)).toEqual([]);
   });
 
