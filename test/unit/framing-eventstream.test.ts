@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { EventStreamDecoder, EventStreamError, encodeEventStreamFrame, type EventStreamEvent } from '../../src/sse/eventstream.js';
+import { rawFrame } from '../helpers/eventstream-frame.js';
 import { FIXTURE_DIR, fixture } from '../helpers/fixtures.js';
 
 function decodeAll(chunks: Buffer[]): EventStreamEvent[] {
@@ -59,7 +60,7 @@ describe('AWS event-stream decoder', () => {
     ]);
     const headersLen = frame.readUInt32BE(4);
     const headers = Buffer.concat([extra, frame.subarray(12, 12 + headersLen)]);
-    const rebuilt = encodeRaw(headers, frame.subarray(12 + headersLen, frame.length - 4));
+    const rebuilt = rawFrame(headers, frame.subarray(12 + headersLen, frame.length - 4));
     expect(decodeAll([rebuilt])).toEqual([{ type: 'metadata', data: '{}', id: undefined, messageType: 'event' }]);
   });
 
@@ -108,16 +109,3 @@ describe('AWS event-stream decoder', () => {
     expect(() => new EventStreamDecoder(() => undefined).push(tiny)).toThrow(/lengths/);
   });
 });
-
-import { crc32 } from 'node:zlib';
-function encodeRaw(headers: Buffer, payload: Buffer): Buffer {
-  const total = 12 + headers.length + payload.length + 4;
-  const out = Buffer.alloc(total);
-  out.writeUInt32BE(total, 0);
-  out.writeUInt32BE(headers.length, 4);
-  out.writeUInt32BE(crc32(out.subarray(0, 8)), 8);
-  headers.copy(out, 12);
-  payload.copy(out, 12 + headers.length);
-  out.writeUInt32BE(crc32(out.subarray(0, total - 4)), total - 4);
-  return out;
-}
