@@ -1,8 +1,8 @@
 // Generated streams of six APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
 // JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream) through the proxy:
 // any line ending, `data:` and `event:` with or without their space, comment events between,
-// usage or not, any body framing, cut at generated points and written a millisecond apart. The
-// client gets the body unchanged; the proxy counts exactly the content events, takes the output
+// usage or not (at the end, or so far on every chunk), any body framing, cut at generated points
+// and written a millisecond apart. The client gets the body unchanged; the proxy counts exactly the content events, takes the output
 // count from the usage, the events or nowhere as the API allows, and its TTFT and gap sums lie
 // within what the upstream's writes and the client's reads allow, on the one clock they share;
 // TPOT is their span over the count less one.
@@ -46,6 +46,8 @@ const genArb = fc.record({
   comments: fc.array(fc.boolean(), { maxLength: 24 }),
   /** Tokens beyond one per content event in the provider's count; undefined: the stream has no count. */
   usage: fc.option(fc.integer({ min: 0, max: 5 }), { nil: undefined }),
+  /** With usage, Chat and Gemini carry the count so far on every chunk too (vLLM's continuous usage, Gemini's usageMetadata): the last one is the count. */
+  cumulative: fc.boolean(),
   framing: fc.constantFrom('chunked' as const, 'length' as const, 'close' as const),
   cuts: fc.array(fc.nat(), { maxLength: 12 }),
 });
@@ -74,15 +76,17 @@ function render(g: Gen): Plan {
   const tokens = k + (g.usage ?? 0);
   // Without usage, APIs whose events carry one token are counted; the others have no count.
   const source = usage ? 'usage' : ['chat', 'responses', 'ollama'].includes(g.api) ? 'events' : 'none';
+  const soFar = usage && g.cumulative; // the count up to each chunk on the chunk
   const messages = [{ role: 'user', content: 'x' }];
   let path = '/v1/chat/completions';
   let request: object = { model: MODEL, stream: true, messages };
   let contentType = 'text/event-stream';
   if (g.api === 'chat') {
-    const chunk = (delta: object) => ({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta, finish_reason: null }] });
-    event(chunk({ role: 'assistant', content: '' }));
-    for (const t of g.texts) event(chunk({ content: t }), true);
-    event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
+    const count = (n: number) => (soFar ? { usage: { prompt_tokens: 5, completion_tokens: n, total_tokens: 5 + n } } : {});
+    const chunk = (delta: object, n: number) => ({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta, finish_reason: null }], ...count(n) });
+    event(chunk({ role: 'assistant', content: '' }, 0));
+    g.texts.forEach((t, j) => event(chunk({ content: t }, j + 1), true));
+    event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], ...count(k) });
     if (usage) event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [], usage: { prompt_tokens: 5, completion_tokens: tokens, total_tokens: 5 + tokens } });
     event('[DONE]');
   } else if (g.api === 'anthropic') {
@@ -107,7 +111,8 @@ function render(g: Gen): Plan {
     path = `/v1beta/models/${MODEL}:streamGenerateContent?alt=sse`;
     request = { contents: [{ role: 'user', parts: [{ text: 'x' }] }] };
     const candidate = (text: string, extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0, ...extra }], modelVersion: MODEL });
-    for (const t of g.texts) event(candidate(t), true);
+    const count = (n: number) => (soFar ? { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: n, totalTokenCount: 5 + n } } : {});
+    g.texts.forEach((t, j) => event({ ...candidate(t), ...count(j + 1) }, true));
     event({ ...candidate('', { finishReason: 'STOP' }), ...(usage && { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } }) });
   } else if (g.api === 'gemini-array') {
     // Without alt=sse: one JSON array, each element an event once its closing brace is in.
@@ -116,8 +121,9 @@ function render(g: Gen): Plan {
     contentType = 'application/json; charset=UTF-8';
     const sep = g.eol === '\r' ? '\r\n' : g.eol;
     const candidate = (text: string, extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0, ...extra }], modelVersion: MODEL });
+    const count = (n: number) => (soFar ? { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: n, totalTokenCount: 5 + n } } : {});
     g.texts.forEach((t, j) => {
-      push(`${j === 0 ? '[' : `${sep},${sep}`}${JSON.stringify(candidate(t), null, g.space ? 2 : undefined)}`);
+      push(`${j === 0 ? '[' : `${sep},${sep}`}${JSON.stringify({ ...candidate(t), ...count(j + 1) }, null, g.space ? 2 : undefined)}`);
       contentEnds.push([at, at]);
     });
     push(`${sep},${sep}${JSON.stringify({ ...candidate('', { finishReason: 'STOP' }), ...(usage && { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } }) })}${sep}]`);
