@@ -1,11 +1,12 @@
 // Generated streams of six APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
 // JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream) through the proxy:
 // any line ending, `data:` and `event:` with or without their space, comment events between,
-// usage or not (at the end, or so far on every chunk), any body framing, cut at generated points
-// and written a millisecond apart. The client gets the body unchanged; the proxy counts exactly the content events, takes the output
-// count from the usage, the events or nowhere as the API allows, and its TTFT and gap sums lie
-// within what the upstream's writes and the client's reads allow, on the one clock they share;
-// TPOT is their span over the count less one.
+// text, reasoning or tool-call deltas beside events that carry no output, usage or not (at the
+// end, or so far on every chunk), any body framing, cut at generated points and written a
+// millisecond apart. The client gets the body unchanged; the proxy counts exactly the content
+// events, takes the output count from the usage, the events or nowhere as the API allows, and
+// its TTFT and gap sums lie within what the upstream's writes and the client's reads allow, on
+// the one clock they share; TPOT is their span over the count less one.
 import fc from 'fast-check';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
@@ -46,6 +47,8 @@ const genArb = fc.record({
   comments: fc.array(fc.boolean(), { maxLength: 24 }),
   /** Tokens beyond one per content event in the provider's count; undefined: the stream has no count. */
   usage: fc.option(fc.integer({ min: 0, max: 5 }), { nil: undefined }),
+  /** What each content event carries (Chat and Anthropic): text, reasoning, or a tool call's arguments. */
+  kinds: fc.array(fc.constantFrom('text' as const, 'reasoning' as const, 'tool' as const), { maxLength: 20 }),
   /** With usage, Chat and Gemini carry the count so far on every chunk too (vLLM's continuous usage, Gemini's usageMetadata): the last one is the count. */
   cumulative: fc.boolean(),
   framing: fc.constantFrom('chunked' as const, 'length' as const, 'close' as const),
@@ -77,6 +80,7 @@ function render(g: Gen): Plan {
   // Without usage, APIs whose events carry one token are counted; the others have no count.
   const source = usage ? 'usage' : ['chat', 'responses', 'ollama'].includes(g.api) ? 'events' : 'none';
   const soFar = usage && g.cumulative; // the count up to each chunk on the chunk
+  const kind = (j: number) => g.kinds[j % Math.max(g.kinds.length, 1)] ?? 'text';
   const messages = [{ role: 'user', content: 'x' }];
   let path = '/v1/chat/completions';
   let request: object = { model: MODEL, stream: true, messages };
@@ -85,7 +89,17 @@ function render(g: Gen): Plan {
     const count = (n: number) => (soFar ? { usage: { prompt_tokens: 5, completion_tokens: n, total_tokens: 5 + n } } : {});
     const chunk = (delta: object, n: number) => ({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta, finish_reason: null }], ...count(n) });
     event(chunk({ role: 'assistant', content: '' }, 0));
-    g.texts.forEach((t, j) => event(chunk({ content: t }, j + 1), true));
+    let toolOpen = false;
+    g.texts.forEach((t, j) => {
+      const what = kind(j);
+      if (what === 'tool' && !toolOpen) {
+        // A tool call opens with its id and name and empty arguments: not output yet.
+        toolOpen = true;
+        event(chunk({ content: null, tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] }, j));
+      }
+      const delta = what === 'text' ? { content: t } : what === 'reasoning' ? { reasoning_content: t } : { tool_calls: [{ index: 0, function: { arguments: t } }] };
+      event(chunk(delta, j + 1), true);
+    });
     event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], ...count(k) });
     if (usage) event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [], usage: { prompt_tokens: 5, completion_tokens: tokens, total_tokens: 5 + tokens } });
     event('[DONE]');
@@ -94,10 +108,29 @@ function render(g: Gen): Plan {
     request = { model: MODEL, stream: true, max_tokens: 100, messages };
     const e = (type: string, data: object, content = false) => event({ type, ...data }, content, type);
     e('message_start', { message: { id: 'm', type: 'message', role: 'assistant', model: MODEL, content: [], stop_reason: null, usage: { input_tokens: 5, output_tokens: 1 } } });
-    e('content_block_start', { index: 0, content_block: { type: 'text', text: '' } });
     e('ping', {});
-    for (const t of g.texts) e('content_block_delta', { index: 0, delta: { type: 'text_delta', text: t } }, true);
-    e('content_block_stop', { index: 0 });
+    // A block for each run of one kind; a thinking block ends with its signature, a tool-use
+    // block begins with empty JSON: neither is output.
+    let open: { kind: string; index: number } | undefined;
+    const close = () => {
+      if (open === undefined) return;
+      if (open.kind === 'reasoning') e('content_block_delta', { index: open.index, delta: { type: 'signature_delta', signature: 'c2ln' } });
+      e('content_block_stop', { index: open.index });
+    };
+    g.texts.forEach((t, j) => {
+      const what = kind(j);
+      if (open?.kind !== what) {
+        close();
+        const index = open === undefined ? 0 : open.index + 1;
+        open = { kind: what, index };
+        const block = what === 'text' ? { type: 'text', text: '' } : what === 'reasoning' ? { type: 'thinking', thinking: '' } : { type: 'tool_use', id: 'toolu_1', name: 'f', input: {} };
+        e('content_block_start', { index, content_block: block });
+        if (what === 'tool') e('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: '' } });
+      }
+      const delta = what === 'text' ? { type: 'text_delta', text: t } : what === 'reasoning' ? { type: 'thinking_delta', thinking: t } : { type: 'input_json_delta', partial_json: t };
+      e('content_block_delta', { index: open.index, delta }, true);
+    });
+    close();
     e('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, ...(usage && { usage: { output_tokens: tokens } }) });
     e('message_stop', {});
   } else if (g.api === 'responses') {
