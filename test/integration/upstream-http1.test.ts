@@ -1,6 +1,6 @@
 // The proxy's own HTTP/1.1 upstream client, at the wire: an upstream that
 // writes exact bytes (net.Server), and clients that read exact bytes.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
@@ -1074,6 +1074,20 @@ describe('a stall of the process past a timeout', () => {
     return () => void sock.write('x');
   }
 
+  /**
+   * Runs `script` in a child Node process (CommonJS; `process.argv.slice(1)` is `args`), killed
+   * after the test: a peer that can act while this process stalls. `out()` is what it printed.
+   */
+  function childScript(script: string, args: string[]): { child: ChildProcess; out: () => string } {
+    const child = spawn(process.execPath, ['-e', script, ...args], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    child.on('error', () => {});
+    cleanups.push(async () => (child.kill(), await exited));
+    let out = '';
+    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    return { child, out: () => out };
+  }
+
   it('does not cut an exchange whose reader took up its backpressure while the process stalled past timeouts.idle (a resume is the exchange moving), and starts its idle period anew', async () => {
     const up = await wireUpstream((sock) => void sock.write(SSE_HEAD + chunk(sse(1)))); // then silence: no end
     // The kick stands in for the client's socket: its read, queued during the stall, is the
@@ -1144,15 +1158,10 @@ describe('a stall of the process past a timeout', () => {
     const files = scheme === 'https' ? selfSigned() : undefined;
     // The in-process client trusts the certificate as NODE_EXTRA_CA_CERTS would make it.
     if (files) upstreamTlsContext().context.addCACert(fs.readFileSync(files.cert));
-    const child = spawn(process.execPath, ['-e', script, ...(files ? [files.key, files.cert] : [])], { stdio: ['pipe', 'pipe', 'inherit'] });
-    const exited = new Promise<void>((r) => child.once('exit', () => r()));
-    child.on('error', () => {});
-    cleanups.push(async () => (child.kill(), await exited));
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    const { child, out } = childScript(script, files ? [files.key, files.cert] : []);
     const listening = Date.now() + 10_000;
-    while (!out.includes('\n') && Date.now() < listening) await sleep(10);
-    const port = Number(out.split('\n')[0]);
+    while (!out().includes('\n') && Date.now() < listening) await sleep(10);
+    const port = Number(out().split('\n')[0]);
     expect(port).toBeGreaterThan(0);
 
     const client = new UpstreamClient({ connectTimeoutMs: 2000 });
@@ -1189,7 +1198,7 @@ describe('a stall of the process past a timeout', () => {
     expect(held).toBe(true);
     expect(stalled).toBe(true);
     expect(cut.err?.message).toBe('upstream idle timeout');
-    expect(out.trim().split('\n').at(-1)).toBe(String(size)); // the whole body reached the upstream
+    expect(out().trim().split('\n').at(-1)).toBe(String(size)); // the whole body reached the upstream
     // Cut once the upstream had it all and then sent nothing for the idle period.
     expect(drainedAt).toBeDefined();
     expect(cut.at - drainedAt!).toBeGreaterThanOrEqual(750);
@@ -1271,12 +1280,7 @@ describe('a stall of the process past a timeout', () => {
       let got = 0;
       process.stdin.once('data', () => s.on('data', (d) => (got += d.length)).resume());
       s.on('close', () => console.log(got));`;
-    const child = spawn(process.execPath, ['-e', script, new URL(proxy!.proxyUrl).port], { stdio: ['pipe', 'pipe', 'inherit'] });
-    const exited = new Promise<void>((r) => child.once('exit', () => r()));
-    child.on('error', () => {});
-    cleanups.push(async () => (child.kill(), await exited));
-    let out = '';
-    child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    const { child, out } = childScript(script, [new URL(proxy!.proxyUrl).port]);
 
     // The tunnel stops reading the upstream once the client's socket is full: the upstream's
     // writes then stop moving. The stall begins 0.25 s later, before the tunnel's idle timer
@@ -1306,7 +1310,7 @@ describe('a stall of the process past a timeout', () => {
     // Every byte reached the client (a close at the stall would have cut the flood short), then
     // the quiet tunnel was closed by the idle timeout: 0.8 s after the tunnel's last read of the
     // upstream, which came after the upstream's last write.
-    expect(Number(out.trim())).toBe(SWITCH.length + total);
+    expect(Number(out().trim())).toBe(SWITCH.length + total);
     expect(progress?.done).toBe(true);
     expect(closedAt! - lastWriteAt!).toBeGreaterThanOrEqual(750);
     expect(lines.map((l) => l.msg)).toEqual([]);
