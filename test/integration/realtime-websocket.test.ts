@@ -13,17 +13,24 @@ import { startTestProxy } from '../helpers/proxy.js';
 // upstream speaks the GA event names as the `openai` package's types give them, with
 // permessage-deflate on every message (threshold 0), and writes on a known schedule; the client
 // is the `ws` package (what the SDK's Node client uses), which offers permessage-deflate by
-// default. Ground truth: the client's own timestamps, in this process, on the same clock.
+// default. Ground truth: the client's and the upstream's own timestamps, in this process, on the
+// same clock.
 const WAIT_BEFORE_CREATED = 30; // ms between the client's response.create and response.created
 const DELTA_SPACING = 15;
 const AUDIO_DELTAS = 6;
-/** How far the client's clock readings may lag the proxy's on a loaded 2-core machine (s). */
-const TOLERANCE = 0.06;
+/** Float rounding in the exported sums (s). */
+const EPS = 1e-6;
 
 let upstream: http.Server;
 let proxy: RunningProxy;
 /** Every message the upstream sent, as sent. */
 const sent: string[] = [];
+/** When the upstream sent each message (before `ws.send`: the proxy reads it later). */
+const sentAt: { type: string; at: number }[] = [];
+/** When the upstream got each response.create it answers (the proxy read it earlier). */
+const createGot: number[] = [];
+/** The upstream's send times of messages of `type` from `mark` on, s. */
+const upSent = (mark: number, type: string) => sentAt.slice(mark).filter((m) => m.type === type).map((m) => m.at / 1000);
 const handshakes: http.IncomingMessage[] = [];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -38,6 +45,7 @@ beforeAll(async () => {
       const send = (o: Record<string, unknown>) => {
         const s = JSON.stringify({ event_id: `event_${sent.length}`, ...o });
         sent.push(s);
+        sentAt.push({ type: o.type as string, at: performance.now() });
         ws.send(s);
       };
       let n = 0;
@@ -65,6 +73,7 @@ beforeAll(async () => {
           return;
         }
         if (msg.type === 'response.create') {
+          createGot.push(performance.now() / 1000);
           await sleep(WAIT_BEFORE_CREATED);
           await respond(`resp_${++n}`, 'completed', 'audio', AUDIO_DELTAS, {
             total_tokens: 70,
@@ -103,6 +112,7 @@ interface Received {
 
 describe('OpenAI Realtime through the proxy (WebSocket, permessage-deflate)', () => {
   it('measures each response from the message that asked for it, per delta, with its usage, bytes unchanged', async () => {
+    const [mark, markCreate] = [sentAt.length, createGot.length];
     const base = proxy.proxyUrl.replace(/^http/, 'ws');
     const ws = new WebSocket(`${base}/v1/realtime?model=gpt-realtime`, { headers: { authorization: 'Bearer sk-test' } });
     const got: Received[] = [];
@@ -141,35 +151,40 @@ describe('OpenAI Realtime through the proxy (WebSocket, permessage-deflate)', ()
     const s = await scrape(proxy.metricsUrl);
     const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'openai', gen_ai_request_model: 'gpt-realtime' };
 
-    // Client-observed truth. Response 1: from the client's response.create to its audio deltas.
-    const audioAt = got.filter((g) => g.type === 'response.output_audio.delta').map((g) => g.at);
-    const textAt = got.filter((g) => g.type === 'response.output_text.delta').map((g) => g.at);
-    const committedAt = got.find((g) => g.type === 'input_audio_buffer.committed')!.at;
+    // Ground truth on both sides, one clock: the proxy read each message after the upstream sent
+    // it (or before the upstream got it) and before the client got it (or after the client sent
+    // it). Response 1 runs from the client's response.create to the audio deltas; response 2
+    // from the server's commit to the text deltas. Times in s.
+    const at = (type: string) => got.filter((g) => g.type === type).map((g) => g.at / 1000);
+    const [audioAt, textAt] = [at('response.output_audio.delta'), at('response.output_text.delta')];
+    const committedAt = at('input_audio_buffer.committed')[0]!;
+    const [upAudio, upText] = [upSent(mark, 'response.output_audio.delta'), upSent(mark, 'response.output_text.delta')];
+    const upCommit = upSent(mark, 'input_audio_buffer.committed')[0]!;
+    const upCreate = createGot[markCreate]!;
     expect(audioAt).toHaveLength(AUDIO_DELTAS);
     expect(textAt).toHaveLength(3);
-    const clientTtft = [(audioAt[0]! - asked) / 1000, (textAt[0]! - committedAt) / 1000];
+    expect(createGot).toHaveLength(markCreate + 1); // the rejected one is not answered
 
     const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
     expect(ttft.count).toBe(2);
     // Not from response.created (30 ms later): from what asked for the response.
     expect(ttft.sum).toBeGreaterThan((2 * (WAIT_BEFORE_CREATED + DELTA_SPACING) * 0.9) / 1000);
-    // Close to the client's figures (the second starts at the server's commit, which the proxy
-    // reads before the client does, so no one-sided bound holds for the sum).
-    expect(Math.abs(ttft.sum - (clientTtft[0]! + clientTtft[1]!))).toBeLessThan(TOLERANCE);
+    expect(ttft.sum).toBeGreaterThanOrEqual(upAudio[0]! - upCreate + (upText[0]! - committedAt) - EPS);
+    expect(ttft.sum).toBeLessThanOrEqual(audioAt[0]! - asked / 1000 + (textAt[0]! - upCommit) + EPS);
 
     // One gap per output delta after the first (transcript deltas are not output).
     const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
     expect(gaps.count).toBe(AUDIO_DELTAS - 1 + 2);
-    const clientGapSum = (audioAt.at(-1)! - audioAt[0]! + (textAt.at(-1)! - textAt[0]!)) / 1000;
-    expect(Math.abs(gaps.sum - clientGapSum)).toBeLessThan(TOLERANCE);
+    expect(gaps.sum).toBeGreaterThanOrEqual(upAudio.at(-1)! - audioAt[0]! + (upText.at(-1)! - textAt[0]!) - EPS);
+    expect(gaps.sum).toBeLessThanOrEqual(audioAt.at(-1)! - upAudio[0]! + (textAt.at(-1)! - upText[0]!) + EPS);
     expect(gaps.mean).toBeGreaterThan((DELTA_SPACING * 0.8) / 1000);
 
     // TPOT over the usage's output tokens (audio included): (last - first) / (40 - 1), for the
     // first response only: the second was cancelled, and TPOT is for successful responses.
     const tpot = hist(s, 'gen_ai_server_time_per_output_token_seconds', { ...labels, gen_ai_response_model: 'gpt-realtime-2025-08-28' });
     expect(tpot.count).toBe(1);
-    const clientTpot = (audioAt.at(-1)! - audioAt[0]!) / 1000 / 39;
-    expect(Math.abs(tpot.sum - clientTpot)).toBeLessThan(TOLERANCE / 2);
+    expect(tpot.sum).toBeGreaterThanOrEqual((upAudio.at(-1)! - audioAt[0]!) / 39 - EPS);
+    expect(tpot.sum).toBeLessThanOrEqual((audioAt.at(-1)! - upAudio[0]!) / 39 + EPS);
 
     const tokens = (type: string) => total(s, 'gen_ai_client_token_usage_sum', { ...labels, gen_ai_token_type: type });
     expect(tokens('output')).toBe(43);
@@ -188,6 +203,7 @@ describe('OpenAI Realtime through the proxy (WebSocket, permessage-deflate)', ()
 
   it('measures a session of the official openai client (OpenAIRealtimeWS) the same way', async () => {
     const labels = { gen_ai_operation_name: 'realtime', gen_ai_provider_name: 'openai', gen_ai_request_model: 'gpt-realtime' };
+    const [mark, markCreate] = [sentAt.length, createGot.length];
     const before = await scrape(proxy.metricsUrl);
     const ttft0 = hist(before, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
     const gaps0 = hist(before, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
@@ -213,12 +229,17 @@ describe('OpenAI Realtime through the proxy (WebSocket, permessage-deflate)', ()
     for (let i = 0; i < 50 && proxy.forwarder.inFlight.size > 0; i++) await sleep(20);
     const s = await scrape(proxy.metricsUrl);
     const ttft = hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', labels);
+    // Bounded as in the first test: the upstream's send before the proxy's read, the client's read after it.
+    const upAudio = upSent(mark, 'response.output_audio.delta');
+    const upCreate = createGot[markCreate]!;
+    expect(upAudio).toHaveLength(AUDIO_DELTAS);
     expect(ttft.count - ttft0.count).toBe(1);
-    expect(ttft.sum - ttft0.sum).toBeLessThanOrEqual((audioAt[0]! - asked) / 1000 + 1e-4);
-    expect(ttft.sum - ttft0.sum).toBeGreaterThan((audioAt[0]! - asked) / 1000 - TOLERANCE);
+    expect(ttft.sum - ttft0.sum).toBeLessThanOrEqual((audioAt[0]! - asked) / 1000 + EPS);
+    expect(ttft.sum - ttft0.sum).toBeGreaterThanOrEqual(upAudio[0]! - upCreate - EPS);
     expect(ttft.sum - ttft0.sum).toBeGreaterThan((WAIT_BEFORE_CREATED * 0.9) / 1000);
     const gaps = hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', labels);
     expect(gaps.count - gaps0.count).toBe(AUDIO_DELTAS - 1);
-    expect(Math.abs(gaps.sum - gaps0.sum - (audioAt.at(-1)! - audioAt[0]!) / 1000)).toBeLessThan(TOLERANCE);
+    expect(gaps.sum - gaps0.sum).toBeGreaterThanOrEqual(upAudio.at(-1)! - audioAt[0]! / 1000 - EPS);
+    expect(gaps.sum - gaps0.sum).toBeLessThanOrEqual(audioAt.at(-1)! / 1000 - upAudio[0]! + EPS);
   });
 });
