@@ -1,12 +1,15 @@
 // Generated streams of six APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
 // JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream) through the proxy:
 // any line ending, `data:` and `event:` with or without their space, comment events between,
-// text, reasoning or tool-call deltas beside events that carry no output, usage or not (at the
-// end, or so far on every chunk), any body framing, cut at generated points and written a
-// millisecond apart. The client gets the body unchanged; the proxy counts exactly the content
-// events, takes the output count from the usage, the events or nowhere as the API allows, and
-// its TTFT and gap sums lie within what the upstream's writes and the client's reads allow, on
-// the one clock they share; TPOT is their span over the count less one.
+// text, reasoning or tool-call output in each API's own events (and its other spellings: Chat's
+// two reasoning fields and Mistral's parts, Responses' reasoning text, Vertex's streamed call
+// arguments), beside the events of those items that carry no output, Chat with one or two
+// choices, usage or not (at the end, or so far on every chunk; reasoning counted in it, apart
+// from it, or hidden: counted but not streamed), any body framing, cut at generated points and
+// written a millisecond apart. The client gets the body unchanged; the proxy counts exactly the
+// content events, takes the output count from the usage, the events or nowhere as the API
+// allows, and its TTFT and gap sums lie within what the upstream's writes and the client's reads
+// allow, on the one clock they share; TPOT is their span over the streamed tokens less one.
 import fc from 'fast-check';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
@@ -32,29 +35,68 @@ interface Plan {
    * line's CR and just past its LF, as the proxy may take a CRLF; else both just past its end.
    */
   contentEnds: [earliest: number, latest: number][];
+  /** The provider's output count (hidden reasoning included). */
   tokens: number;
+  /** The reasoning tokens the provider reports apart, if it does. */
+  reasoning: number | undefined;
+  /** The tokens TPOT divides the first-to-last span among (count less one): the streamed ones. */
+  spanTokens: number | undefined;
   /** Where the output count comes from: the provider's usage; counted content events; none (an API whose events carry several tokens, with no usage). */
   source: 'usage' | 'events' | 'none';
   framing: 'chunked' | 'length' | 'close';
   pieces: Buffer[];
 }
 
-const genArb = fc.record({
+/** A content event's text: multi-byte, escaped and structural characters. */
+const text = fc.string({ minLength: 1, maxLength: 8, unit: fc.constantFrom('a', 'é', '°', '中', '😀', '"', '\\', '\n', ' ', '{', '}', ']', ',') });
+const fields = {
   api: fc.constantFrom('chat' as const, 'anthropic' as const, 'responses' as const, 'gemini' as const, 'gemini-array' as const, 'ollama' as const, 'bedrock' as const),
   eol: fc.constantFrom('\n', '\r\n', '\r'),
   space: fc.boolean(),
-  texts: fc.array(fc.string({ minLength: 1, maxLength: 8, unit: fc.constantFrom('a', 'é', '°', '中', '😀', '"', '\\', '\n', ' ', '{', '}', ']', ',') }), { minLength: 1, maxLength: 20 }),
+  texts: fc.array(text, { minLength: 1, maxLength: 20 }),
   comments: fc.array(fc.boolean(), { maxLength: 24 }),
   /** Tokens beyond one per content event in the provider's count; undefined: the stream has no count. */
   usage: fc.option(fc.integer({ min: 0, max: 5 }), { nil: undefined }),
-  /** What each content event carries (Chat and Anthropic): text, reasoning, or a tool call's arguments. */
+  /** What each content event carries: text, reasoning, or a tool call's arguments, in each API's own shape. */
   kinds: fc.array(fc.constantFrom('text' as const, 'reasoning' as const, 'tool' as const), { maxLength: 20 }),
+  /**
+   * Another spelling of the same output: Chat's `reasoning` for `reasoning_content` (1) or
+   * Mistral's content parts (2); Responses' `reasoning_text` for the summary's events; Gemini's
+   * streamed call arguments (Vertex `partialArgs`) for whole ones.
+   */
+  alt: fc.nat(2),
   /** With usage, Chat and Gemini carry the count so far on every chunk too (vLLM's continuous usage, Gemini's usageMetadata): the last one is the count. */
   cumulative: fc.boolean(),
+  /**
+   * Reasoning tokens the provider counted but did not stream (Chat, Responses, Gemini report
+   * them with the usage): outside the span TPOT divides, unless some reasoning was streamed.
+   */
+  hidden: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 })),
+  /** Chat: the count keeps reasoning apart from `completion_tokens`, as xAI's does (its total says so). */
+  apart: fc.boolean(),
+  /** Chat: choices in the stream (`n`), and which one each content event belongs to. */
+  choices: fc.constantFrom(1, 2),
+  choiceOf: fc.array(fc.nat(1), { maxLength: 20 }),
   framing: fc.constantFrom('chunked' as const, 'length' as const, 'close' as const),
   cuts: fc.array(fc.nat(), { maxLength: 12 }),
+};
+const genArb = fc.record(fields);
+/**
+ * The APIs that report reasoning apart, always with usage and mostly reasoning events: where
+ * whether reasoning was streamed decides TPOT's divisor, which the whole space reaches rarely.
+ */
+const reasoningArb = fc.record({
+  ...fields,
+  api: fc.constantFrom('chat' as const, 'responses' as const, 'gemini' as const, 'gemini-array' as const),
+  // More tokens than events: then the streamed events could hold only the visible part of the
+  // count, and the proxy must know whether reasoning was among them.
+  usage: fc.integer({ min: 20, max: 40 }),
+  texts: fc.array(text, { minLength: 2, maxLength: 20 }),
+  alt: fc.noBias(fc.nat(2)),
+  kinds: fc.array(fc.constantFrom('text' as const, 'reasoning' as const, 'reasoning' as const, 'tool' as const), { minLength: 1, maxLength: 20 }),
 });
 type Gen = typeof genArb extends fc.Arbitrary<infer T> ? T : never;
+type Kind = Gen['kinds'][number];
 
 /** The request and the answer `g` describes, in its API's wire format. */
 function render(g: Gen): Plan {
@@ -76,32 +118,62 @@ function render(g: Gen): Plan {
   };
   const k = g.texts.length;
   const usage = g.usage !== undefined;
-  const tokens = k + (g.usage ?? 0);
+  const kind = (j: number): Kind => g.kinds[j % Math.max(g.kinds.length, 1)] ?? 'text';
+  const streamedReasoning = g.texts.filter((_, x) => kind(x) === 'reasoning').length;
+  // The reasoning count where an API reports one apart: the streamed events' and the hidden ones.
+  const reportsReasoning = usage && ['chat', 'responses', 'gemini', 'gemini-array'].includes(g.api);
+  const hidden = reportsReasoning ? g.hidden : 0;
+  const reasoning = reportsReasoning ? streamedReasoning + hidden : undefined;
+  const tokens = k + (g.usage ?? 0) + hidden;
   // Without usage, APIs whose events carry one token are counted; the others have no count.
   const source = usage ? 'usage' : ['chat', 'responses', 'ollama'].includes(g.api) ? 'events' : 'none';
+  // TPOT's span holds the streamed tokens: hidden reasoning came before it, unless the stream
+  // showed some reasoning (then the count's split is not known).
+  const spanTokens = source === 'usage' ? (streamedReasoning === 0 && hidden > 0 ? tokens - hidden : tokens) : source === 'events' ? k : undefined;
   const soFar = usage && g.cumulative; // the count up to each chunk on the chunk
-  const kind = (j: number) => g.kinds[j % Math.max(g.kinds.length, 1)] ?? 'text';
   const messages = [{ role: 'user', content: 'x' }];
   let path = '/v1/chat/completions';
   let request: object = { model: MODEL, stream: true, messages };
   let contentType = 'text/event-stream';
-  if (g.api === 'chat') {
-    const count = (n: number) => (soFar ? { usage: { prompt_tokens: 5, completion_tokens: n, total_tokens: 5 + n } } : {});
-    const chunk = (delta: object, n: number) => ({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta, finish_reason: null }], ...count(n) });
-    event(chunk({ role: 'assistant', content: '' }, 0));
-    let toolOpen = false;
+  /** Runs of one kind, each opened and closed by the events an API frames them with. */
+  const runs = (open: (what: Kind, index: number) => void, delta: (t: string, what: Kind, index: number, j: number) => void, close: (what: Kind, index: number) => void) => {
+    let cur: { what: Kind; index: number } | undefined;
     g.texts.forEach((t, j) => {
       const what = kind(j);
-      if (what === 'tool' && !toolOpen) {
-        // A tool call opens with its id and name and empty arguments: not output yet.
-        toolOpen = true;
-        event(chunk({ content: null, tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] }, j));
+      if (cur?.what !== what) {
+        if (cur !== undefined) close(cur.what, cur.index);
+        cur = { what, index: cur === undefined ? 0 : cur.index + 1 };
+        open(what, cur.index);
       }
-      const delta = what === 'text' ? { content: t } : what === 'reasoning' ? { reasoning_content: t } : { tool_calls: [{ index: 0, function: { arguments: t } }] };
-      event(chunk(delta, j + 1), true);
+      delta(t, what, cur.index, j);
     });
-    event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], ...count(k) });
-    if (usage) event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [], usage: { prompt_tokens: 5, completion_tokens: tokens, total_tokens: 5 + tokens } });
+    if (cur !== undefined) close(cur.what, cur.index);
+  };
+  if (g.api === 'chat') {
+    const n = g.choices;
+    const choice = (j: number) => (g.choiceOf[j % Math.max(g.choiceOf.length, 1)] ?? 0) % n;
+    const reasoningDetails = usage ? { completion_tokens_details: { reasoning_tokens: reasoning } } : {};
+    // xAI's count: completion without the reasoning, which its total adds.
+    const completion = (out: number) => (g.apart && reasoning! > 0 ? { completion_tokens: out - reasoning!, total_tokens: 5 + out } : { completion_tokens: out, total_tokens: 5 + out });
+    const count = (m: number) => (soFar ? { usage: { prompt_tokens: 5, completion_tokens: m + hidden, total_tokens: 5 + m + hidden } } : {});
+    const chunk = (index: number, delta: object, m: number, finish: string | null = null) => ({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [{ index, delta, finish_reason: finish }], ...count(m) });
+    for (let c = 0; c < n; c++) event(chunk(c, { role: 'assistant', content: '' }, 0));
+    const toolOpen = new Set<number>();
+    g.texts.forEach((t, j) => {
+      const [what, c] = [kind(j), choice(j)];
+      if (what === 'tool' && !toolOpen.has(c)) {
+        // A tool call opens with its id and name and empty arguments: not output yet.
+        toolOpen.add(c);
+        event(chunk(c, { content: null, tool_calls: [{ index: 0, id: `call_${c}`, type: 'function', function: { name: 'f', arguments: '' } }] }, j));
+      }
+      let delta: object;
+      if (what === 'tool') delta = { tool_calls: [{ index: 0, function: { arguments: t } }] };
+      else if (g.alt === 2) delta = { content: [what === 'text' ? { type: 'text', text: t } : { type: 'thinking', thinking: [{ type: 'text', text: t }] }] }; // Mistral
+      else delta = what === 'text' ? { content: t } : { [g.alt === 1 ? 'reasoning' : 'reasoning_content']: t };
+      event(chunk(c, delta, j + 1), true);
+    });
+    for (let c = 0; c < n; c++) event(chunk(c, {}, k, toolOpen.has(c) ? 'tool_calls' : 'stop'));
+    if (usage) event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [], usage: { prompt_tokens: 5, ...completion(tokens), ...reasoningDetails } });
     event('[DONE]');
   } else if (g.api === 'anthropic') {
     path = '/v1/messages';
@@ -111,55 +183,104 @@ function render(g: Gen): Plan {
     e('ping', {});
     // A block for each run of one kind; a thinking block ends with its signature, a tool-use
     // block begins with empty JSON: neither is output.
-    let open: { kind: string; index: number } | undefined;
-    const close = () => {
-      if (open === undefined) return;
-      if (open.kind === 'reasoning') e('content_block_delta', { index: open.index, delta: { type: 'signature_delta', signature: 'c2ln' } });
-      e('content_block_stop', { index: open.index });
-    };
-    g.texts.forEach((t, j) => {
-      const what = kind(j);
-      if (open?.kind !== what) {
-        close();
-        const index = open === undefined ? 0 : open.index + 1;
-        open = { kind: what, index };
+    runs(
+      (what, index) => {
         const block = what === 'text' ? { type: 'text', text: '' } : what === 'reasoning' ? { type: 'thinking', thinking: '' } : { type: 'tool_use', id: 'toolu_1', name: 'f', input: {} };
         e('content_block_start', { index, content_block: block });
         if (what === 'tool') e('content_block_delta', { index, delta: { type: 'input_json_delta', partial_json: '' } });
-      }
-      const delta = what === 'text' ? { type: 'text_delta', text: t } : what === 'reasoning' ? { type: 'thinking_delta', thinking: t } : { type: 'input_json_delta', partial_json: t };
-      e('content_block_delta', { index: open.index, delta }, true);
-    });
-    close();
+      },
+      (t, what, index) => {
+        const delta = what === 'text' ? { type: 'text_delta', text: t } : what === 'reasoning' ? { type: 'thinking_delta', thinking: t } : { type: 'input_json_delta', partial_json: t };
+        e('content_block_delta', { index, delta }, true);
+      },
+      (what, index) => {
+        if (what === 'reasoning') e('content_block_delta', { index, delta: { type: 'signature_delta', signature: 'c2ln' } });
+        e('content_block_stop', { index });
+      },
+    );
     e('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, ...(usage && { usage: { output_tokens: tokens } }) });
     e('message_stop', {});
   } else if (g.api === 'responses') {
     path = '/v1/responses';
     request = { model: MODEL, stream: true, input: 'x' };
-    const e = (type: string, data: object, content = false) => event({ type, ...data }, content, type);
-    e('response.created', { response: { id: 'r', object: 'response', model: MODEL, status: 'in_progress' } });
-    for (const t of g.texts) e('response.output_text.delta', { item_id: 'i', output_index: 0, content_index: 0, delta: t }, true);
-    e('response.completed', { response: { id: 'r', object: 'response', model: MODEL, status: 'completed', ...(usage && { usage: { input_tokens: 5, output_tokens: tokens, total_tokens: 5 + tokens } }) } });
-  } else if (g.api === 'gemini') {
-    path = `/v1beta/models/${MODEL}:streamGenerateContent?alt=sse`;
+    let seq = 0;
+    const e = (type: string, data: object, content = false) => event({ type, sequence_number: seq++, ...data }, content, type);
+    const response = (status: string, extra: object = {}) => ({ response: { id: 'r', object: 'response', model: MODEL, status, ...extra } });
+    e('response.created', response('in_progress'));
+    e('response.in_progress', response('in_progress'));
+    // Each run is an output item: a message's text part, a reasoning summary part (or reasoning
+    // text), a function call. Their added/done events and the empty delta carry no output.
+    const item = (index: number) => ({ item_id: `item_${index}`, output_index: index });
+    const shape: Record<Kind, [name: string, where: object]> = {
+      text: ['response.output_text', { content_index: 0 }],
+      reasoning: g.alt === 1 ? ['response.reasoning_text', { content_index: 0 }] : ['response.reasoning_summary_text', { summary_index: 0 }],
+      tool: ['response.function_call_arguments', {}],
+    };
+    let text = '';
+    runs(
+      (what, index) => {
+        text = '';
+        const added = what === 'text' ? { type: 'message', role: 'assistant', status: 'in_progress', content: [] } : what === 'reasoning' ? { type: 'reasoning', summary: [] } : { type: 'function_call', call_id: 'call_1', name: 'f', arguments: '', status: 'in_progress' };
+        e('response.output_item.added', { output_index: index, item: { id: `item_${index}`, ...added } });
+        if (what === 'text') e('response.content_part.added', { ...item(index), content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
+        if (what === 'reasoning' && g.alt !== 1) e('response.reasoning_summary_part.added', { ...item(index), summary_index: 0, part: { type: 'summary_text', text: '' } });
+        e(`${shape[what][0]}.delta`, { ...item(index), ...shape[what][1], delta: '', obfuscation: 'pad' });
+      },
+      (t, what, index) => {
+        text += t;
+        e(`${shape[what][0]}.delta`, { ...item(index), ...shape[what][1], delta: t, ...(what === 'text' && { logprobs: [] }), obfuscation: 'pad' }, true);
+      },
+      (what, index) => {
+        e(`${shape[what][0]}.done`, { ...item(index), ...shape[what][1], ...(what === 'tool' ? { arguments: text } : { text }) });
+        if (what === 'text') e('response.content_part.done', { ...item(index), content_index: 0, part: { type: 'output_text', text, annotations: [] } });
+        e('response.output_item.done', { output_index: index, item: { id: `item_${index}`, status: 'completed' } });
+      },
+    );
+    const counted = usage && { usage: { input_tokens: 5, output_tokens: tokens, output_tokens_details: { reasoning_tokens: reasoning }, total_tokens: 5 + tokens } };
+    e('response.completed', response('completed', counted || {}));
+  } else if (g.api === 'gemini' || g.api === 'gemini-array') {
+    path = `/v1beta/models/${MODEL}:streamGenerateContent${g.api === 'gemini' ? '?alt=sse' : ''}`;
     request = { contents: [{ role: 'user', parts: [{ text: 'x' }] }] };
-    const candidate = (text: string, extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0, ...extra }], modelVersion: MODEL });
-    const count = (n: number) => (soFar ? { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: n, totalTokenCount: 5 + n } } : {});
-    g.texts.forEach((t, j) => event({ ...candidate(t), ...count(j + 1) }, true));
-    event({ ...candidate('', { finishReason: 'STOP' }), ...(usage && { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } }) });
-  } else if (g.api === 'gemini-array') {
-    // Without alt=sse: one JSON array, each element an event once its closing brace is in.
-    path = `/v1beta/models/${MODEL}:streamGenerateContent`;
-    request = { contents: [{ role: 'user', parts: [{ text: 'x' }] }] };
-    contentType = 'application/json; charset=UTF-8';
-    const sep = g.eol === '\r' ? '\r\n' : g.eol;
-    const candidate = (text: string, extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: [{ text }] }, index: 0, ...extra }], modelVersion: MODEL });
-    const count = (n: number) => (soFar ? { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: n, totalTokenCount: 5 + n } } : {});
-    g.texts.forEach((t, j) => {
-      push(`${j === 0 ? '[' : `${sep},${sep}`}${JSON.stringify({ ...candidate(t), ...count(j + 1) }, null, g.space ? 2 : undefined)}`);
-      contentEnds.push([at, at]);
-    });
-    push(`${sep},${sep}${JSON.stringify({ ...candidate('', { finishReason: 'STOP' }), ...(usage && { usageMetadata: { promptTokenCount: 5, candidatesTokenCount: tokens, totalTokenCount: 5 + tokens } }) })}${sep}]`);
+    // Chunks with their parts: a thought is a part with `thought: true`; a call comes whole or,
+    // with Vertex's streamed arguments, as a name then values, closed by an empty call. The
+    // signature after a thought (on empty text) and that closing call carry no output.
+    const chunks: { parts: object[]; content: boolean; thoughts: number; answer: number }[] = [];
+    let thoughts = hidden;
+    let answer = 0;
+    const add = (part: object, content = false) => chunks.push({ parts: [part], content, thoughts, answer });
+    runs(
+      () => {},
+      (t, what, index, j) => {
+        const first = j === 0 || kind(j - 1) !== what;
+        if (what === 'reasoning') thoughts++;
+        else answer++;
+        if (what === 'text') add({ text: t }, true);
+        else if (what === 'reasoning') add({ text: t, thought: true }, true);
+        else if (g.alt !== 1) add({ functionCall: { name: 'f', args: { a: t, i: index } } }, true);
+        else add({ functionCall: { ...(first && { name: 'f' }), partialArgs: [{ jsonPath: '$.a', stringValue: t }], willContinue: true } }, true);
+      },
+      (what) => {
+        if (what === 'reasoning') add({ text: '', thoughtSignature: 'c2ln' });
+        if (what === 'tool' && g.alt === 1) add({ functionCall: {} });
+      },
+    );
+    const meta = (th: number, an: number) => ({ usageMetadata: { promptTokenCount: 5, candidatesTokenCount: an, ...(th > 0 && { thoughtsTokenCount: th }), totalTokenCount: 5 + an + th } });
+    const chunk = (c: (typeof chunks)[number], extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: c.parts }, index: 0, ...extra }], ...(soFar && meta(c.thoughts, c.answer)), modelVersion: MODEL });
+    // The visible count: the events' tokens and the extra ones; the thoughts' are reported apart.
+    const last = { ...chunk({ parts: [{ text: '' }], content: false, thoughts, answer }, { finishReason: 'STOP' }), ...(usage && meta(reasoning!, tokens - reasoning!)) };
+    if (g.api === 'gemini') {
+      for (const c of chunks) event(chunk(c), c.content);
+      event(last);
+    } else {
+      // Without alt=sse: one JSON array, each element an event once its closing brace is in.
+      contentType = 'application/json; charset=UTF-8';
+      const sep = g.eol === '\r' ? '\r\n' : g.eol;
+      chunks.forEach((c, j) => {
+        push(`${j === 0 ? '[' : `${sep},${sep}`}${JSON.stringify(chunk(c), null, g.space ? 2 : undefined)}`);
+        if (c.content) contentEnds.push([at, at]);
+      });
+      push(`${sep},${sep}${JSON.stringify(last)}${sep}]`);
+    }
   } else if (g.api === 'bedrock') {
     path = `/model/${MODEL}/converse-stream`;
     request = { messages: [{ role: 'user', content: [{ text: 'x' }] }] };
@@ -171,9 +292,24 @@ function render(g: Gen): Plan {
       if (content) contentEnds.push([at, at]);
     };
     frame('messageStart', { role: 'assistant' });
-    for (const t of g.texts) frame('contentBlockDelta', { contentBlockIndex: 0, delta: { text: t } }, true);
-    frame('contentBlockStop', { contentBlockIndex: 0 });
-    frame('messageStop', { stopReason: 'end_turn' });
+    // A block per run: a tool use opens with its name (and empty input), reasoning ends with
+    // its signature; neither is output.
+    runs(
+      (what, contentBlockIndex) => {
+        if (what !== 'tool') return;
+        frame('contentBlockStart', { contentBlockIndex, start: { toolUse: { toolUseId: 'tooluse_1', name: 'f' } } });
+        frame('contentBlockDelta', { contentBlockIndex, delta: { toolUse: { input: '' } } });
+      },
+      (t, what, contentBlockIndex) => {
+        const delta = what === 'text' ? { text: t } : what === 'reasoning' ? { reasoningContent: { text: t } } : { toolUse: { input: t } };
+        frame('contentBlockDelta', { contentBlockIndex, delta }, true);
+      },
+      (what, contentBlockIndex) => {
+        if (what === 'reasoning') frame('contentBlockDelta', { contentBlockIndex, delta: { reasoningContent: { signature: 'c2ln' } } });
+        frame('contentBlockStop', { contentBlockIndex });
+      },
+    );
+    frame('messageStop', { stopReason: kind(k - 1) === 'tool' ? 'tool_use' : 'end_turn' });
     frame('metadata', { metrics: { latencyMs: 100 }, ...(usage && { usage: { inputTokens: 5, outputTokens: tokens, totalTokens: 5 + tokens } }) });
   } else {
     path = '/api/chat';
@@ -184,11 +320,17 @@ function render(g: Gen): Plan {
       push(JSON.stringify({ model: MODEL, created_at: '2026-12-04T00:00:00Z', ...o }) + eol);
       if (content) contentEnds.push([at, at]); // a line ends at its LF
     };
-    for (const t of g.texts) line({ message: { role: 'assistant', content: t }, done: false }, true);
+    g.texts.forEach((t, j) => {
+      const what = kind(j);
+      const message = what === 'text' ? { content: t } : what === 'reasoning' ? { content: '', thinking: t } : { content: '', tool_calls: [{ function: { name: 'f', arguments: { a: t } } }] };
+      line({ message: { role: 'assistant', ...message }, done: false }, true);
+    });
     line({ message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop', ...(usage && { prompt_eval_count: 5, eval_count: tokens }) });
   }
   const body = Buffer.concat(parts);
-  return { path, request, contentType, body, contentEnds, tokens, source, framing: g.framing, pieces: splitAt(body, g.cuts) };
+  // Gemini leaves thoughtsTokenCount out when there were none.
+  const reported = g.api.startsWith('gemini') && reasoning === 0 ? undefined : reasoning;
+  return { path, request, contentType, body, contentEnds, tokens, reasoning: reported, spanTokens, source, framing: g.framing, pieces: splitAt(body, g.cuts) };
 }
 
 let proxy: RunningProxy;
@@ -237,6 +379,7 @@ function figures(s: Sample[]) {
     ttft: hist(s, 'gen_ai_client_operation_time_to_first_chunk_seconds', f),
     gaps: hist(s, 'gen_ai_client_operation_time_per_output_chunk_seconds', f),
     out: total(s, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' }),
+    reasoning: hist(s, 'gen_ai_client_token_usage', { ...f, gen_ai_token_type: 'reasoning' }),
     tpot: hist(s, 'gen_ai_server_time_per_output_token_seconds', f),
     streams: (['usage', 'events', 'none'] as const).map((source) => total(s, 'llm_proxy_streams_total', { ...f, token_count_source: source, outcome: 'ok' })),
   };
@@ -265,46 +408,52 @@ function request(plan: Plan): Promise<{ sent: number; body: Buffer; reads: { at:
   });
 }
 
+/** Runs `g`'s stream through the proxy and checks the body and the figures against the wire. */
+async function check(g: Gen): Promise<void> {
+  const plan = render(g);
+  const before = figures(await scrape(proxy.metricsUrl));
+  current = { plan, got: NaN, writes: [] };
+  const r = await request(plan);
+  expect(r.body.equals(plan.body)).toBe(true);
+  // The stream is recorded when the proxy's exchange ends, just after the client's end.
+  const recorded = (f: ReturnType<typeof figures>) => f.streams.reduce((a, b) => a + b);
+  let now = figures(await scrape(proxy.metricsUrl));
+  for (let i = 0; i < 50 && recorded(now) === recorded(before); i++) {
+    await sleep(10);
+    now = figures(await scrape(proxy.metricsUrl));
+  }
+  const k = plan.contentEnds.length;
+  expect(now.ttft.count - before.ttft.count).toBe(1);
+  expect(now.gaps.count - before.gaps.count).toBe(k - 1);
+  expect(now.out - before.out).toBe(plan.source === 'usage' ? plan.tokens : plan.source === 'events' ? k : 0);
+  expect([now.reasoning.count - before.reasoning.count, now.reasoning.sum - before.reasoning.sum]).toEqual(plan.reasoning === undefined ? [0, 0] : [1, plan.reasoning]);
+  expect(now.streams.map((n, j) => n - before.streams[j]!)).toEqual(['usage', 'events', 'none'].map((s) => (s === plan.source ? 1 : 0)));
+
+  // The proxy saw event j complete after the upstream's write that completed it, and before
+  // the client's read that did.
+  const written = (end: number) => current!.writes.find((w) => w.end >= end)!.at;
+  const read = (end: number) => r.reads.find((x) => x.end >= end)!.at;
+  const [first, last] = [plan.contentEnds[0]!, plan.contentEnds[k - 1]!];
+  const ttft = now.ttft.sum - before.ttft.sum;
+  expect(ttft).toBeGreaterThanOrEqual((written(first[0]) - current!.got) / 1000 - EPS);
+  expect(ttft).toBeLessThanOrEqual((read(first[1]) - r.sent) / 1000 + EPS);
+  const span = now.gaps.sum - before.gaps.sum;
+  expect(span).toBeGreaterThanOrEqual((written(last[0]) - read(first[1])) / 1000 - EPS);
+  expect(span).toBeLessThanOrEqual((read(last[1]) - written(first[0])) / 1000 + EPS);
+  // TPOT = (last − first) / (output tokens − 1): the same span, when both are defined; the
+  // tokens are the streamed ones (hidden reasoning came before the span).
+  const n = plan.spanTokens;
+  const tpot = n !== undefined && k >= 2 && n >= 2;
+  expect(now.tpot.count - before.tpot.count).toBe(tpot ? 1 : 0);
+  if (tpot) expect(Math.abs((now.tpot.sum - before.tpot.sum) * (n - 1) - span)).toBeLessThanOrEqual(EPS * n);
+}
+
 describe('generated streams through the proxy', () => {
   it('any API, line ending, comment, usage, framing and split: the body unchanged, every content event counted once, TTFT and gaps within what the wire allows', async () => {
-    await fc.assert(
-      fc.asyncProperty(genArb, async (g) => {
-        const plan = render(g);
-        const before = figures(await scrape(proxy.metricsUrl));
-        current = { plan, got: NaN, writes: [] };
-        const r = await request(plan);
-        expect(r.body.equals(plan.body)).toBe(true);
-        // The stream is recorded when the proxy's exchange ends, just after the client's end.
-        const recorded = (f: ReturnType<typeof figures>) => f.streams.reduce((a, b) => a + b);
-        let now = figures(await scrape(proxy.metricsUrl));
-        for (let i = 0; i < 50 && recorded(now) === recorded(before); i++) {
-          await sleep(10);
-          now = figures(await scrape(proxy.metricsUrl));
-        }
-        const k = plan.contentEnds.length;
-        expect(now.ttft.count - before.ttft.count).toBe(1);
-        expect(now.gaps.count - before.gaps.count).toBe(k - 1);
-        const counted = plan.source === 'usage' ? plan.tokens : plan.source === 'events' ? k : undefined;
-        expect(now.out - before.out).toBe(counted ?? 0);
-        expect(now.streams.map((n, j) => n - before.streams[j]!)).toEqual(['usage', 'events', 'none'].map((s) => (s === plan.source ? 1 : 0)));
+    await fc.assert(fc.asyncProperty(genArb, check), { numRuns: 120 });
+  });
 
-        // The proxy saw event j complete after the upstream's write that completed it, and before
-        // the client's read that did.
-        const written = (end: number) => current!.writes.find((w) => w.end >= end)!.at;
-        const read = (end: number) => r.reads.find((x) => x.end >= end)!.at;
-        const [first, last] = [plan.contentEnds[0]!, plan.contentEnds[k - 1]!];
-        const ttft = now.ttft.sum - before.ttft.sum;
-        expect(ttft).toBeGreaterThanOrEqual((written(first[0]) - current!.got) / 1000 - EPS);
-        expect(ttft).toBeLessThanOrEqual((read(first[1]) - r.sent) / 1000 + EPS);
-        const span = now.gaps.sum - before.gaps.sum;
-        expect(span).toBeGreaterThanOrEqual((written(last[0]) - read(first[1])) / 1000 - EPS);
-        expect(span).toBeLessThanOrEqual((read(last[1]) - written(first[0])) / 1000 + EPS);
-        // TPOT = (last − first) / (output tokens − 1): the same span, when both are defined.
-        const tpot = counted !== undefined && k >= 2 && counted >= 2;
-        expect(now.tpot.count - before.tpot.count).toBe(tpot ? 1 : 0);
-        if (tpot) expect(Math.abs((now.tpot.sum - before.tpot.sum) * (counted - 1) - span)).toBeLessThanOrEqual(EPS * counted);
-      }),
-      { numRuns: 120 },
-    );
+  it('reasoning counted apart, streamed or hidden: TPOT divides the span among the streamed tokens', async () => {
+    await fc.assert(fc.asyncProperty(reasoningArb, check), { numRuns: 100 });
   });
 });
