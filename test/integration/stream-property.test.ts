@@ -6,7 +6,8 @@
 // arguments), beside the events of those items that carry no output, Chat with one or two
 // choices, usage or not (at the end, or so far on every chunk; reasoning counted in it, apart
 // from it, or hidden: counted but not streamed), any body framing, cut at generated points and
-// written a millisecond apart. The client gets the body unchanged; the proxy counts exactly the
+// written a millisecond apart, to an HTTP/1.1 client on a new or a kept-alive connection or to
+// an HTTP/1.0 one. The client gets the body unchanged; the proxy counts exactly the
 // content events, takes the output count from the usage, the events or nowhere as the API
 // allows, and its TTFT and gap sums lie within what the upstream's writes and the client's reads
 // allow, on the one clock they share; TPOT is their span over the streamed tokens less one.
@@ -44,6 +45,7 @@ interface Plan {
   /** Where the output count comes from: the provider's usage; counted content events; none (an API whose events carry several tokens, with no usage). */
   source: 'usage' | 'events' | 'none';
   framing: 'chunked' | 'length' | 'close';
+  client: 'new' | 'keep-alive' | '1.0';
   pieces: Buffer[];
 }
 
@@ -78,6 +80,8 @@ const fields = {
   choices: fc.constantFrom(1, 2),
   choiceOf: fc.array(fc.nat(1), { maxLength: 20 }),
   framing: fc.constantFrom('chunked' as const, 'length' as const, 'close' as const),
+  /** The client: HTTP/1.1 on a new connection or on one kept alive, or HTTP/1.0 (the proxy then drops the chunk framing, and the close delimits the body). */
+  client: fc.constantFrom('new' as const, 'keep-alive' as const, '1.0' as const),
   cuts: fc.array(fc.nat(), { maxLength: 12 }),
 };
 const genArb = fc.record(fields);
@@ -330,11 +334,13 @@ function render(g: Gen): Plan {
   const body = Buffer.concat(parts);
   // Gemini leaves thoughtsTokenCount out when there were none.
   const reported = g.api.startsWith('gemini') && reasoning === 0 ? undefined : reasoning;
-  return { path, request, contentType, body, contentEnds, tokens, reasoning: reported, spanTokens, source, framing: g.framing, pieces: splitAt(body, g.cuts) };
+  return { path, request, contentType, body, contentEnds, tokens, reasoning: reported, spanTokens, source, framing: g.framing, client: g.client, pieces: splitAt(body, g.cuts) };
 }
 
 let proxy: RunningProxy;
 let server: net.Server;
+/** One connection to the proxy, reused for every request whose client keeps it alive. */
+const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 });
 /** The plan the upstream answers the next request with, and what it saw. */
 let current: { plan: Plan; got: number; writes: { at: number; end: number }[] } | undefined;
 
@@ -369,6 +375,7 @@ beforeAll(async () => {
   proxy = await startTestProxy(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
 });
 afterAll(async () => {
+  keepAlive.destroy();
   await proxy?.close();
   await new Promise((r) => server.close(r));
 });
@@ -385,18 +392,27 @@ function figures(s: Sample[]) {
   };
 }
 
-/** Sends the plan's request; resolves with the decoded body and when each byte count was reached. */
-function request(plan: Plan): Promise<{ sent: number; body: Buffer; reads: { at: number; end: number }[] }> {
+interface Received {
+  sent: number;
+  body: Buffer;
+  /** When the client had each body byte count (after the read: the proxy had written it). */
+  reads: { at: number; end: number }[];
+}
+
+/** Sends the plan's request as its client; resolves with the decoded body and the reads. */
+function request(plan: Plan): Promise<Received> {
   const u = new URL(proxy.proxyUrl);
   const payload = JSON.stringify(plan.request);
+  if (plan.client === '1.0') return request10(u, plan.path, payload);
   return new Promise((resolve, reject) => {
     const reads: { at: number; end: number }[] = [];
     const parts: Buffer[] = [];
     let end = 0;
-    const req = http.request({ host: u.hostname, port: u.port, path: plan.path, method: 'POST', agent: false, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (res) => {
+    const agent = plan.client === 'keep-alive' ? keepAlive : false;
+    const req = http.request({ host: u.hostname, port: u.port, path: plan.path, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (res) => {
       res.on('data', (d: Buffer) => {
         end += d.length;
-        reads.push({ at: performance.now(), end }); // before: the proxy had it
+        reads.push({ at: performance.now(), end });
         parts.push(d);
       });
       res.on('end', () => resolve({ sent, body: Buffer.concat(parts), reads }));
@@ -405,6 +421,39 @@ function request(plan: Plan): Promise<{ sent: number; body: Buffer; reads: { at:
     req.on('error', reject);
     const sent = performance.now();
     req.end(payload);
+  });
+}
+
+/** An HTTP/1.0 client on a raw socket: the body is what follows the head, to the close. */
+function request10(u: URL, path: string, payload: string): Promise<Received> {
+  return new Promise((resolve, reject) => {
+    const reads: { at: number; end: number }[] = [];
+    const parts: Buffer[] = [];
+    let total = 0;
+    let headEnd = -1;
+    let sent = NaN;
+    const s = net.connect(Number(u.port), u.hostname, () => {
+      sent = performance.now();
+      s.write(`POST ${path} HTTP/1.0\r\nHost: ${u.host}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`);
+    });
+    s.on('error', reject);
+    s.on('data', (d: Buffer) => {
+      const at = performance.now();
+      parts.push(d);
+      total += d.length;
+      if (headEnd < 0) {
+        const i = Buffer.concat(parts).indexOf('\r\n\r\n');
+        if (i >= 0) headEnd = i + 4;
+      }
+      if (headEnd >= 0 && total > headEnd) reads.push({ at, end: total - headEnd });
+    });
+    s.on('end', () => {
+      const all = Buffer.concat(parts);
+      const head = all.subarray(0, Math.max(headEnd, 0)).toString('latin1');
+      // HTTP/1.0 has no chunked coding: the proxy must not frame the body so.
+      if (!/^HTTP\/1\.[01] 200 /.test(head) || /\r\ntransfer-encoding:/i.test(head)) reject(new Error(`answer to HTTP/1.0: ${JSON.stringify(head)}`));
+      else resolve({ sent, body: all.subarray(headEnd), reads });
+    });
   });
 }
 
