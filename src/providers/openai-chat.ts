@@ -152,28 +152,28 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   /** llama.cpp server timings (milliseconds on the wire). */
   private readTimings(t: Record<string, unknown>): void {
     const st: ServerTimings = (this.serverTimings ??= {});
-    if (typeof t.predicted_per_token_ms === 'number' && typeof t.predicted_n === 'number' && t.predicted_n > 0) {
-      st.timePerOutputToken = t.predicted_per_token_ms / 1000;
-    }
-    if (typeof t.prompt_ms === 'number') st.timeToFirstToken = t.prompt_ms / 1000;
+    const perToken = num(t.predicted_per_token_ms);
+    if (perToken !== undefined && (num(t.predicted_n) ?? 0) > 0) st.timePerOutputToken = perToken / 1000;
+    const prompt = num(t.prompt_ms);
+    if (prompt !== undefined) st.timeToFirstToken = prompt / 1000;
   }
 
   private readUsage(u: Record<string, unknown>): void {
-    const cd = u.completion_tokens_details as Record<string, unknown> | null | undefined;
-    const reasoning = cd && typeof cd.reasoning_tokens === 'number' ? cd.reasoning_tokens : undefined;
+    const reasoning = num(obj(u.completion_tokens_details)?.reasoning_tokens);
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
-    if (typeof u.completion_tokens === 'number') {
+    const completion = num(u.completion_tokens);
+    const prompt = num(u.prompt_tokens);
+    if (completion !== undefined) {
       // OpenAI's completion_tokens include the reasoning tokens; xAI's do not (its total is
       // prompt + completion + reasoning): output is both then, as billed.
-      const separate = reasoning !== undefined && reasoning > 0 && typeof u.prompt_tokens === 'number' && u.total_tokens === u.prompt_tokens + u.completion_tokens + reasoning;
-      const out = separate ? u.completion_tokens + reasoning : u.completion_tokens;
+      const separate = reasoning !== undefined && reasoning > 0 && prompt !== undefined && u.total_tokens === prompt + completion + reasoning;
+      const out = separate ? completion + reasoning : completion;
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
     }
-    if (typeof u.prompt_tokens === 'number') this.usage.inputTokens = u.prompt_tokens;
-    const pd = u.prompt_tokens_details as Record<string, unknown> | null | undefined;
-    if (pd && typeof pd.cached_tokens === 'number') this.usage.cachedInputTokens = pd.cached_tokens;
-    else if (typeof u.prompt_cache_hit_tokens === 'number') this.usage.cachedInputTokens = u.prompt_cache_hit_tokens; // DeepSeek
+    if (prompt !== undefined) this.usage.inputTokens = prompt;
+    const cached = num(obj(u.prompt_tokens_details)?.cached_tokens) ?? num(u.prompt_cache_hit_tokens); // the latter DeepSeek's
+    if (cached !== undefined) this.usage.cachedInputTokens = cached;
     this.readGroqTimings(u);
   }
 

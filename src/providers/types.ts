@@ -144,8 +144,14 @@ export function obj(v: unknown): Record<string, unknown> | undefined {
   return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
 }
 
+/**
+ * A count or a duration as the wire gives it: a number from 0 to 2^53 − 1, else undefined (not
+ * reported). A negative count, or one JSON.parse read as Infinity (`1e400`), would go into
+ * histogram sums that it would spoil until the process restarts; bounded, sums of a few stay
+ * finite.
+ */
 export function num(v: unknown): number | undefined {
-  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+  return typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER ? v : undefined;
 }
 
 export function nonEmpty(v: unknown): boolean {

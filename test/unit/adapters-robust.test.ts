@@ -1,0 +1,197 @@
+// Every adapter against what a broken or hostile upstream may send: the events of every API
+// (the fixtures' and hand-written ones of the APIs without a fixture), each possibly with one
+// part of its JSON replaced by any JSON value, a number no count can be (negative, fractional,
+// 1e400, which JSON.parse reads as Infinity), or a value of another type, offered to every
+// adapter, in any order, under their own or another event name. No adapter may throw (the
+// meter would stop measuring the stream), classify outside its three kinds, or report a token
+// count, a running count or a server timing that is not a finite number ≥ 0: those go into
+// histograms whose sums a single Infinity would poison until the process restarts.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { anthropicMessages, anthropicVertex } from '../../src/providers/anthropic.js';
+import { bedrockConverse, bedrockInvoke } from '../../src/providers/bedrock.js';
+import { cohereChat } from '../../src/providers/cohere.js';
+import { geminiStream } from '../../src/providers/gemini.js';
+import { geminiInteractions } from '../../src/providers/gemini-interactions.js';
+import { genericStream } from '../../src/providers/generic.js';
+import { lmstudioChat } from '../../src/providers/lmstudio.js';
+import { ollamaChat, ollamaGenerate } from '../../src/providers/ollama.js';
+import { azureOpenaiChat, llamacppCompletion, openaiChat, openaiCompletions, workersAi } from '../../src/providers/openai-chat.js';
+import { openaiResponses } from '../../src/providers/openai-responses.js';
+import { sglangGenerate } from '../../src/providers/sglang.js';
+import { tgiGenerate } from '../../src/providers/tgi.js';
+import { tritonGenerate } from '../../src/providers/triton.js';
+import type { ApiDescriptor, ResponseAdapter } from '../../src/providers/types.js';
+import type { SseEvent } from '../../src/sse/parser.js';
+import { fixture, sseEvents } from '../helpers/fixtures.js';
+
+const DESCRIPTORS: ApiDescriptor[] = [
+  anthropicMessages, anthropicVertex, bedrockConverse, bedrockInvoke, cohereChat, geminiStream, geminiInteractions, genericStream, lmstudioChat,
+  ollamaChat, ollamaGenerate, azureOpenaiChat, llamacppCompletion, openaiChat, openaiCompletions, workersAi, openaiResponses, sglangGenerate,
+  tgiGenerate, tritonGenerate,
+];
+
+interface Seed {
+  type: string;
+  value: unknown;
+  /** Bedrock's event-stream message type, for frames. */
+  messageType?: string;
+  /** `value.bytes` is an event to send base64-encoded, as Bedrock invoke does. */
+  wrapped?: boolean;
+}
+
+const SSE_FIXTURES = ['anthropic-error.sse', 'anthropic-messages.sse', 'anthropic-thinking.sse', 'anthropic-tools.sse', 'gemini-thinking.sse', 'gemini.sse', 'llamacpp-chat.sse', 'openai-chat-tools.sse', 'openai-chat-usage.sse', 'openai-compat-reasoning.sse', 'openai-responses-reasoning.sse', 'openai-responses.sse', 'tgi-chat.sse', 'vllm-continuous-usage.sse'];
+
+function json(data: string): unknown {
+  try {
+    return JSON.parse(data);
+  } catch {
+    return data;
+  }
+}
+
+/** Events of the APIs the fixtures do not cover, in their documented shapes. */
+const HAND_WRITTEN: Seed[] = [
+  { type: '', value: { index: 0, content: 'Hi', stop: false, tokens_predicted: 3, tokens_evaluated: 12, timings: { prompt_ms: 12.5, predicted_ms: 30, predicted_n: 3, predicted_per_token_ms: 10 } } },
+  { type: '', value: { index: 0, content: '', stop: true, stop_type: 'limit', tokens_predicted: 9, model: 'm' } },
+  { type: '', value: { index: 0, text: 'Hello', output_ids: [1], meta_info: { id: 'r0', finish_reason: null, prompt_tokens: 5, completion_tokens: 2, cached_tokens: 1 } } },
+  { type: '', value: { index: 0, text: 'Hello!', meta_info: { id: 'r0', finish_reason: { type: 'abort', message: 'x', err_type: 'BadRequest' }, prompt_tokens: 5, completion_tokens: 3 } } },
+  { type: '', value: { generated_text: 'Hi', details: { generated_tokens: 4, finish_reason: 'length' } } },
+  { type: '', value: { index: 1, token: { id: 2, text: 'Hi', logprob: -0.1, special: false }, generated_text: null, details: null } },
+  { type: '', value: { model_name: 'm', model_version: '1', text_output: ['a', ''], num_output_tokens: 2, num_input_tokens: 7 } },
+  { type: 'content-delta', value: { type: 'content-delta', index: 0, delta: { message: { content: { text: 'Hi', thinking: 'x' } } } } },
+  { type: 'tool-call-delta', value: { type: 'tool-call-delta', index: 0, delta: { message: { tool_calls: { function: { arguments: '{"a"' } } } } } },
+  { type: 'message-end', value: { type: 'message-end', delta: { finish_reason: 'COMPLETE', usage: { billed_units: { input_tokens: 5, output_tokens: 3 }, tokens: { input_tokens: 9, output_tokens: 3 }, cached_tokens: 2 } } } },
+  { type: '', value: { is_finished: true, event_type: 'stream-end', finish_reason: 'ERROR_LIMIT', response: { meta: { billed_units: { input_tokens: 5, output_tokens: 3 }, tokens: { input_tokens: 9, output_tokens: 3 } } } } },
+  { type: 'message.delta', value: { type: 'message.delta', content: 'Hi' } },
+  { type: 'chat.end', value: { type: 'chat.end', result: { model_instance_id: 'm', stats: { input_tokens: 5, total_output_tokens: 7, reasoning_output_tokens: 2, time_to_first_token_seconds: 0.2, tokens_per_second: 50 } } } },
+  { type: 'step.delta', value: { event_type: 'step.delta', index: 0, delta: { type: 'text', text: 'Hi' }, metadata: { total_usage: { total_output_tokens: 2, total_thought_tokens: 1, total_tokens: 9 } } } },
+  { type: 'interaction.completed', value: { event_type: 'interaction.completed', interaction: { id: 'i', model: 'g', status: 'completed', usage: { total_input_tokens: 5, total_output_tokens: 3, total_thought_tokens: 4, total_tokens: 12 } } } },
+  { type: '', value: { model: 'llama3', created_at: 't', message: { role: 'assistant', content: 'Hi', thinking: 'x' }, done: false } },
+  { type: '', value: { model: 'llama3', response: '', done: true, done_reason: 'stop', eval_count: 24, eval_duration: 4e8, prompt_eval_count: 5, prompt_eval_duration: 1e7, total_duration: 5e8, load_duration: 1e6 } },
+  { type: '', value: { response: 'Hi', tool_calls: [{ name: 'f', arguments: { a: 1 } }], usage: { prompt_tokens: 4, completion_tokens: 2 }, p: 'pad' } },
+  { type: 'chunk', value: { generation: 'Hi', prompt_token_count: 5, generation_token_count: 1, stop_reason: null, 'amazon-bedrock-invocationMetrics': { inputTokenCount: 5, outputTokenCount: 2, invocationLatency: 300, firstByteLatency: 100 } } },
+  { type: 'chunk', value: { outputText: 'Hi', index: 0, totalOutputTextTokenCount: 2, completionReason: 'FINISH' } },
+  { type: 'metadata', value: { usage: { inputTokens: 5, outputTokens: 2, totalTokens: 7, cacheReadInputTokens: 1, cacheWriteInputTokens: 1 }, metrics: { latencyMs: 100 } } },
+  { type: 'throttlingException', value: { message: 'slow down' }, messageType: 'exception' },
+];
+
+/** Every event of the fixtures (Bedrock's frames decoded), and the hand-written ones. */
+function seeds(): Seed[] {
+  const out: Seed[] = [];
+  for (const name of SSE_FIXTURES) for (const e of sseEvents([fixture(name)])) out.push({ type: e.type, value: json(e.data) });
+  for (const line of fixture('ollama-chat.ndjson').toString('utf8').split('\n')) if (line !== '') out.push({ type: '', value: json(line) });
+  for (const name of ['bedrock-converse-stream.decoded.jsonl', 'bedrock-invoke-anthropic.decoded.jsonl']) {
+    for (const line of fixture(name).toString('utf8').split('\n')) {
+      if (line === '') continue;
+      const f = JSON.parse(line) as { headers: Record<string, string>; payload: Record<string, unknown> };
+      // Bedrock invoke's base64 `bytes` are kept decoded, so that a mutation reaches inside them.
+      const payload = typeof f.payload.bytes === 'string' ? { ...f.payload, bytes: JSON.parse(Buffer.from(f.payload.bytes, 'base64').toString('utf8')) as unknown } : f.payload;
+      out.push({ type: f.headers[':event-type']!, value: payload, messageType: f.headers[':message-type'], wrapped: payload !== f.payload });
+    }
+  }
+  return [...out, ...HAND_WRITTEN];
+}
+
+const SEEDS = seeds();
+const RAW = '\u0001raw:';
+/** Numbers JSON can carry that no count can be; written into the text as they are. */
+const BAD_NUMBERS = ['-1', '-0', '1.5', '1e400', '-1e400', '1e308', '9007199254740993', '-1e-400'];
+
+/** Where a value can be replaced: every node of the JSON tree, as a path of keys. */
+function paths(v: unknown, at: (string | number)[] = [], out: (string | number)[][] = []): (string | number)[][] {
+  out.push(at);
+  if (Array.isArray(v)) v.forEach((x, i) => paths(x, [...at, i], out));
+  else if (v !== null && typeof v === 'object') for (const [k, x] of Object.entries(v)) paths(x, [...at, k], out);
+  return out;
+}
+
+function replaced(v: unknown, path: (string | number)[], by: unknown): unknown {
+  if (path.length === 0) return by;
+  const [head, ...rest] = path;
+  if (Array.isArray(v)) return v.map((x, i) => (i === head ? replaced(x, rest, by) : x));
+  const o = { ...(v as Record<string, unknown>) };
+  o[head as string] = replaced(o[head as string], rest, by);
+  return o;
+}
+
+function text(v: unknown): string {
+  const s = typeof v === 'string' ? v : JSON.stringify(v);
+  return s.replace(/"\\u0001raw:([^"]*)"/g, '$1');
+}
+
+const replacement = fc.oneof(
+  fc.constantFrom(...BAD_NUMBERS).map((n) => `${RAW}${n}`),
+  fc.constantFrom(null, true, false, '', 0, [], {}, 'x', [null], { type: null }),
+  fc.jsonValue({ maxDepth: 2 }),
+);
+
+const eventArb = fc.record({
+  seed: fc.nat(SEEDS.length - 1),
+  /** Which node to replace (modulo the count), and by what; none: the event as it was. */
+  mutation: fc.option(fc.tuple(fc.nat(), replacement), { nil: undefined }),
+  /** The event under another event's name (an adapter must not trust the name alone). */
+  renamed: fc.option(fc.nat(SEEDS.length - 1), { nil: undefined }),
+});
+
+type Ev = { seed: number; mutation: [number, unknown] | undefined; renamed: number | undefined };
+
+function render(e: Ev): SseEvent & { messageType?: string } {
+  const seed = SEEDS[e.seed]!;
+  let value = seed.value;
+  if (e.mutation !== undefined) {
+    const all = paths(value);
+    value = replaced(value, all[e.mutation[0] % all.length]!, e.mutation[1]);
+  }
+  const inner = (value as { bytes?: unknown } | null)?.bytes;
+  if (seed.wrapped === true && inner !== null && typeof inner === 'object') value = { ...(value as object), bytes: Buffer.from(text(inner)).toString('base64') };
+  const other = e.renamed === undefined ? seed : SEEDS[e.renamed]!;
+  return { type: other.type, data: text(value), id: undefined, ...(other.messageType !== undefined && { messageType: other.messageType }) };
+}
+
+/** A count or a timing: absent, or a finite number ≥ 0. */
+function countLike(v: unknown): boolean {
+  return v === undefined || (typeof v === 'number' && Number.isFinite(v) && v >= 0);
+}
+
+function expectSane(a: ResponseAdapter, what: string): void {
+  for (const [k, v] of Object.entries(a.usage)) expect(countLike(v), `${what}: usage.${k} = ${v}`).toBe(true);
+  expect(countLike(a.cumulativeOutputTokens), `${what}: cumulativeOutputTokens = ${a.cumulativeOutputTokens}`).toBe(true);
+  for (const [k, v] of Object.entries(a.serverTimings ?? {})) expect(countLike(v), `${what}: serverTimings.${k} = ${v}`).toBe(true);
+  if (a.errorType !== undefined) expect(a.errorType).toMatch(/^[A-Za-z0-9_.-]{1,64}$/);
+  if (a.responseModel !== undefined) expect(typeof a.responseModel).toBe('string');
+}
+
+describe('adapters against broken and hostile events', () => {
+  it('the seeds hold every event of every fixture and every hand-written one', () => {
+    expect(SEEDS.length).toBeGreaterThan(300);
+    expect(SEEDS.filter((s) => s.messageType !== undefined).length).toBeGreaterThan(15);
+  });
+
+  it.each(DESCRIPTORS.map((d) => [d.api + (d === anthropicVertex ? ' (vertex)' : d === azureOpenaiChat ? ' (azure)' : ''), d] as const))(
+    '%s: never throws, classifies into its three kinds, reports only finite counts ≥ 0',
+    (name, d) => {
+      fc.assert(
+        fc.property(fc.array(eventArb, { minLength: 1, maxLength: 12 }), (events) => {
+          const a = d.newAdapter();
+          const evs = events.map(render);
+          for (const ev of evs) {
+            const kind = a.onEvent(ev);
+            expect([0, 1, 2]).toContain(kind);
+            expectSane(a, `${name} after ${JSON.stringify(ev).slice(0, 300)}`);
+          }
+          // The same events as a non-streamed body: one object, or Gemini's array of them.
+          if (a.onBody !== undefined) {
+            const b = d.newAdapter();
+            b.onBody!(evs[0]!.data);
+            expectSane(b, `${name} body ${evs[0]!.data.slice(0, 300)}`);
+            const c = d.newAdapter();
+            c.onBody!(`[${evs.map((e) => e.data).join(',')}]`);
+            expectSane(c, `${name} array body`);
+          }
+        }),
+        { numRuns: 300 },
+      );
+    },
+  );
+});
