@@ -1,5 +1,6 @@
-// Generated streams of six APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
-// JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream) through the proxy:
+// Generated streams of seven APIs (OpenAI Chat and Responses, Anthropic, Gemini as SSE and as a
+// JSON array, Ollama NDJSON, Bedrock ConverseStream's binary event-stream, and Anthropic's events
+// base64-encoded in Bedrock InvokeModelWithResponseStream's frames) through the proxy:
 // any line ending, `data:` and `event:` with or without their space, comment events between,
 // text, reasoning or tool-call output in each API's own events (and its other spellings: Chat's
 // two reasoning fields and Mistral's parts, Responses' reasoning text, Vertex's streamed call
@@ -52,7 +53,7 @@ interface Plan {
 /** A content event's text: multi-byte, escaped and structural characters. */
 const text = fc.string({ minLength: 1, maxLength: 8, unit: fc.constantFrom('a', 'é', '°', '中', '😀', '"', '\\', '\n', ' ', '{', '}', ']', ',') });
 const fields = {
-  api: fc.constantFrom('chat' as const, 'anthropic' as const, 'responses' as const, 'gemini' as const, 'gemini-array' as const, 'ollama' as const, 'bedrock' as const),
+  api: fc.constantFrom('chat' as const, 'anthropic' as const, 'responses' as const, 'gemini' as const, 'gemini-array' as const, 'ollama' as const, 'bedrock' as const, 'bedrock-invoke' as const),
   eol: fc.constantFrom('\n', '\r\n', '\r'),
   space: fc.boolean(),
   texts: fc.array(text, { minLength: 1, maxLength: 20 }),
@@ -74,7 +75,7 @@ const fields = {
    * them with the usage): outside the span TPOT divides, unless some reasoning was streamed.
    */
   hidden: fc.oneof(fc.constant(0), fc.integer({ min: 1, max: 300 })),
-  /** Chat: the count keeps reasoning apart from `completion_tokens`, as xAI's does (its total says so). */
+  /** Chat: the count keeps reasoning apart from `completion_tokens`, as xAI's does (its total says so); Bedrock invoke: only the invocation metrics hold the count. */
   apart: fc.boolean(),
   /** Chat: choices in the stream (`n`), and which one each content event belongs to. */
   choices: fc.constantFrom(1, 2),
@@ -119,6 +120,12 @@ function render(g: Gen): Plan {
     if (type !== undefined) push(`event:${g.space ? ' ' : ''}${type}${g.eol}`);
     push(`data:${g.space ? ' ' : ''}${typeof data === 'string' ? data : JSON.stringify(data)}${g.eol}${g.eol}`);
     if (content) contentEnds.push([g.eol === '\r\n' ? at - 1 : at, at]);
+  };
+  /** A Bedrock event-stream frame, from the tests' own encoder, not the proxy's: a bug shared by both would cancel out. */
+  const frame = (type: string, payload: object, content = false) => {
+    const headers = stringHeaders({ ':event-type': type, ':content-type': 'application/json', ':message-type': 'event' });
+    push(rawFrame(headers, Buffer.from(JSON.stringify({ ...payload, p: 'abcdefghij'.slice(0, 1 + (at % 10)) }))));
+    if (content) contentEnds.push([at, at]);
   };
   const k = g.texts.length;
   const usage = g.usage !== undefined;
@@ -179,10 +186,14 @@ function render(g: Gen): Plan {
     for (let c = 0; c < n; c++) event(chunk(c, {}, k, toolOpen.has(c) ? 'tool_calls' : 'stop'));
     if (usage) event({ id: 'c', object: 'chat.completion.chunk', model: MODEL, choices: [], usage: { prompt_tokens: 5, ...completion(tokens), ...reasoningDetails } });
     event('[DONE]');
-  } else if (g.api === 'anthropic') {
-    path = '/v1/messages';
-    request = { model: MODEL, stream: true, max_tokens: 100, messages };
-    const e = (type: string, data: object, content = false) => event({ type, ...data }, content, type);
+  } else if (g.api === 'anthropic' || g.api === 'bedrock-invoke') {
+    // Bedrock's InvokeModelWithResponseStream: each Anthropic event base64-encoded in a `chunk` frame.
+    const invoke = g.api === 'bedrock-invoke';
+    path = invoke ? `/model/${MODEL}/invoke-with-response-stream` : '/v1/messages';
+    request = invoke ? { anthropic_version: 'bedrock-2023-05-31', max_tokens: 100, messages } : { model: MODEL, stream: true, max_tokens: 100, messages };
+    if (invoke) contentType = 'application/vnd.amazon.eventstream';
+    const e = (type: string, data: object, content = false) =>
+      invoke ? frame('chunk', { bytes: Buffer.from(JSON.stringify({ type, ...data })).toString('base64') }, content) : event({ type, ...data }, content, type);
     e('message_start', { message: { id: 'm', type: 'message', role: 'assistant', model: MODEL, content: [], stop_reason: null, usage: { input_tokens: 5, output_tokens: 1 } } });
     e('ping', {});
     // A block for each run of one kind; a thinking block ends with its signature, a tool-use
@@ -202,8 +213,10 @@ function render(g: Gen): Plan {
         e('content_block_stop', { index });
       },
     );
-    e('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, ...(usage && { usage: { output_tokens: tokens } }) });
-    e('message_stop', {});
+    // Bedrock's invocation metrics hold the count too (`apart`: only they do).
+    e('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, ...(usage && !(invoke && g.apart) && { usage: { output_tokens: tokens } }) });
+    const metrics = { 'amazon-bedrock-invocationMetrics': { inputTokenCount: 5, outputTokenCount: tokens, invocationLatency: 300, firstByteLatency: 100 } };
+    e('message_stop', invoke && usage ? metrics : {});
   } else if (g.api === 'responses') {
     path = '/v1/responses';
     request = { model: MODEL, stream: true, input: 'x' };
@@ -289,12 +302,6 @@ function render(g: Gen): Plan {
     path = `/model/${MODEL}/converse-stream`;
     request = { messages: [{ role: 'user', content: [{ text: 'x' }] }] };
     contentType = 'application/vnd.amazon.eventstream';
-    // Frames from the tests' own encoder, not the proxy's: a bug shared by both would cancel out.
-    const frame = (type: string, payload: object, content = false) => {
-      const headers = stringHeaders({ ':event-type': type, ':content-type': 'application/json', ':message-type': 'event' });
-      push(rawFrame(headers, Buffer.from(JSON.stringify({ ...payload, p: 'abcdefghij'.slice(0, 1 + (at % 10)) }))));
-      if (content) contentEnds.push([at, at]);
-    };
     frame('messageStart', { role: 'assistant' });
     // A block per run: a tool use opens with its name (and empty input), reasoning ends with
     // its signature; neither is output.
