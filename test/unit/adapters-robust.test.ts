@@ -24,6 +24,7 @@ import { tritonGenerate } from '../../src/providers/triton.js';
 import type { ApiDescriptor, ResponseAdapter } from '../../src/providers/types.js';
 import type { SseEvent } from '../../src/sse/parser.js';
 import { fixture, sseEvents } from '../helpers/fixtures.js';
+import { countLike, fault, faultText, withFault, type Fault } from '../helpers/json-faults.js';
 
 const DESCRIPTORS: ApiDescriptor[] = [
   anthropicMessages, anthropicVertex, bedrockConverse, bedrockInvoke, cohereChat, geminiStream, geminiInteractions, genericStream, lmstudioChat,
@@ -94,64 +95,23 @@ function seeds(): Seed[] {
 }
 
 const SEEDS = seeds();
-const RAW = '\u0001raw:';
-/** Numbers JSON can carry that no count can be; written into the text as they are. */
-const BAD_NUMBERS = ['-1', '-0', '1.5', '1e400', '-1e400', '1e308', '9007199254740993', '-1e-400'];
-
-/** Where a value can be replaced: every node of the JSON tree, as a path of keys. */
-function paths(v: unknown, at: (string | number)[] = [], out: (string | number)[][] = []): (string | number)[][] {
-  out.push(at);
-  if (Array.isArray(v)) v.forEach((x, i) => paths(x, [...at, i], out));
-  else if (v !== null && typeof v === 'object') for (const [k, x] of Object.entries(v)) paths(x, [...at, k], out);
-  return out;
-}
-
-function replaced(v: unknown, path: (string | number)[], by: unknown): unknown {
-  if (path.length === 0) return by;
-  const [head, ...rest] = path;
-  if (Array.isArray(v)) return v.map((x, i) => (i === head ? replaced(x, rest, by) : x));
-  const o = { ...(v as Record<string, unknown>) };
-  o[head as string] = replaced(o[head as string], rest, by);
-  return o;
-}
-
-function text(v: unknown): string {
-  const s = typeof v === 'string' ? v : JSON.stringify(v);
-  return s.replace(/"\\u0001raw:([^"]*)"/g, '$1');
-}
-
-const replacement = fc.oneof(
-  fc.constantFrom(...BAD_NUMBERS).map((n) => `${RAW}${n}`),
-  fc.constantFrom(null, true, false, '', 0, [], {}, 'x', [null], { type: null }),
-  fc.jsonValue({ maxDepth: 2 }),
-);
-
 const eventArb = fc.record({
   seed: fc.nat(SEEDS.length - 1),
   /** Which node to replace (modulo the count), and by what; none: the event as it was. */
-  mutation: fc.option(fc.tuple(fc.nat(), replacement), { nil: undefined }),
+  mutation: fc.option(fault, { nil: undefined }),
   /** The event under another event's name (an adapter must not trust the name alone). */
   renamed: fc.option(fc.nat(SEEDS.length - 1), { nil: undefined }),
 });
 
-type Ev = { seed: number; mutation: [number, unknown] | undefined; renamed: number | undefined };
+type Ev = { seed: number; mutation: Fault | undefined; renamed: number | undefined };
 
 function render(e: Ev): SseEvent & { messageType?: string } {
   const seed = SEEDS[e.seed]!;
-  let value = seed.value;
-  if (e.mutation !== undefined) {
-    const all = paths(value);
-    value = replaced(value, all[e.mutation[0] % all.length]!, e.mutation[1]);
-  }
+  let value = withFault(seed.value, e.mutation);
   const inner = (value as { bytes?: unknown } | null)?.bytes;
-  if (seed.wrapped === true && inner !== null && typeof inner === 'object') value = { ...(value as object), bytes: Buffer.from(text(inner)).toString('base64') };
+  if (seed.wrapped === true && inner !== null && typeof inner === 'object') value = { ...(value as object), bytes: Buffer.from(faultText(inner)).toString('base64') };
   const other = e.renamed === undefined ? seed : SEEDS[e.renamed]!;
-  return { type: other.type, data: text(value), id: undefined, ...(other.messageType !== undefined && { messageType: other.messageType }) };
-}
-
-/** A count or a timing: absent, or a finite number ≥ 0. */
-function countLike(v: unknown): boolean {
-  return v === undefined || (typeof v === 'number' && Number.isFinite(v) && v >= 0);
+  return { type: other.type, data: faultText(value), id: undefined, ...(other.messageType !== undefined && { messageType: other.messageType }) };
 }
 
 function expectSane(a: ResponseAdapter, what: string): void {

@@ -5,12 +5,14 @@ import * as wsModule from 'ws';
 import type { MeterSummary } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { detectWsApi, quickDelta, WsSession, type WsApiMatch } from '../../src/ws/session.js';
+import { countLike, fault, faultText, withFault } from '../helpers/json-faults.js';
 import { testInstruments } from '../helpers/metrics.js';
 
 // The trackers driven with chosen arrival times (ms): each message is one frame in a read of
 // its own, client frames masked as RFC 6455 requires.
 const Sender = (wsModule as unknown as { Sender: { frame(data: Buffer, o: Record<string, unknown>): Buffer[] } }).Sender;
-const frame = (o: unknown, mask: boolean) => Buffer.concat(Sender.frame(Buffer.from(JSON.stringify(o)), { fin: true, mask, opcode: 1, readOnly: false }));
+const textFrame = (text: string, mask: boolean) => Buffer.concat(Sender.frame(Buffer.from(text), { fin: true, mask, opcode: 1, readOnly: false }));
+const frame = (o: unknown, mask: boolean) => textFrame(JSON.stringify(o), mask);
 /** One message as permessage-deflate sends it (no context kept, which a reader need not know). */
 const compressed = (o: unknown, mask: boolean) => {
   const z = zlib.deflateRawSync(Buffer.from(JSON.stringify(o)), { finishFlush: zlib.constants.Z_SYNC_FLUSH });
@@ -447,6 +449,72 @@ describe('second review cases', () => {
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
     expect((await t.histogram(METRIC.duration, { 'error.type': 'measurement_stopped' })).count).toBe(1);
   });
+});
+
+describe('broken and hostile messages', () => {
+  // Each side's messages of both APIs, as the tests above send them.
+  const SEEDS: { client: boolean; value: unknown }[] = [
+    ...[
+      { type: 'response.create', event_id: 'a', response: { conversation: 'none', modalities: ['text'] } },
+      { type: 'input_audio_buffer.append', audio: 'AAAA' },
+      { type: 'input_audio_buffer.commit', event_id: 'c' },
+      { type: 'response.cancel' },
+      { setup: { model: 'models/gemini-live-2.5-flash' } },
+      { clientContent: { turns: [{ role: 'user', parts: [{ text: 'weather?' }] }], turnComplete: true } },
+      { client_content: { turns: [{ role: 'user', parts: [{ text: 'x' }] }], turn_complete: true } },
+      { realtimeInput: { activityEnd: {} } },
+      { realtimeInput: { audioStreamEnd: true } },
+      { toolResponse: { functionResponses: [{ id: 'f', name: 'weather', response: { t: 20 } }] } },
+    ].map((value) => ({ client: true, value })),
+    ...[
+      { type: 'session.created', session: { model: 'gpt-realtime' } },
+      { type: 'response.created', response: { id: 'r1' } },
+      { type: 'response.output_text.delta', response_id: 'r1', item_id: 'i', output_index: 0, content_index: 0, delta: 'x' },
+      { type: 'response.output_audio.delta', response_id: 'r1', item_id: 'i', output_index: 0, content_index: 0, delta: 'QUJD' },
+      { type: 'response.function_call_arguments.delta', response_id: 'r1', item_id: 'i', output_index: 0, delta: '{"a"' },
+      { type: 'input_audio_buffer.committed', item_id: 'i2', event_id: 'e' },
+      { type: 'error', error: { type: 'invalid_request_error', code: 'x', event_id: 'a' } },
+      { type: 'response.done', response: { id: 'r1', status: 'completed', usage: { input_tokens: 5, output_tokens: 11, input_token_details: { cached_tokens: 1 } } } },
+      { type: 'response.done', response: { id: 'r1', status: 'failed', status_details: { error: { type: 'server_error', code: 'x' } } } },
+      { setupComplete: {} },
+      { serverContent: { modelTurn: { role: 'model', parts: [{ text: 'warm' }] } } },
+      { serverContent: { modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm;rate=24000', data: 'AAAA' } }] } } },
+      { toolCall: { functionCalls: [{ id: 'f', name: 'weather', args: {} }] } },
+      { serverContent: { generationComplete: true } },
+      { serverContent: { interrupted: true } },
+      { serverContent: { turnComplete: true, turnCompleteReason: 'PROHIBITED_INPUT_CONTENT' } },
+      { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 9, responseTokenCount: 20, thoughtsTokenCount: 1, cachedContentTokenCount: 2 } },
+    ].map((value) => ({ client: false, value })),
+  ];
+
+  it.each(['/v1/realtime?model=gpt-realtime', '/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent'])(
+    '%s: any message of either API, with any part replaced, never stops the measurement, and every figure stays a finite number ≥ 0',
+    async (path) => {
+      const step = fc.record({ seed: fc.nat(SEEDS.length - 1), fault: fc.option(fault, { nil: undefined }), after: fc.nat(50) });
+      await fc.assert(
+        fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 16 }), async (steps) => {
+          const t = session(path);
+          let at = 0;
+          for (const x of steps) {
+            const seed = SEEDS[x.seed]!;
+            at += x.after;
+            const bytes = textFrame(faultText(withFault(seed.value, x.fault)), seed.client);
+            if (seed.client) t.s.fromClient(bytes, at);
+            else t.s.fromUpstream(bytes, at);
+            expect(t.s.stopped).toBe(false);
+          }
+          t.s.close(at + 1, undefined);
+          expect(t.s.stopped).toBe(false);
+          for (const name of [METRIC.ttft, METRIC.chunkGap, METRIC.tpot, METRIC.duration, METRIC.tokenUsage, METRIC.serverTtft, METRIC.serverTpot, METRIC.serverDuration]) {
+            const h = await t.histogram(name);
+            expect(countLike(h.sum), `${name} sum ${h.sum}`).toBe(true);
+          }
+          await t.shutdown();
+        }),
+        { numRuns: 150 },
+      );
+    },
+  );
 });
 
 describe('quickDelta: a Realtime delta read from its bytes', () => {
