@@ -225,14 +225,22 @@ export interface Config {
 }
 
 
+/** One step of a key path: `.name`, `[0]`, or a quoted `[""]` for a key a reader could not see or tell apart (empty, spaces, dots, control characters). */
+function keyStep(k: PropertyKey): string {
+  if (typeof k === 'number') return `[${k}]`;
+  const s = String(k);
+  return /^[A-Za-z_$][\w$-]*$/.test(s) ? `.${s}` : `[${JSON.stringify(s)}]`;
+}
+
 function formatIssues(issues: readonly z.core.$ZodIssue[], source: string): string {
   const lines = issues.flatMap((i) => {
-    const path = i.path.map((p) => (typeof p === 'number' ? `[${p}]` : `.${String(p)}`)).join('').replace(/^\./, '');
-    if (i.code === 'unrecognized_keys') return i.keys.map((k) => `${path ? `${path}.` : ''}${k}: unknown key`);
+    const path = i.path.map(keyStep).join('');
+    const named = (p: string) => p.replace(/^\./, '');
+    if (i.code === 'unrecognized_keys') return i.keys.map((k) => `${named(path + keyStep(k))}: unknown key`);
     // zod says "Invalid input: expected string, received undefined" for a key left out.
     // (`input` is there because the parse asks for `reportInput`.)
-    if (i.code === 'invalid_type' && i.input === undefined) return [`${path || '(root)'}: required (${i.expected})`];
-    return [`${path || '(root)'}: ${i.message}`];
+    if (i.code === 'invalid_type' && i.input === undefined) return [`${named(path) || '(root)'}: required (${i.expected})`];
+    return [`${named(path) || '(root)'}: ${i.message}`];
   });
   return `invalid configuration in ${source}:\n  ${lines.join('\n  ')}`;
 }

@@ -161,6 +161,10 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'ftp://x' }] }))).toMatch(/routes\[0\]\.upstream: must be an absolute http/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: 'x', upstream: 'http://x' }] }))).toMatch(/routes\[0\]\.prefix/);
     expect(errorOf(() => buildConfig({ upstrem: 'http://x' }))).toMatch(/upstrem: unknown key/);
+    // A key no one could read in the message (empty, a space, a dot, a line break) is quoted.
+    expect(errorOf(() => buildConfig({ '': 1, timeouts: { 'idle ': 5 }, routes: [{ prefix: '/', upstream: 'http://x', 'a.b': 1, 'x\n': 2 }] }))).toBe(
+      'invalid configuration in config:\n  routes[0]["a.b"]: unknown key\n  routes[0]["x\\n"]: unknown key\n  timeouts["idle "]: unknown key\n  [""]: unknown key',
+    );
     // Several unknown keys: one indented line each; a key left out is said to be required.
     expect(errorOf(() => buildConfig({ routes: [{ path: '/', upstream: 'http://x', timeouts: {} }] }))).toBe(
       'invalid configuration in config:\n  routes[0].prefix: required (string)\n  routes[0].path: unknown key\n  routes[0].timeouts: unknown key',
