@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, count, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Anthropic Messages streams (`POST /v1/messages`), also reused for Bedrock
@@ -116,9 +116,9 @@ export class AnthropicAdapter implements ResponseAdapter {
    * has no output count (events carry several tokens each, see multiTokenEvents).
    */
   private readUsage(u: Record<string, unknown>, final: boolean): void {
-    const input = num(u.input_tokens);
-    const creation = num(u.cache_creation_input_tokens);
-    const read = num(u.cache_read_input_tokens);
+    const input = count(u.input_tokens);
+    const creation = count(u.cache_creation_input_tokens);
+    const read = count(u.cache_read_input_tokens);
     if (input !== undefined) this.input = input;
     if (creation !== undefined) this.cacheCreation = creation;
     if (read !== undefined) this.cacheRead = read;
@@ -126,7 +126,7 @@ export class AnthropicAdapter implements ResponseAdapter {
     if (total !== undefined) this.usage.inputTokens = total;
     if (this.cacheRead !== undefined) this.usage.cachedInputTokens = this.cacheRead;
     if (this.cacheCreation !== undefined) this.usage.cacheCreationInputTokens = this.cacheCreation;
-    const out = iterationsOutput(u.iterations) ?? num(u.output_tokens);
+    const out = iterationsOutput(u.iterations) ?? count(u.output_tokens);
     if (out !== undefined && final) {
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
@@ -143,7 +143,7 @@ function iterationsOutput(v: unknown): number | undefined {
   if (!Array.isArray(v) || v.length === 0) return undefined;
   let sum = 0;
   for (const it of v) {
-    const n = num(obj(it)?.output_tokens);
+    const n = count(obj(it)?.output_tokens);
     if (n === undefined) return undefined;
     sum += n;
   }

@@ -2,7 +2,7 @@ import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
 import { AnthropicAdapter } from './anthropic.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, count, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one
@@ -136,8 +136,8 @@ export class BedrockAdapter implements ResponseAdapter {
   }
 
   private readInvocationMetrics(m: Record<string, unknown>): void {
-    this.metricsInput = num(m.inputTokenCount) ?? this.metricsInput;
-    this.metricsOutput = num(m.outputTokenCount) ?? this.metricsOutput;
+    this.metricsInput = count(m.inputTokenCount) ?? this.metricsInput;
+    this.metricsOutput = count(m.outputTokenCount) ?? this.metricsOutput;
     const st: ServerTimings = (this.serverTimings ??= {});
     const first = num(m.firstByteLatency);
     if (first !== undefined) st.timeToFirstToken = first / 1000;
@@ -152,13 +152,13 @@ export class BedrockAdapter implements ResponseAdapter {
   private readConverseMetadata(o: Record<string, unknown>): void {
     const u = obj(o.usage);
     if (u) {
-      const read = num(u.cacheReadInputTokens);
-      const write = num(u.cacheWriteInputTokens);
-      const input = sumDefined(num(u.inputTokens), read, write);
+      const read = count(u.cacheReadInputTokens);
+      const write = count(u.cacheWriteInputTokens);
+      const input = sumDefined(count(u.inputTokens), read, write);
       if (input !== undefined) this.usage.inputTokens = input;
       if (read !== undefined) this.usage.cachedInputTokens = read;
       if (write !== undefined) this.usage.cacheCreationInputTokens = write;
-      const out = num(u.outputTokens);
+      const out = count(u.outputTokens);
       if (out !== undefined) {
         this.usage.outputTokens = out;
         this.cumulativeOutputTokens = out;

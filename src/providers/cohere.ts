@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Cohere Chat streams: v2 (`POST /v2/chat`, SSE, the event's JSON `type`) and
@@ -94,18 +94,18 @@ export class CohereAdapter implements ResponseAdapter {
     if (!u) return;
     const tokens = obj(u.tokens);
     const billed = obj(u.billed_units);
-    const billedOut = num(billed?.output_tokens);
-    const billedIn = num(billed?.input_tokens);
-    const out = num(tokens?.output_tokens) ?? billedOut;
+    const billedOut = count(billed?.output_tokens);
+    const billedIn = count(billed?.input_tokens);
+    const out = count(tokens?.output_tokens) ?? billedOut;
     if (out !== undefined) {
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
     }
-    const input = num(tokens?.input_tokens) ?? billedIn;
+    const input = count(tokens?.input_tokens) ?? billedIn;
     if (input !== undefined) this.usage.inputTokens = input;
     if (billedOut !== undefined) this.usage.billedOutputTokens = billedOut;
     if (billedIn !== undefined) this.usage.billedInputTokens = billedIn;
-    const cached = num(u.cached_tokens);
+    const cached = count(u.cached_tokens);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
   }
 }

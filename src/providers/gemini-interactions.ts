@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, firstString, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, nonEmptyObject, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Gemini Interactions API (`POST /v1beta/interactions` with `stream: true`),
@@ -112,16 +112,16 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
    * holds them (total = input + tool use + output).
    */
   private readUsage(u: Record<string, unknown>): void {
-    const input = num(u.total_input_tokens);
-    const toolUse = num(u.total_tool_use_tokens) ?? 0;
+    const input = count(u.total_input_tokens);
+    const toolUse = count(u.total_tool_use_tokens) ?? 0;
     if (input !== undefined) this.usage.inputTokens = input + toolUse;
-    const cached = num(u.total_cached_tokens);
+    const cached = count(u.total_cached_tokens);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const out = num(u.total_output_tokens);
-    const thoughts = num(u.total_thought_tokens);
+    const out = count(u.total_output_tokens);
+    const thoughts = count(u.total_thought_tokens);
     if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
     if (out !== undefined || thoughts !== undefined) {
-      const all = num(u.total_tokens);
+      const all = count(u.total_tokens);
       const included = thoughts !== undefined && thoughts > 0 && out !== undefined && input !== undefined && all === input + toolUse + out;
       const total = (out ?? 0) + (included ? 0 : (thoughts ?? 0));
       this.usage.outputTokens = total;

@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
@@ -94,13 +94,13 @@ export class GeminiAdapter implements ResponseAdapter {
    * `cachedContentTokenCount`. Cumulative per chunk once candidates are counted.
    */
   private readUsage(u: Record<string, unknown>): void {
-    const prompt = num(u.promptTokenCount);
-    const toolPrompt = num(u.toolUsePromptTokenCount);
+    const prompt = count(u.promptTokenCount);
+    const toolPrompt = count(u.toolUsePromptTokenCount);
     if (prompt !== undefined) this.usage.inputTokens = prompt + (toolPrompt ?? 0);
-    const cached = num(u.cachedContentTokenCount);
+    const cached = count(u.cachedContentTokenCount);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const cand = num(u.candidatesTokenCount);
-    const thoughts = num(u.thoughtsTokenCount);
+    const cand = count(u.candidatesTokenCount);
+    const thoughts = count(u.thoughtsTokenCount);
     if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
     if (cand !== undefined || thoughts !== undefined) {
       const out = (cand ?? 0) + (thoughts ?? 0);

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, count, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * LM Studio's own REST API (`POST /api/v1/chat`, 0.4+): SSE events named by
@@ -62,20 +62,21 @@ export class LmStudioAdapter implements ResponseAdapter {
     if (nonEmpty(r.model_instance_id)) this.responseModel = r.model_instance_id as string;
     const s = obj(r.stats);
     if (!s) return;
-    const out = num(s.total_output_tokens);
+    const out = count(s.total_output_tokens);
     if (out !== undefined) {
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
     }
-    const input = num(s.input_tokens);
+    const input = count(s.input_tokens);
     if (input !== undefined) this.usage.inputTokens = input;
-    const reasoning = num(s.reasoning_output_tokens);
+    const reasoning = count(s.reasoning_output_tokens);
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
     const st: ServerTimings = {};
     const ttft = num(s.time_to_first_token_seconds);
     if (ttft !== undefined) st.timeToFirstToken = ttft + (num(s.model_load_time_seconds) ?? 0); // as Ollama's load time
     const tps = num(s.tokens_per_second);
-    if (tps !== undefined && tps > 0) st.timePerOutputToken = 1 / tps;
+    const perToken = tps !== undefined && tps > 0 ? num(1 / tps) : undefined; // a tiny rate is no time
+    if (perToken !== undefined) st.timePerOutputToken = perToken;
     this.serverTimings = st;
   }
 }

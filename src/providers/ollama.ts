@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, count, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * Ollama native API (`/api/chat`, `/api/generate`): NDJSON, one object a line.
@@ -58,8 +58,8 @@ export class OllamaAdapter implements ResponseAdapter {
 
   /** Usage arithmetic: input = prompt_eval_count, output = eval_count; durations ns → s. */
   private readFinal(o: Record<string, unknown>): void {
-    const input = num(o.prompt_eval_count);
-    const output = num(o.eval_count);
+    const input = count(o.prompt_eval_count);
+    const output = count(o.eval_count);
     if (input !== undefined) this.usage.inputTokens = input;
     if (output !== undefined) {
       this.usage.outputTokens = output;

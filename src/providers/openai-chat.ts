@@ -2,7 +2,7 @@ import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
 import { FinishReasons } from './finish-reasons.js';
 import { SequenceCounts } from './sequence-counts.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, count, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -130,7 +130,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (typeof chunk.stop !== 'boolean') return EventKind.None;
     const { total, grew } = (this.sequences ??= new SequenceCounts()).update(
       chunk.index,
-      { output: num(chunk.tokens_predicted), input: num(chunk.tokens_evaluated) },
+      { output: count(chunk.tokens_predicted), input: count(chunk.tokens_evaluated) },
       this.usage,
     );
     if (grew !== undefined) this.cumulativeOutputTokens = total; // this chunk reported a count
@@ -153,16 +153,16 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   private readTimings(t: Record<string, unknown>): void {
     const st: ServerTimings = (this.serverTimings ??= {});
     const perToken = num(t.predicted_per_token_ms);
-    if (perToken !== undefined && (num(t.predicted_n) ?? 0) > 0) st.timePerOutputToken = perToken / 1000;
+    if (perToken !== undefined && (count(t.predicted_n) ?? 0) > 0) st.timePerOutputToken = perToken / 1000;
     const prompt = num(t.prompt_ms);
     if (prompt !== undefined) st.timeToFirstToken = prompt / 1000;
   }
 
   private readUsage(u: Record<string, unknown>): void {
-    const reasoning = num(obj(u.completion_tokens_details)?.reasoning_tokens);
+    const reasoning = count(obj(u.completion_tokens_details)?.reasoning_tokens);
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
-    const completion = num(u.completion_tokens);
-    const prompt = num(u.prompt_tokens);
+    const completion = count(u.completion_tokens);
+    const prompt = count(u.prompt_tokens);
     if (completion !== undefined) {
       // OpenAI's completion_tokens include the reasoning tokens; xAI's do not (its total is
       // prompt + completion + reasoning): output is both then, as billed.
@@ -172,7 +172,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       this.cumulativeOutputTokens = out;
     }
     if (prompt !== undefined) this.usage.inputTokens = prompt;
-    const cached = num(obj(u.prompt_tokens_details)?.cached_tokens) ?? num(u.prompt_cache_hit_tokens); // the latter DeepSeek's
+    const cached = count(obj(u.prompt_tokens_details)?.cached_tokens) ?? count(u.prompt_cache_hit_tokens); // the latter DeepSeek's
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
     this.readGroqTimings(u);
   }
@@ -189,7 +189,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (prompt === undefined && completion === undefined && total === undefined) return;
     const queue = num(u.queue_time) ?? 0;
     const st: ServerTimings = (this.serverTimings ??= {});
-    const out = num(u.completion_tokens);
+    const out = count(u.completion_tokens);
     if (completion !== undefined && out !== undefined && out > 0) st.timePerOutputToken = completion / out;
     if (prompt !== undefined) st.timeToFirstToken = queue + prompt;
     if (total !== undefined) st.duration = queue + total;

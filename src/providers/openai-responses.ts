@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, firstString, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /** Delta events that carry generated output (non-empty `delta`). */
 const CONTENT_EVENTS = new Set([
@@ -117,16 +117,16 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
    * reasoning (`output_tokens_details.reasoning_tokens`).
    */
   private readUsage(u: Record<string, unknown>): void {
-    const input = num(u.input_tokens);
-    const output = num(u.output_tokens);
+    const input = count(u.input_tokens);
+    const output = count(u.output_tokens);
     if (input !== undefined) this.usage.inputTokens = input;
     if (output !== undefined) {
       this.usage.outputTokens = output;
       this.cumulativeOutputTokens = output;
     }
-    const cached = num(obj(u.input_tokens_details)?.cached_tokens);
+    const cached = count(obj(u.input_tokens_details)?.cached_tokens);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const reasoning = num(obj(u.output_tokens_details)?.reasoning_tokens);
+    const reasoning = count(obj(u.output_tokens_details)?.reasoning_tokens);
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
   }
 }

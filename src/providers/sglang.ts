@@ -3,7 +3,7 @@ import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
 import { SequenceCounts } from './sequence-counts.js';
 import { readTgiDetails } from './tgi.js';
-import { EventKind, nonEmpty, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * SGLang's own `/generate` (`"stream": true`): SSE `data:` events
@@ -68,7 +68,7 @@ export class SglangGenerateAdapter implements ResponseAdapter {
   private readMeta(index: unknown, m: Record<string, unknown>): boolean | undefined {
     const { total, grew } = this.sequences.update(
       index,
-      { input: num(m.prompt_tokens), output: num(m.completion_tokens), cached: num(m.cached_tokens), reasoning: num(m.reasoning_tokens) },
+      { input: count(m.prompt_tokens), output: count(m.completion_tokens), cached: count(m.cached_tokens), reasoning: count(m.reasoning_tokens) },
       this.usage,
     );
     if (grew !== undefined) this.cumulativeOutputTokens = total;

@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Hugging Face text-generation-inference's own API (`/generate_stream`, and
@@ -35,7 +35,7 @@ export class TgiGenerateAdapter implements ResponseAdapter {
     readTgiDetails(o, this.usage, this.finishReasons);
     if (!obj(o.token)) return EventKind.None;
     // `index` counts every response of the stream; `generated_tokens` is not compared with it.
-    this.cumulativeOutputTokens = num(o.index);
+    this.cumulativeOutputTokens = count(o.index);
     return EventKind.Content;
   }
 
@@ -56,9 +56,9 @@ export function readTgiDetails(o: Record<string, unknown>, usage: Usage, finish:
   const d = obj(o.details);
   if (!d) return;
   finish.set(0, d.finish_reason);
-  const out = num(d.generated_tokens);
+  const out = count(d.generated_tokens);
   if (out !== undefined) usage.outputTokens = out;
-  const input = num(d.input_length) ?? num(d.prompt_tokens);
+  const input = count(d.input_length) ?? count(d.prompt_tokens);
   if (input !== undefined) usage.inputTokens = input;
 }
 

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, num, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, count, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * NVIDIA Triton's generate extension (`POST /v2/models/{model}[/versions/{v}]/generate_stream`,
@@ -37,9 +37,9 @@ export class TritonGenerateAdapter implements ResponseAdapter {
    * length, and the tokens this response added (not a running count), summed here.
    */
   private readCounts(o: Record<string, unknown>): void {
-    const input = num(o.num_input_tokens);
+    const input = count(o.num_input_tokens);
     if (input !== undefined) this.usage.inputTokens = input;
-    const added = num(o.num_output_tokens);
+    const added = count(o.num_output_tokens);
     if (added === undefined) return;
     this.usage.outputTokens = (this.usage.outputTokens ?? 0) + added;
     this.cumulativeOutputTokens = this.usage.outputTokens;

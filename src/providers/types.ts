@@ -145,13 +145,21 @@ export function obj(v: unknown): Record<string, unknown> | undefined {
 }
 
 /**
- * A count or a duration as the wire gives it: a number from 0 to 2^53 − 1, else undefined (not
- * reported). A negative count, or one JSON.parse read as Infinity (`1e400`), would go into
- * histogram sums that it would spoil until the process restarts; bounded, sums of a few stay
- * finite.
+ * A duration or a rate as the wire gives it: a number from 0 to 2^53 − 1, else undefined (not
+ * reported). A negative value, or one JSON.parse read as Infinity (`1e400`), is no time; bounded,
+ * sums of a few stay finite.
  */
 export function num(v: unknown): number | undefined {
   return typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER ? v : undefined;
+}
+
+/**
+ * A token count as the wire gives it: an integer from 0 to 2^53 − 1, else undefined (not
+ * reported). A fraction is no count, and a tiny one would make a server timing divided by it
+ * (Ollama's, Groq's) huge.
+ */
+export function count(v: unknown): number | undefined {
+  return Number.isSafeInteger(v) && (v as number) >= 0 ? (v as number) : undefined;
 }
 
 export function nonEmpty(v: unknown): boolean {

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
-import { firstString, nonEmpty, num, obj, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
+import { firstString, nonEmpty, count, obj, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
 import { sanitizeErrorType } from '../providers/types.js';
 import { MessageReader } from './messages.js';
 
@@ -457,9 +457,9 @@ class OpenAiRealtime {
         const usage = obj(r!.usage);
         if (usage !== undefined) {
           turn.adapter.usage = {
-            inputTokens: num(usage.input_tokens),
-            outputTokens: num(usage.output_tokens),
-            cachedInputTokens: num(obj(usage.input_token_details)?.cached_tokens),
+            inputTokens: count(usage.input_tokens),
+            outputTokens: count(usage.output_tokens),
+            cachedInputTokens: count(obj(usage.input_token_details)?.cached_tokens),
           };
         }
         const status = r!.status;
@@ -590,13 +590,13 @@ class GeminiLive {
     }
     const u = obj(m.usageMetadata);
     if (u !== undefined) {
-      const response = num(u.responseTokenCount) ?? num(u.candidatesTokenCount);
-      const thoughts = num(u.thoughtsTokenCount);
+      const response = count(u.responseTokenCount) ?? count(u.candidatesTokenCount);
+      const thoughts = count(u.thoughtsTokenCount);
       turn.adapter.usage = {
-        inputTokens: num(u.promptTokenCount),
+        inputTokens: count(u.promptTokenCount),
         outputTokens: response === undefined ? undefined : response + (thoughts ?? 0),
         reasoningTokens: thoughts,
-        cachedInputTokens: num(u.cachedContentTokenCount),
+        cachedInputTokens: count(u.cachedContentTokenCount),
       };
     }
     if (failed) turn.adapter.errorType = sanitizeErrorType(reason.toLowerCase());

@@ -1,28 +1,36 @@
 import fc from 'fast-check';
 
-// Faults a broken or hostile peer may put into a JSON message: any node replaced by a number no
-// count can be (negative, fractional, 1e400, which JSON.parse reads as Infinity, past 2^53), a
-// value of another type, or any JSON.
+// Faults a broken or hostile peer may put into a JSON message: a node replaced by a number no
+// count or time can be, a value of another type, or any JSON; or, aimed where the counts and
+// timings are, a number replaced by a bad one.
 
 const RAW = '\u0001raw:';
-/** Numbers JSON can carry that no count can be; written into the text as they are. */
-const BAD_NUMBERS = ['-1', '-0', '1.5', '1e400', '-1e400', '1e308', '9007199254740993', '-1e-400'];
+/**
+ * Numbers JSON can carry that no count can be (negative, fractional, tiny, past 2^53, 1e400 and
+ * -1e400, which JSON.parse reads as ±Infinity, 1e308, whose double overflows a sum), and -0,
+ * a count of 0 in another spelling. Written into the text as they are.
+ */
+const BAD_NUMBERS = ['-1', '-0', '1.5', '5e-324', '1e-300', '1e400', '-1e400', '1e308', '9007199254740993', '-1e-400'];
+const badNumber = fc.constantFrom(...BAD_NUMBERS).map((n) => `${RAW}${n}`);
 
-export const replacement: fc.Arbitrary<unknown> = fc.oneof(
-  fc.constantFrom(...BAD_NUMBERS).map((n) => `${RAW}${n}`),
-  fc.constantFrom(null, true, false, '', 0, [], {}, 'x', [null], { type: null }),
-  fc.jsonValue({ maxDepth: 2 }),
+const replacement: fc.Arbitrary<unknown> = fc.oneof(badNumber, fc.constantFrom(null, true, false, '', 0, [], {}, 'x', [null], { type: null }), fc.jsonValue({ maxDepth: 2 }));
+
+/** Which node to replace (taken modulo the number of candidates: every node, or only the numbers), and by what. */
+export interface Fault {
+  node: number;
+  numbersOnly: boolean;
+  by: unknown;
+}
+export const fault: fc.Arbitrary<Fault> = fc.oneof(
+  fc.record({ node: fc.nat(), numbersOnly: fc.constant(false), by: replacement }),
+  fc.record({ node: fc.nat(), numbersOnly: fc.constant(true), by: badNumber }),
 );
 
-/** Which node to replace (taken modulo the number of nodes), and by what. */
-export type Fault = [node: number, by: unknown];
-export const fault: fc.Arbitrary<Fault> = fc.tuple(fc.nat(), replacement);
-
-/** Every node of a JSON tree, as a path of keys (the root first). */
-function paths(v: unknown, at: (string | number)[] = [], out: (string | number)[][] = []): (string | number)[][] {
-  out.push(at);
-  if (Array.isArray(v)) v.forEach((x, i) => paths(x, [...at, i], out));
-  else if (v !== null && typeof v === 'object') for (const [k, x] of Object.entries(v)) paths(x, [...at, k], out);
+/** Every node of a JSON tree, as a path of keys (the root first), with its value. */
+function nodes(v: unknown, at: (string | number)[] = [], out: [(string | number)[], unknown][] = []): [(string | number)[], unknown][] {
+  out.push([at, v]);
+  if (Array.isArray(v)) v.forEach((x, i) => nodes(x, [...at, i], out));
+  else if (v !== null && typeof v === 'object') for (const [k, x] of Object.entries(v)) nodes(x, [...at, k], out);
   return out;
 }
 
@@ -35,11 +43,13 @@ function replaced(v: unknown, path: (string | number)[], by: unknown): unknown {
   return o;
 }
 
-/** `value` with the fault applied (none: unchanged). */
+/** `value` with the fault applied (none: unchanged; numbers only, in a value without one: any node). */
 export function withFault(value: unknown, f: Fault | undefined): unknown {
   if (f === undefined) return value;
-  const all = paths(value);
-  return replaced(value, all[f[0] % all.length]!, f[1]);
+  const all = nodes(value);
+  const numbers = all.filter(([, x]) => typeof x === 'number');
+  const from = f.numbersOnly && numbers.length > 0 ? numbers : all;
+  return replaced(value, from[f.node % from.length]![0], f.by);
 }
 
 /** The JSON text of a value that may hold faults, the bad numbers written raw. */
@@ -48,7 +58,15 @@ export function faultText(v: unknown): string {
   return s.replace(/"\\u0001raw:([^"]*)"/g, '$1');
 }
 
-/** A count or a timing: absent, or a finite number ≥ 0. */
+/** Far past any real count or time, yet with room for a sum of a few. */
+const BOUND = 1e17;
+
+/** A time (or a histogram's sum): absent, or a number from 0 to BOUND. */
+export function timeLike(v: unknown): boolean {
+  return v === undefined || (typeof v === 'number' && v >= 0 && v <= BOUND);
+}
+
+/** A token count: absent, or an integer from 0 to BOUND. */
 export function countLike(v: unknown): boolean {
-  return v === undefined || (typeof v === 'number' && Number.isFinite(v) && v >= 0);
+  return v === undefined || (Number.isInteger(v) && timeLike(v));
 }

@@ -39,7 +39,7 @@ interface Plan {
   contentEnds: [earliest: number, latest: number][];
   /** The provider's output count (hidden reasoning included). */
   tokens: number;
-  /** The reasoning tokens the provider reports apart, if it does. */
+  /** The reasoning tokens the provider reports (inside the output count, or beside it as Gemini and xAI do), if it reports them. */
   reasoning: number | undefined;
   /** The tokens TPOT divides the first-to-last span among (count less one): the streamed ones. */
   spanTokens: number | undefined;
@@ -348,6 +348,8 @@ let proxy: RunningProxy;
 let server: net.Server;
 /** One connection to the proxy, reused for every request whose client keeps it alive. */
 const keepAlive = new http.Agent({ keepAlive: true, maxSockets: 1 });
+/** Requests sent on that agent, and those that went on a connection an earlier one had used. */
+const keptAlive = { asked: 0, reused: 0 };
 /** The plan the upstream answers the next request with, and what it saw. */
 let current: { plan: Plan; got: number; writes: { at: number; end: number }[] } | undefined;
 
@@ -416,6 +418,7 @@ function request(plan: Plan): Promise<Received> {
     const parts: Buffer[] = [];
     let end = 0;
     const agent = plan.client === 'keep-alive' ? keepAlive : false;
+    if (agent !== false) keptAlive.asked++;
     const req = http.request({ host: u.hostname, port: u.port, path: plan.path, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } }, (res) => {
       res.on('data', (d: Buffer) => {
         end += d.length;
@@ -424,6 +427,9 @@ function request(plan: Plan): Promise<Received> {
       });
       res.on('end', () => resolve({ sent, body: Buffer.concat(parts), reads }));
       res.on('error', reject);
+    });
+    req.on('socket', () => {
+      if (agent !== false && req.reusedSocket) keptAlive.reused++;
     });
     req.on('error', reject);
     const sent = performance.now();
@@ -444,6 +450,7 @@ function request10(u: URL, path: string, payload: string): Promise<Received> {
       s.write(`POST ${path} HTTP/1.0\r\nHost: ${u.host}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`);
     });
     s.on('error', reject);
+    s.setTimeout(10_000, () => s.destroy(new Error('no whole answer to HTTP/1.0 in 10 s')));
     s.on('data', (d: Buffer) => {
       const at = performance.now();
       parts.push(d);
@@ -507,6 +514,8 @@ async function check(g: Gen): Promise<void> {
 describe('generated streams through the proxy', () => {
   it('any API, line ending, comment, usage, framing and split: the body unchanged, every content event counted once, TTFT and gaps within what the wire allows', async () => {
     await fc.assert(fc.asyncProperty(genArb, check), { numRuns: 120 });
+    // The kept-alive client did keep its connection (one its first request opened).
+    expect(keptAlive.reused).toBeGreaterThanOrEqual(keptAlive.asked - 1);
   });
 
   it('reasoning counted apart, streamed or hidden: TPOT divides the span among the streamed tokens', async () => {

@@ -5,7 +5,7 @@ import * as wsModule from 'ws';
 import type { MeterSummary } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { detectWsApi, quickDelta, WsSession, type WsApiMatch } from '../../src/ws/session.js';
-import { countLike, fault, faultText, withFault } from '../helpers/json-faults.js';
+import { countLike, fault, faultText, timeLike, withFault } from '../helpers/json-faults.js';
 import { testInstruments } from '../helpers/metrics.js';
 
 // The trackers driven with chosen arrival times (ms): each message is one frame in a read of
@@ -487,12 +487,39 @@ describe('broken and hostile messages', () => {
     ].map((value) => ({ client: false, value })),
   ];
 
-  it.each(['/v1/realtime?model=gpt-realtime', '/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent'])(
-    '%s: any message of either API, with any part replaced, never stops the measurement, and every figure stays a finite number ≥ 0',
-    async (path) => {
-      const step = fc.record({ seed: fc.nat(SEEDS.length - 1), fault: fc.option(fault, { nil: undefined }), after: fc.nat(50) });
+  /** A whole answer of each API, as indexes into SEEDS in order: the messages the faults most need to reach. */
+  const SCRIPTS: [string, number[]][] = [
+    ['/v1/realtime?model=gpt-realtime', [0, 11, 12, 13, 14, 17]],
+    ['/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent', [4, 19, 5, 20, 21, 26]],
+  ];
+
+  it('the scripts are whole answers: a start, output, the usage', () => {
+    const first = (i: number) => JSON.stringify(SEEDS[i]!.value).slice(0, 30);
+    expect(SCRIPTS.map(([, s]) => s.map(first))).toEqual([
+      ['{"type":"response.create","eve', '{"type":"response.created","re', '{"type":"response.output_text.', '{"type":"response.output_audio', '{"type":"response.function_cal', '{"type":"response.done","respo'],
+      ['{"setup":{"model":"models/gemi', '{"setupComplete":{}}', '{"clientContent":{"turns":[{"r', '{"serverContent":{"modelTurn":', '{"serverContent":{"modelTurn":', '{"serverContent":{"turnComplet'],
+    ]);
+    expect(JSON.stringify(SEEDS[17]!.value)).toContain('usage');
+    expect(JSON.stringify(SEEDS[26]!.value)).toContain('usageMetadata');
+  });
+
+  it.each(SCRIPTS)(
+    '%s: any message of either API, with any part replaced, never stops the measurement; counts stay whole and every figure within 0 to 1e17',
+    async (path, script) => {
+      const extra = fc.record({ seed: fc.nat(SEEDS.length - 1), fault: fc.option(fault, { nil: undefined }), after: fc.nat(50) });
+      // The script's messages, each perhaps faulted, with any messages of either API between them.
+      const steps = fc
+        .tuple(
+          fc.array(fc.option(fault, { nil: undefined, freq: 2 }), { minLength: script.length, maxLength: script.length }),
+          fc.array(fc.tuple(fc.nat(script.length), extra), { maxLength: 8 }),
+        )
+        .map(([faults, extras]) => {
+          const out = script.map((seed, i) => ({ seed, fault: faults[i], after: 5 }));
+          for (const [pos, x] of extras) out.splice(pos, 0, x);
+          return out;
+        });
       await fc.assert(
-        fc.asyncProperty(fc.array(step, { minLength: 1, maxLength: 16 }), async (steps) => {
+        fc.asyncProperty(steps, async (steps) => {
           const t = session(path);
           let at = 0;
           for (const x of steps) {
@@ -505,9 +532,14 @@ describe('broken and hostile messages', () => {
           }
           t.s.close(at + 1, undefined);
           expect(t.s.stopped).toBe(false);
+          // What each response reports (the histograms drop negative and infinite values themselves).
+          for (const r of t.summaries) {
+            for (const k of ['outputTokens', 'inputTokens'] as const) expect(countLike(r[k]), `${k} ${r[k]}`).toBe(true);
+            for (const k of ['ttftMs', 'tpotMs', 'maxGapMs', 'durationMs'] as const) expect(timeLike(r[k]), `${k} ${r[k]}`).toBe(true);
+          }
           for (const name of [METRIC.ttft, METRIC.chunkGap, METRIC.tpot, METRIC.duration, METRIC.tokenUsage, METRIC.serverTtft, METRIC.serverTpot, METRIC.serverDuration]) {
             const h = await t.histogram(name);
-            expect(countLike(h.sum), `${name} sum ${h.sum}`).toBe(true);
+            expect(timeLike(h.sum), `${name} sum ${h.sum}`).toBe(true);
           }
           await t.shutdown();
         }),
