@@ -364,7 +364,7 @@ export class RequestMeter {
       // Spread the gap over the tokens this event carried, when the stream says how many.
       const prev = this.prevCumulative;
       if (gap >= 0 && cum !== undefined && prev !== undefined && cum > prev) {
-        // Whole samples (an upstream may send a fractional count), summing to the gap.
+        // Whole samples summing to the gap (the adapters give whole counts: ceil is a guard).
         const n = Math.min(Math.ceil(cum - prev), MAX_TOKENS_PER_EVENT);
         const each = gap / n / 1000;
         perToken.recordTimes(each, n, this.labels);

@@ -114,16 +114,15 @@ describe('llama.cpp native completion (/completion, /infill, /completions)', () 
     expect(per.sum).toBeCloseTo(0.06, 9);
   });
 
-  it('a fractional running count gives whole per-token samples that sum to the gap', async () => {
+  it('a fractional running count is no count: the gaps on both sides of its event give no per-token samples', async () => {
     t = testInstruments({ perTokenItl: true });
     const m = meterFor('/completion');
     m.responseStart(200, 'text/event-stream', undefined);
-    // 1 then 3.5 tokens: the second gap (10 ms) spread over ceil(2.5) = 3 samples.
-    [ev({ index: 0, content: 'a', stop: false, tokens_predicted: 1 }), ev({ index: 0, content: 'b', stop: false, tokens_predicted: 3.5 })].forEach((b, i) => m.chunk(b, 10 * i));
-    m.finish(30);
-    const per = await t.histogram(METRIC.perTokenItl);
-    expect(per.count).toBe(3);
-    expect(per.sum).toBeCloseTo(0.01, 9);
+    // 1, then 3.5 (no server counts half tokens; a tiny fraction would make a time per token huge), then 5.
+    [1, 3.5, 5].map((n, i) => ev({ index: 0, content: 'abc'[i], stop: false, tokens_predicted: n })).forEach((b, i) => m.chunk(b, 10 * i));
+    const s = m.finish(30)!;
+    expect((await t.histogram(METRIC.perTokenItl)).count).toBe(0);
+    expect(s).toMatchObject({ contentEvents: 3, outputTokens: 5, tokenCountSource: 'usage' });
   });
 
   it('the native shapes are read only on their paths: on /v1/chat/completions such chunks are not content', () => {
