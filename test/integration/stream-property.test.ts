@@ -135,12 +135,9 @@ function render(g: Gen): Plan {
   const reportsReasoning = usage && ['chat', 'responses', 'gemini', 'gemini-array'].includes(g.api);
   const hidden = reportsReasoning ? g.hidden : 0;
   const reasoning = reportsReasoning ? streamedReasoning + hidden : undefined;
-  const tokens = k + (g.usage ?? 0) + hidden;
+  let tokens = k + (g.usage ?? 0) + hidden; // plus Gemini's call names, streamed on their own
   // Without usage, APIs whose events carry one token are counted; the others have no count.
   const source = usage ? 'usage' : ['chat', 'responses', 'ollama'].includes(g.api) ? 'events' : 'none';
-  // TPOT's span holds the streamed tokens: hidden reasoning came before it, unless the stream
-  // showed some reasoning (then the count's split is not known).
-  const spanTokens = source === 'usage' ? (streamedReasoning === 0 && hidden > 0 ? tokens - hidden : tokens) : source === 'events' ? k : undefined;
   const soFar = usage && g.cumulative; // the count up to each chunk on the chunk
   const messages = [{ role: 'user', content: 'x' }];
   let path = '/v1/chat/completions';
@@ -259,28 +256,34 @@ function render(g: Gen): Plan {
     path = `/v1beta/models/${MODEL}:streamGenerateContent${g.api === 'gemini' ? '?alt=sse' : ''}`;
     request = { contents: [{ role: 'user', parts: [{ text: 'x' }] }] };
     // Chunks with their parts: a thought is a part with `thought: true`; a call comes whole or,
-    // with Vertex's streamed arguments, as a name then values, closed by an empty call. The
-    // signature after a thought (on empty text) and that closing call carry no output.
+    // with Vertex's streamed arguments, as its name alone, then values, closed by an empty call.
+    // The signature after a thought (on empty text) and that closing call carry no output.
     const chunks: { parts: object[]; content: boolean; thoughts: number; answer: number }[] = [];
     let thoughts = hidden;
     let answer = 0;
     const add = (part: object, content = false) => chunks.push({ parts: [part], content, thoughts, answer });
+    let names = 0;
     runs(
-      () => {},
-      (t, what, index, j) => {
-        const first = j === 0 || kind(j - 1) !== what;
+      (what) => {
+        if (what !== 'tool' || g.alt !== 1) return;
+        names++;
+        answer++;
+        add({ functionCall: { name: 'f', willContinue: true } }, true);
+      },
+      (t, what, index) => {
         if (what === 'reasoning') thoughts++;
         else answer++;
         if (what === 'text') add({ text: t }, true);
         else if (what === 'reasoning') add({ text: t, thought: true }, true);
         else if (g.alt !== 1) add({ functionCall: { name: 'f', args: { a: t, i: index } } }, true);
-        else add({ functionCall: { ...(first && { name: 'f' }), partialArgs: [{ jsonPath: '$.a', stringValue: t }], willContinue: true } }, true);
+        else add({ functionCall: { partialArgs: [{ jsonPath: '$.a', stringValue: t, willContinue: true }], willContinue: true } }, true);
       },
       (what) => {
         if (what === 'reasoning') add({ text: '', thoughtSignature: 'c2ln' });
         if (what === 'tool' && g.alt === 1) add({ functionCall: {} });
       },
     );
+    tokens += names;
     const meta = (th: number, an: number) => ({ usageMetadata: { promptTokenCount: 5, candidatesTokenCount: an, ...(th > 0 && { thoughtsTokenCount: th }), totalTokenCount: 5 + an + th } });
     const chunk = (c: (typeof chunks)[number], extra: object = {}) => ({ candidates: [{ content: { role: 'model', parts: c.parts }, index: 0, ...extra }], ...(soFar && meta(c.thoughts, c.answer)), modelVersion: MODEL });
     // The visible count: the events' tokens and the extra ones; the thoughts' are reported apart.
@@ -339,6 +342,9 @@ function render(g: Gen): Plan {
     line({ message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop', ...(usage && { prompt_eval_count: 5, eval_count: tokens }) });
   }
   const body = Buffer.concat(parts);
+  // TPOT's span holds the streamed tokens: hidden reasoning came before it, unless the stream
+  // showed some reasoning (then the count's split is not known).
+  const spanTokens = source === 'usage' ? (streamedReasoning === 0 && hidden > 0 ? tokens - hidden : tokens) : source === 'events' ? contentEnds.length : undefined;
   // Gemini leaves thoughtsTokenCount out when there were none.
   const reported = g.api.startsWith('gemini') && reasoning === 0 ? undefined : reasoning;
   return { path, request, contentType, body, contentEnds, tokens, reasoning: reported, spanTokens, source, framing: g.framing, client: g.client, pieces: splitAt(body, g.cuts) };
