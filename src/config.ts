@@ -225,11 +225,13 @@ export interface Config {
 }
 
 
-/** One step of a key path: `.name`, `[0]`, or a quoted `[""]` for a key a reader could not see or tell apart (empty, spaces, dots, control characters). */
+/** One step of a key path: `.name`, `[0]`, or a quoted `[""]` for a key a reader could not see or tell apart (empty, spaces, dots, control or zero-width characters, escaped). */
 function keyStep(k: PropertyKey): string {
   if (typeof k === 'number') return `[${k}]`;
   const s = String(k);
-  return /^[A-Za-z_$][\w$-]*$/.test(s) ? `.${s}` : `[${JSON.stringify(s)}]`;
+  if (/^[A-Za-z_$][\w$-]*$/.test(s)) return `.${s}`;
+  // JSON.stringify leaves format and separator characters as they are (a zero-width space looks like nothing).
+  return `[${JSON.stringify(s).replace(/[\u007f-\u009f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`)}]`;
 }
 
 function formatIssues(issues: readonly z.core.$ZodIssue[], source: string): string {

@@ -165,6 +165,7 @@ describe('config', () => {
     expect(errorOf(() => buildConfig({ '': 1, timeouts: { 'idle ': 5 }, routes: [{ prefix: '/', upstream: 'http://x', 'a.b': 1, 'x\n': 2 }] }))).toBe(
       'invalid configuration in config:\n  routes[0]["a.b"]: unknown key\n  routes[0]["x\\n"]: unknown key\n  timeouts["idle "]: unknown key\n  [""]: unknown key',
     );
+    expect(errorOf(() => buildConfig({ timeouts: { 'idle\u200b': 5, 'r\u202eesponse': 5 } }))).toBe('invalid configuration in config:\n  timeouts["idle\\u200b"]: unknown key\n  timeouts["r\\u202eesponse"]: unknown key');
     // Several unknown keys: one indented line each; a key left out is said to be required.
     expect(errorOf(() => buildConfig({ routes: [{ path: '/', upstream: 'http://x', timeouts: {} }] }))).toBe(
       'invalid configuration in config:\n  routes[0].prefix: required (string)\n  routes[0].path: unknown key\n  routes[0].timeouts: unknown key',
