@@ -21,6 +21,7 @@ import type { RunningProxy } from '../../src/main.js';
 import { hist, scrape, total, type Sample } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { rawFrame, stringHeaders } from '../helpers/eventstream-frame.js';
+import { afterHead } from '../helpers/flood.js';
 import { splitAt } from '../helpers/ranges.js';
 
 const MODEL = 'prop-model';
@@ -448,8 +449,8 @@ function request10(u: URL, path: string, payload: string): Promise<Received> {
   return new Promise((resolve, reject) => {
     const reads: { at: number; end: number }[] = [];
     const parts: Buffer[] = [];
-    let total = 0;
-    let headEnd = -1;
+    let end = 0;
+    let head: string | undefined;
     let sent = NaN;
     const s = net.connect(Number(u.port), u.hostname, () => {
       sent = performance.now();
@@ -457,22 +458,20 @@ function request10(u: URL, path: string, payload: string): Promise<Received> {
     });
     s.on('error', reject);
     s.setTimeout(10_000, () => s.destroy(new Error('no whole answer to HTTP/1.0 in 10 s')));
-    s.on('data', (d: Buffer) => {
-      const at = performance.now();
-      parts.push(d);
-      total += d.length;
-      if (headEnd < 0) {
-        const i = Buffer.concat(parts).indexOf('\r\n\r\n');
-        if (i >= 0) headEnd = i + 4;
-      }
-      if (headEnd >= 0 && total > headEnd) reads.push({ at, end: total - headEnd });
-    });
+    afterHead(
+      s,
+      (h) => (head = h),
+      (b) => {
+        if (b.length === 0) return;
+        end += b.length;
+        reads.push({ at: performance.now(), end });
+        parts.push(b);
+      },
+    );
     s.on('end', () => {
-      const all = Buffer.concat(parts);
-      const head = all.subarray(0, Math.max(headEnd, 0)).toString('latin1');
       // HTTP/1.0 has no chunked coding: the proxy must not frame the body so.
-      if (!/^HTTP\/1\.[01] 200 /.test(head) || /\r\ntransfer-encoding:/i.test(head)) reject(new Error(`answer to HTTP/1.0: ${JSON.stringify(head)}`));
-      else resolve({ sent, body: all.subarray(headEnd), reads });
+      if (head === undefined || !/^HTTP\/1\.[01] 200 /.test(head) || /\r\ntransfer-encoding:/i.test(head)) reject(new Error(`answer to HTTP/1.0: ${JSON.stringify(head)}`));
+      else resolve({ sent, body: Buffer.concat(parts), reads });
     });
   });
 }
