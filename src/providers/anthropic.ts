@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, count, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, count, obj, parseObject, sent, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Anthropic Messages streams (`POST /v1/messages`), also reused for Bedrock
@@ -29,7 +29,7 @@ export class AnthropicAdapter implements ResponseAdapter {
   errorType: string | undefined;
   complete = false;
   readonly finishReasons = new FinishReasons();
-  /** Raw usage fields as last reported; `usage` is derived from them. */
+  /** Raw usage fields as last reported (BAD: sent, but no count); `usage` is derived from them. */
   private input: number | undefined;
   private cacheCreation: number | undefined;
   private cacheRead: number | undefined;
@@ -116,16 +116,15 @@ export class AnthropicAdapter implements ResponseAdapter {
    * has no output count (events carry several tokens each, see multiTokenEvents).
    */
   private readUsage(u: Record<string, unknown>, final: boolean): void {
-    const input = count(u.input_tokens);
-    const creation = count(u.cache_creation_input_tokens);
-    const read = count(u.cache_read_input_tokens);
-    if (input !== undefined) this.input = input;
-    if (creation !== undefined) this.cacheCreation = creation;
-    if (read !== undefined) this.cacheRead = read;
-    const total = sumDefined(this.input, this.cacheCreation, this.cacheRead);
-    if (total !== undefined) this.usage.inputTokens = total;
-    if (this.cacheRead !== undefined) this.usage.cachedInputTokens = this.cacheRead;
-    if (this.cacheCreation !== undefined) this.usage.cacheCreationInputTokens = this.cacheCreation;
+    this.input = field(u.input_tokens, this.input);
+    this.cacheCreation = field(u.cache_creation_input_tokens, this.cacheCreation);
+    this.cacheRead = field(u.cache_read_input_tokens, this.cacheRead);
+    const parts = [this.input, this.cacheCreation, this.cacheRead];
+    // A bad part leaves the input unreported (not the other parts alone) until a later event fixes it.
+    const total = parts.includes(BAD) ? undefined : sumDefined(...parts);
+    if (total !== undefined) this.usage.inputTokens = count(total);
+    if (this.cacheRead !== undefined && this.cacheRead !== BAD) this.usage.cachedInputTokens = this.cacheRead;
+    if (this.cacheCreation !== undefined && this.cacheCreation !== BAD) this.usage.cacheCreationInputTokens = this.cacheCreation;
     const out = iterationsOutput(u.iterations) ?? count(u.output_tokens);
     if (out !== undefined && final) {
       this.usage.outputTokens = out;
@@ -139,6 +138,15 @@ export class AnthropicAdapter implements ResponseAdapter {
  * every sampling pass of the response and the top-level `output_tokens`
  * counts only the last: the streamed output is their sum.
  */
+/** A usage field that was sent but is no count. */
+const BAD = -1;
+
+/** A usage field's new value: the last one when not sent (absent or null), BAD when sent and bad. */
+function field(v: unknown, last: number | undefined): number | undefined {
+  if (!sent(v)) return last;
+  return count(v) ?? BAD;
+}
+
 function iterationsOutput(v: unknown): number | undefined {
   if (!Array.isArray(v) || v.length === 0) return undefined;
   let sum = 0;
@@ -147,7 +155,7 @@ function iterationsOutput(v: unknown): number | undefined {
     if (n === undefined) return undefined;
     sum += n;
   }
-  return sum;
+  return count(sum);
 }
 
 function deltaHasContent(d: Record<string, unknown> | undefined): boolean {

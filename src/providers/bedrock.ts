@@ -2,7 +2,7 @@ import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
 import { AnthropicAdapter } from './anthropic.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, count, num, obj, parseObject, sumDefined, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, num, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one
@@ -147,14 +147,16 @@ export class BedrockAdapter implements ResponseAdapter {
 
   /**
    * Usage arithmetic (Converse): Bedrock reports `inputTokens` apart from
-   * `cacheReadInputTokens` and `cacheWriteInputTokens`, so input is their sum.
+   * `cacheReadInputTokens` and `cacheWriteInputTokens`, so input is their sum (absent parts
+   * 0; a part that is there but bad leaves it unreported, not the cache counts alone).
    */
   private readConverseMetadata(o: Record<string, unknown>): void {
     const u = obj(o.usage);
     if (u) {
       const read = count(u.cacheReadInputTokens);
       const write = count(u.cacheWriteInputTokens);
-      const input = sumDefined(count(u.inputTokens), read, write);
+      const any = sent(u.inputTokens) || sent(u.cacheReadInputTokens) || sent(u.cacheWriteInputTokens);
+      const input = any ? addParts(countPart(u.inputTokens), countPart(u.cacheReadInputTokens), countPart(u.cacheWriteInputTokens)) : undefined;
       if (input !== undefined) this.usage.inputTokens = input;
       if (read !== undefined) this.usage.cachedInputTokens = read;
       if (write !== undefined) this.usage.cacheCreationInputTokens = write;

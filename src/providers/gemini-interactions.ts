@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, firstString, nonEmpty, nonEmptyObject, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Gemini Interactions API (`POST /v1beta/interactions` with `stream: true`),
@@ -109,23 +109,27 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
    * cached = `total_cached_tokens` (part of the input); output =
    * `total_output_tokens` + `total_thought_tokens`, as `generateContent`
    * reports thoughts apart, unless `total_tokens` says the output already
-   * holds them (total = input + tool use + output).
+   * holds them (total = input + tool use + output). An absent part is 0; one that is there
+   * but bad leaves its sum unreported.
    */
   private readUsage(u: Record<string, unknown>): void {
     const input = count(u.total_input_tokens);
-    const toolUse = count(u.total_tool_use_tokens) ?? 0;
-    if (input !== undefined) this.usage.inputTokens = input + toolUse;
+    const toolUse = countPart(u.total_tool_use_tokens);
+    const allInput = input === undefined ? undefined : addParts(input, toolUse);
+    if (allInput !== undefined) this.usage.inputTokens = allInput;
     const cached = count(u.total_cached_tokens);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const out = count(u.total_output_tokens);
     const thoughts = count(u.total_thought_tokens);
     if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
-    if (out !== undefined || thoughts !== undefined) {
-      const all = count(u.total_tokens);
-      const included = thoughts !== undefined && thoughts > 0 && out !== undefined && input !== undefined && all === input + toolUse + out;
-      const total = (out ?? 0) + (included ? 0 : (thoughts ?? 0));
-      this.usage.outputTokens = total;
-      this.cumulativeOutputTokens = total;
+    if (sent(u.total_output_tokens) || sent(u.total_thought_tokens)) {
+      const out = countPart(u.total_output_tokens);
+      const thought = countPart(u.total_thought_tokens);
+      const included = thought !== undefined && thought > 0 && out !== undefined && allInput !== undefined && count(u.total_tokens) === allInput + out;
+      const total = addParts(out, included ? 0 : thought);
+      if (total !== undefined) {
+        this.usage.outputTokens = total;
+        this.cumulativeOutputTokens = total;
+      }
     }
   }
 }

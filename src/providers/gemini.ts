@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
@@ -92,20 +92,23 @@ export class GeminiAdapter implements ResponseAdapter {
    * (thinking is billed as output but reported apart); input =
    * promptTokenCount (+ toolUsePromptTokenCount), which already includes
    * `cachedContentTokenCount`. Cumulative per chunk once candidates are counted.
+   * proto3 JSON leaves a zero count out, so an absent part is 0; a part that is there but
+   * bad leaves the sum unreported (the thoughts alone are not the output).
    */
   private readUsage(u: Record<string, unknown>): void {
     const prompt = count(u.promptTokenCount);
-    const toolPrompt = count(u.toolUsePromptTokenCount);
-    if (prompt !== undefined) this.usage.inputTokens = prompt + (toolPrompt ?? 0);
+    const input = prompt === undefined ? undefined : addParts(prompt, countPart(u.toolUsePromptTokenCount));
+    if (input !== undefined) this.usage.inputTokens = input;
     const cached = count(u.cachedContentTokenCount);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const cand = count(u.candidatesTokenCount);
     const thoughts = count(u.thoughtsTokenCount);
     if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
-    if (cand !== undefined || thoughts !== undefined) {
-      const out = (cand ?? 0) + (thoughts ?? 0);
-      this.usage.outputTokens = out;
-      this.cumulativeOutputTokens = out;
+    if (sent(u.candidatesTokenCount) || sent(u.thoughtsTokenCount)) {
+      const out = addParts(countPart(u.candidatesTokenCount), countPart(u.thoughtsTokenCount));
+      if (out !== undefined) {
+        this.usage.outputTokens = out;
+        this.cumulativeOutputTokens = out;
+      }
     }
   }
 }

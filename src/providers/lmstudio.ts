@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, count, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
 
 /**
  * LM Studio's own REST API (`POST /api/v1/chat`, 0.4+): SSE events named by
@@ -73,7 +73,8 @@ export class LmStudioAdapter implements ResponseAdapter {
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
     const st: ServerTimings = {};
     const ttft = num(s.time_to_first_token_seconds);
-    if (ttft !== undefined) st.timeToFirstToken = ttft + (num(s.model_load_time_seconds) ?? 0); // as Ollama's load time
+    const first = ttft === undefined ? undefined : addParts(ttft, numPart(s.model_load_time_seconds)); // as Ollama's load time
+    if (first !== undefined) st.timeToFirstToken = first;
     const tps = num(s.tokens_per_second);
     const perToken = tps !== undefined && tps > 0 ? num(1 / tps) : undefined; // a tiny rate is no time
     if (perToken !== undefined) st.timePerOutputToken = perToken;

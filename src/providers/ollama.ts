@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, nonEmpty, count, num, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * Ollama native API (`/api/chat`, `/api/generate`): NDJSON, one object a line.
@@ -69,7 +69,8 @@ export class OllamaAdapter implements ResponseAdapter {
     const evalNs = num(o.eval_duration);
     if (evalNs !== undefined && output !== undefined && output > 0) st.timePerOutputToken = evalNs / output / 1e9;
     const promptNs = num(o.prompt_eval_duration);
-    if (promptNs !== undefined) st.timeToFirstToken = (promptNs + (num(o.load_duration) ?? 0)) / 1e9;
+    const firstNs = promptNs === undefined ? undefined : addParts(promptNs, numPart(o.load_duration)); // a bad load time: no TTFT
+    if (firstNs !== undefined) st.timeToFirstToken = firstNs / 1e9;
     const totalNs = num(o.total_duration);
     if (totalNs !== undefined) st.duration = totalNs / 1e9;
     this.serverTimings = st;

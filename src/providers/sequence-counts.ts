@@ -1,4 +1,4 @@
-import type { Usage } from './types.js';
+import { count, type Usage } from './types.js';
 
 /** One sequence's last reported counts. */
 interface Counts {
@@ -49,10 +49,12 @@ export class SequenceCounts {
       totals[k] = (totals[k] ?? 0) - (seq[k] ?? 0) + v;
       seq[k] = v;
     }
-    if (totals.input !== undefined) usage.inputTokens = totals.input;
-    if (totals.cached !== undefined) usage.cachedInputTokens = totals.cached;
-    if (totals.reasoning !== undefined) usage.reasoningTokens = totals.reasoning;
-    if (totals.output !== undefined) usage.outputTokens = totals.output;
-    return { total: totals.output, grew: c.output === undefined ? undefined : c.output > (before ?? 0) };
+    // count(): sums past 2^53 − 1 (thousands of sequences near it) are no count.
+    if (totals.input !== undefined) usage.inputTokens = count(totals.input);
+    if (totals.cached !== undefined) usage.cachedInputTokens = count(totals.cached);
+    if (totals.reasoning !== undefined) usage.reasoningTokens = count(totals.reasoning);
+    const total = count(totals.output);
+    if (totals.output !== undefined) usage.outputTokens = total;
+    return { total, grew: c.output === undefined ? undefined : c.output > (before ?? 0) };
   }
 }

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, count, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, addParts, modelInPath, nonEmpty, count, parseObject, sent, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * NVIDIA Triton's generate extension (`POST /v2/models/{model}[/versions/{v}]/generate_stream`,
@@ -17,6 +17,7 @@ export class TritonGenerateAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  private sumLost = false;
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
@@ -39,10 +40,12 @@ export class TritonGenerateAdapter implements ResponseAdapter {
   private readCounts(o: Record<string, unknown>): void {
     const input = count(o.num_input_tokens);
     if (input !== undefined) this.usage.inputTokens = input;
-    const added = count(o.num_output_tokens);
-    if (added === undefined) return;
-    this.usage.outputTokens = (this.usage.outputTokens ?? 0) + added;
-    this.cumulativeOutputTokens = this.usage.outputTokens;
+    if (!sent(o.num_output_tokens) || this.sumLost) return;
+    // One bad response's count makes the running sum wrong for good: no output count then.
+    const sum = addParts(this.usage.outputTokens ?? 0, count(o.num_output_tokens));
+    this.usage.outputTokens = sum;
+    this.cumulativeOutputTokens = sum;
+    if (sum === undefined) this.sumLost = true;
   }
 
   onBody(body: string): void {

@@ -198,6 +198,38 @@ export function sanitizeErrorType(s: string): string {
   return clean === '' ? 'error' : clean;
 }
 
+/**
+ * A part of a sum that an API leaves out when it is zero (proto3 JSON omits zero fields; a
+ * cache or queue time may be missing): 0 when absent or null, else `count(v)`, so a part that is
+ * there but bad (−1, 3.5, "7") is undefined and `addParts` reports no sum.
+ */
+export function countPart(v: unknown): number | undefined {
+  return sent(v) ? count(v) : 0;
+}
+
+/** As `countPart`, for a duration (`num`). */
+export function numPart(v: unknown): number | undefined {
+  return sent(v) ? num(v) : 0;
+}
+
+/** Whether a field was sent with a value (null is how some servers say "none"). */
+export function sent(v: unknown): boolean {
+  return v !== undefined && v !== null;
+}
+
+/**
+ * The sum of the parts, or undefined when one is undefined or the sum passes 2^53 − 1: a count
+ * or time with a bad part is not reported, rather than reported short.
+ */
+export function addParts(...vs: (number | undefined)[]): number | undefined {
+  let s = 0;
+  for (const v of vs) {
+    if (v === undefined) return undefined;
+    s += v;
+  }
+  return s <= Number.MAX_SAFE_INTEGER ? s : undefined;
+}
+
 /** Sum of the defined numbers, or undefined when none is defined. */
 export function sumDefined(...vs: (number | undefined)[]): number | undefined {
   let s: number | undefined;

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
-import { firstString, nonEmpty, count, obj, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
+import { addParts, countPart, firstString, nonEmpty, count, obj, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
 import { sanitizeErrorType } from '../providers/types.js';
 import { MessageReader } from './messages.js';
 
@@ -594,7 +594,8 @@ class GeminiLive {
       const thoughts = count(u.thoughtsTokenCount);
       turn.adapter.usage = {
         inputTokens: count(u.promptTokenCount),
-        outputTokens: response === undefined ? undefined : response + (thoughts ?? 0),
+        // Absent thoughts are 0 (proto3 leaves zeros out); bad ones leave the output unreported.
+        outputTokens: response === undefined ? undefined : addParts(response, countPart(u.thoughtsTokenCount)),
         reasoningTokens: thoughts,
         cachedInputTokens: count(u.cachedContentTokenCount),
       };

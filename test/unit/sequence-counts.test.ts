@@ -72,4 +72,17 @@ describe('SequenceCounts', () => {
     s.update(1, { output: 5 }, usage);
     expect(usage.outputTokens).toBe(15);
   });
+  it('reports no count while the sum passes 2^53 − 1, and the sum again once it is back in range', () => {
+    const s = new SequenceCounts();
+    const usage: Usage = {};
+    const max = Number.MAX_SAFE_INTEGER;
+    expect(s.update(0, { output: max, input: max }, usage).total).toBe(max);
+    expect(usage.outputTokens).toBe(max);
+    expect(s.update(1, { output: max, input: 1 }, usage).total).toBeUndefined();
+    expect(usage.outputTokens).toBeUndefined();
+    expect(usage.inputTokens).toBeUndefined();
+    expect(s.update(1, { output: 5 }, usage).total).toBeUndefined();
+    expect(s.update(0, { output: 5, input: 2 }, usage).total).toBe(10);
+    expect(usage).toMatchObject({ outputTokens: 10, inputTokens: 3 });
+  });
 });

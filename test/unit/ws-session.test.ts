@@ -5,7 +5,7 @@ import * as wsModule from 'ws';
 import type { MeterSummary } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
 import { detectWsApi, quickDelta, WsSession, type WsApiMatch } from '../../src/ws/session.js';
-import { countLike, fault, faultText, timeLike, withFault } from '../helpers/json-faults.js';
+import { countLike, fault, faultText, oneCount, timeLike, withFault } from '../helpers/json-faults.js';
 import { testInstruments } from '../helpers/metrics.js';
 
 // The trackers driven with chosen arrival times (ms): each message is one frame in a read of
@@ -187,6 +187,25 @@ describe('Gemini Live', () => {
     expect(await t.sumValue(METRIC.streams, { outcome: 'cancelled' })).toBe(1);
     expect(await t.sumValue(METRIC.streams, { outcome: 'ok' })).toBe(1);
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
+  });
+
+  it('takes absent or null thoughts as 0 in the output count, and reports none when the thoughts count is bad', async () => {
+    const t = session(PATH);
+    const turn = (at: number, usage: unknown) => {
+      t.client(at, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'q' }] }], turnComplete: true } });
+      t.server(at + 10, text('a'));
+      t.server(at + 20, { serverContent: { turnComplete: true }, usageMetadata: usage });
+    };
+    t.client(0, { setup: { model: 'models/gemini-live-2.5-flash' } });
+    turn(100, { promptTokenCount: 3, responseTokenCount: 20 });
+    turn(200, { promptTokenCount: 3, responseTokenCount: 30, thoughtsTokenCount: 2.5 });
+    turn(300, { promptTokenCount: 3, responseTokenCount: 40, thoughtsTokenCount: -1 });
+    turn(400, { promptTokenCount: 3, responseTokenCount: 10, thoughtsTokenCount: null });
+    turn(500, { promptTokenCount: 3, responseTokenCount: 5, thoughtsTokenCount: 4 });
+    const out = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' });
+    expect(out.count).toBe(3);
+    expect(out.sum).toBe(20 + 10 + 9);
+    expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' })).count).toBe(5);
   });
 });
 
@@ -504,7 +523,7 @@ describe('broken and hostile messages', () => {
   });
 
   it.each(SCRIPTS)(
-    '%s: any message of either API, with any part replaced, never stops the measurement; counts stay whole and every figure within 0 to 1e17',
+    '%s: any message of either API, with any part replaced, never stops the measurement; the counts of each response are whole up to 2^53 − 1, every figure within 0 to 1e17',
     async (path, script) => {
       const extra = fc.record({ seed: fc.nat(SEEDS.length - 1), fault: fc.option(fault, { nil: undefined }), after: fc.nat(50) });
       // The script's messages, each perhaps faulted, with any messages of either API between them.
@@ -534,7 +553,7 @@ describe('broken and hostile messages', () => {
           expect(t.s.stopped).toBe(false);
           // What each response reports (the histograms drop negative and infinite values themselves).
           for (const r of t.summaries) {
-            for (const k of ['outputTokens', 'inputTokens'] as const) expect(countLike(r[k]), `${k} ${r[k]}`).toBe(true);
+            for (const k of ['outputTokens', 'inputTokens'] as const) expect(oneCount(r[k]), `${k} ${r[k]}`).toBe(true);
             for (const k of ['ttftMs', 'tpotMs', 'maxGapMs', 'durationMs'] as const) expect(timeLike(r[k]), `${k} ${r[k]}`).toBe(true);
           }
           for (const name of [METRIC.ttft, METRIC.chunkGap, METRIC.tpot, METRIC.duration, METRIC.tokenUsage, METRIC.serverTtft, METRIC.serverTpot, METRIC.serverDuration]) {

@@ -1,0 +1,244 @@
+// Usage and timings that an adapter adds up from parts (Gemini's candidates + thoughts and
+// prompt + tool-use prompt, Bedrock's and Anthropic's input + cache reads + cache writes,
+// Triton's per-response counts, Ollama's and LM Studio's load time + prompt time, Groq's
+// queue time + prompt or total time). An absent or null part counts 0 (proto3 JSON leaves
+// zeros out); a part that is there but is no count or time leaves the sum unreported, never
+// reported short (the cache reads alone as the input, the thoughts alone as the output).
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { anthropicMessages } from '../../src/providers/anthropic.js';
+import { bedrockConverse } from '../../src/providers/bedrock.js';
+import { geminiStream } from '../../src/providers/gemini.js';
+import { geminiInteractions } from '../../src/providers/gemini-interactions.js';
+import { lmstudioChat } from '../../src/providers/lmstudio.js';
+import { ollamaChat } from '../../src/providers/ollama.js';
+import { openaiChat } from '../../src/providers/openai-chat.js';
+import { tritonGenerate } from '../../src/providers/triton.js';
+import type { ApiDescriptor, ResponseAdapter } from '../../src/providers/types.js';
+
+/** One part as sent: left out, null, a good value, or a value (as JSON text) that is no count or time. */
+type Part = { k: 'absent' } | { k: 'null' } | { k: 'ok'; v: number } | { k: 'bad'; text: string };
+
+// -0 and -1e-400 (which parses as -0) are a count of 0 in another spelling, and fractions and
+// tiny numbers are good times: none of them is here.
+const NOT_COUNTS = ['-1', '1.5', '5e-324', '1e-300', '1e400', '-1e400', '1e308', '9007199254740993', '"7"', 'true', '{}', '[]', '"x"', '[3]'];
+const NOT_TIMES = ['-1', '-2.5', '1e400', '-1e400', '1e308', '9007199254740993', '"7"', 'false', '{}', '[]', '[1]'];
+
+const countPart: fc.Arbitrary<Part> = fc.oneof(
+  { weight: 1, arbitrary: fc.constant<Part>({ k: 'absent' }) },
+  { weight: 1, arbitrary: fc.constant<Part>({ k: 'null' }) },
+  { weight: 3, arbitrary: fc.integer({ min: 0, max: 1_000_000 }).map((v): Part => ({ k: 'ok', v })) },
+  { weight: 2, arbitrary: fc.constantFrom(...NOT_COUNTS).map((text): Part => ({ k: 'bad', text })) },
+);
+const timePart: fc.Arbitrary<Part> = fc.oneof(
+  { weight: 1, arbitrary: fc.constant<Part>({ k: 'absent' }) },
+  { weight: 1, arbitrary: fc.constant<Part>({ k: 'null' }) },
+  { weight: 3, arbitrary: fc.double({ min: 0, max: 1e6, noNaN: true }).map((v): Part => ({ k: 'ok', v })) },
+  { weight: 2, arbitrary: fc.constantFrom(...NOT_TIMES).map((text): Part => ({ k: 'bad', text })) },
+);
+
+/** The members of a JSON object for the parts, named `names` (absent ones left out), with a leading comma when any. */
+function members(names: string[], parts: Part[]): string {
+  const out: string[] = [];
+  parts.forEach((p, i) => {
+    if (p.k === 'absent') return;
+    out.push(`${JSON.stringify(names[i])}:${p.k === 'null' ? 'null' : p.k === 'ok' ? JSON.stringify(p.v) : p.text}`);
+  });
+  return out.join(',');
+}
+
+const isSent = (p: Part) => p.k === 'ok' || p.k === 'bad';
+const value = (p: Part) => (p.k === 'ok' ? p.v : 0);
+
+/**
+ * The rule: undefined when the part that must be there (`first`, when the sum needs it) is not a
+ * good value, when no part is sent, or when a sent part is bad; the sum of the good ones otherwise.
+ */
+function expectedSum(parts: Part[], firstRequired: boolean): number | undefined {
+  if (firstRequired && parts[0]!.k !== 'ok') return undefined;
+  if (!parts.some(isSent) || parts.some((p) => p.k === 'bad')) return undefined;
+  return parts.reduce((s, p) => s + value(p), 0);
+}
+
+interface Case {
+  name: string;
+  api: ApiDescriptor;
+  fields: string[];
+  part: fc.Arbitrary<Part>;
+  /** The first field must be a good value for any sum (the prompt count, the prompt time). */
+  firstRequired: boolean;
+  /** Feeds the parts' members (`m`) to a new adapter. */
+  feed(a: ResponseAdapter, m: string): void;
+  read(a: ResponseAdapter): number | undefined;
+  /** The reported value for a sum (a unit change). */
+  scale?: number;
+}
+
+const ev = (type: string, data: string) => ({ type, data, id: undefined });
+
+const CASES: Case[] = [
+  {
+    name: 'Gemini output = candidates + thoughts',
+    api: geminiStream,
+    fields: ['candidatesTokenCount', 'thoughtsTokenCount'],
+    part: countPart,
+    firstRequired: false,
+    feed: (a, m) => a.onEvent(ev('', `{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}],"usageMetadata":{"promptTokenCount":5${m === '' ? '' : ','}${m}}}`)),
+    read: (a) => a.usage.outputTokens,
+  },
+  {
+    name: 'Gemini input = prompt + tool-use prompt',
+    api: geminiStream,
+    fields: ['promptTokenCount', 'toolUsePromptTokenCount'],
+    part: countPart,
+    firstRequired: true,
+    feed: (a, m) => a.onEvent(ev('', `{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}],"usageMetadata":{${m}}}`)),
+    read: (a) => a.usage.inputTokens,
+  },
+  {
+    name: 'Interactions output = output + thoughts',
+    api: geminiInteractions,
+    fields: ['total_output_tokens', 'total_thought_tokens'],
+    part: countPart,
+    firstRequired: false,
+    feed: (a, m) => a.onEvent(ev('interaction.complete', `{"event_type":"interaction.complete","interaction":{"status":"completed","usage":{${m}}}}`)),
+    read: (a) => a.usage.outputTokens,
+  },
+  {
+    name: 'Interactions input = input + tool use',
+    api: geminiInteractions,
+    fields: ['total_input_tokens', 'total_tool_use_tokens'],
+    part: countPart,
+    firstRequired: true,
+    feed: (a, m) => a.onEvent(ev('interaction.complete', `{"event_type":"interaction.complete","interaction":{"status":"completed","usage":{${m}}}}`)),
+    read: (a) => a.usage.inputTokens,
+  },
+  {
+    name: 'Bedrock Converse input = input + cache read + cache write',
+    api: bedrockConverse,
+    fields: ['inputTokens', 'cacheReadInputTokens', 'cacheWriteInputTokens'],
+    part: countPart,
+    firstRequired: false,
+    feed: (a, m) => a.onEvent(ev('metadata', `{"usage":{${m}},"metrics":{"latencyMs":10}}`)),
+    read: (a) => a.usage.inputTokens,
+  },
+  {
+    name: 'Anthropic input = input + cache creation + cache read',
+    api: anthropicMessages,
+    fields: ['input_tokens', 'cache_creation_input_tokens', 'cache_read_input_tokens'],
+    part: countPart,
+    firstRequired: false,
+    feed: (a, m) => a.onEvent(ev('message_start', `{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"c","content":[],"usage":{${m}}}}`)),
+    read: (a) => a.usage.inputTokens,
+  },
+  {
+    name: 'Ollama TTFT = prompt eval + load (ns)',
+    api: ollamaChat,
+    fields: ['prompt_eval_duration', 'load_duration'],
+    part: timePart,
+    firstRequired: true,
+    feed: (a, m) => a.onEvent(ev('', `{"model":"m","done":true,"done_reason":"stop","message":{"role":"assistant","content":""}${m === '' ? '' : ','}${m}}`)),
+    read: (a) => a.serverTimings?.timeToFirstToken,
+    scale: 1e-9,
+  },
+  {
+    name: 'LM Studio TTFT = time to first token + model load',
+    api: lmstudioChat,
+    fields: ['time_to_first_token_seconds', 'model_load_time_seconds'],
+    part: timePart,
+    firstRequired: true,
+    feed: (a, m) => a.onEvent(ev('chat.end', `{"type":"chat.end","result":{"stats":{${m}}}}`)),
+    read: (a) => a.serverTimings?.timeToFirstToken,
+  },
+  {
+    name: 'Groq TTFT = prompt time + queue time',
+    api: openaiChat,
+    fields: ['prompt_time', 'queue_time'],
+    part: timePart,
+    firstRequired: true,
+    feed: (a, m) => a.onEvent(ev('', `{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2${m === '' ? '' : ','}${m}}}`)),
+    read: (a) => a.serverTimings?.timeToFirstToken,
+  },
+  {
+    name: 'Groq duration = total time + queue time',
+    api: openaiChat,
+    fields: ['total_time', 'queue_time'],
+    part: timePart,
+    firstRequired: true,
+    feed: (a, m) => a.onEvent(ev('', `{"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2${m === '' ? '' : ','}${m}}}`)),
+    read: (a) => a.serverTimings?.duration,
+  },
+];
+
+describe('usage and timings added up from parts', () => {
+  it.each(CASES.map((c) => [c.name, c] as const))('%s: absent parts count 0; a bad part leaves the sum unreported', (_, c) => {
+    fc.assert(
+      fc.property(fc.tuple(...c.fields.map(() => c.part)), (parts) => {
+        const a = c.api.newAdapter();
+        c.feed(a, members(c.fields, parts));
+        const want = expectedSum(parts, c.firstRequired);
+        const got = c.read(a);
+        if (want === undefined) expect(got).toBeUndefined();
+        else expect(got).toBeCloseTo(want * (c.scale ?? 1), 9);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('each case meets a bad part beside good ones, and sums of several good parts', () => {
+    // The property above has power only if both outcomes are common: check the generator once.
+    for (const c of CASES) {
+      const samples = fc.sample(fc.tuple(...c.fields.map(() => c.part)), { numRuns: 300, seed: 7 });
+      const badBesideGood = samples.filter((p) => p.some((x) => x.k === 'bad') && p.some((x) => x.k === 'ok')).length;
+      const summed = samples.filter((p) => expectedSum(p, c.firstRequired) !== undefined && p.filter((x) => x.k === 'ok').length > 1).length;
+      expect(badBesideGood, c.name).toBeGreaterThan(30);
+      expect(summed, c.name).toBeGreaterThan(15);
+    }
+  });
+
+  it('Triton: the running sum of per-response counts is lost for good at a bad one; absent or null ones add nothing', () => {
+    const piece = fc.oneof(
+      { weight: 1, arbitrary: fc.constant<Part>({ k: 'absent' }) },
+      { weight: 1, arbitrary: fc.constant<Part>({ k: 'null' }) },
+      { weight: 6, arbitrary: fc.integer({ min: 0, max: 50 }).map((v): Part => ({ k: 'ok', v })) },
+      { weight: 1, arbitrary: fc.constantFrom(...NOT_COUNTS).map((text): Part => ({ k: 'bad', text })) },
+    );
+    fc.assert(
+      fc.property(fc.array(piece, { minLength: 1, maxLength: 12 }), (parts) => {
+        const a = tritonGenerate.newAdapter();
+        let sum: number | undefined;
+        let lost = false;
+        for (const p of parts) {
+          const kind = a.onEvent(ev('', `{"model_name":"m","text_output":"a"${p.k === 'absent' ? '' : ','}${members(['num_output_tokens'], [p])}}`));
+          expect(kind).toBe(1);
+          if (p.k === 'bad') lost = true;
+          if (!lost && p.k === 'ok') sum = (sum ?? 0) + p.v;
+          expect(a.usage.outputTokens).toBe(lost ? undefined : sum);
+          // The per-token ITL reads a running count only from an event that reported one.
+          expect(a.cumulativeOutputTokens).toBe(!lost && p.k === 'ok' ? sum : undefined);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('Anthropic: a bad part leaves the input unreported until a later event sends a good one', () => {
+    const a = anthropicMessages.newAdapter();
+    a.onEvent(ev('message_start', '{"type":"message_start","message":{"usage":{"input_tokens":-3,"cache_read_input_tokens":100,"output_tokens":1}}}'));
+    expect(a.usage.inputTokens).toBeUndefined();
+    expect(a.usage.cachedInputTokens).toBe(100);
+    a.onEvent(ev('message_delta', '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":7,"output_tokens":9}}'));
+    expect(a.usage.inputTokens).toBe(107);
+    expect(a.usage.outputTokens).toBe(9);
+  });
+  it('xAI: completion + reasoning (its total says they are apart) past 2^53 − 1 is no count; in range it is the output', () => {
+    const max = Number.MAX_SAFE_INTEGER;
+    const chunk = (c: number, r: number) => `{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":${c},"completion_tokens_details":{"reasoning_tokens":${r}},"total_tokens":${3 + c + r}}}`;
+    const a = openaiChat.newAdapter();
+    a.onEvent(ev('', chunk(max, max)));
+    expect(a.usage.outputTokens).toBeUndefined();
+    const b = openaiChat.newAdapter();
+    b.onEvent(ev('', chunk(10, 4)));
+    expect(b.usage.outputTokens).toBe(14);
+  });
+});
