@@ -70,3 +70,13 @@ export function timeLike(v: unknown): boolean {
 export function countLike(v: unknown): boolean {
   return v === undefined || (Number.isInteger(v) && timeLike(v));
 }
+
+/** One count as an adapter reports it (a sum of parts too, but no histogram's sum): absent, or an integer from 0 to 2^53 − 1. */
+export function oneCount(v: unknown): boolean {
+  return v === undefined || (Number.isSafeInteger(v) && (v as number) >= 0);
+}
+
+/** One time as an adapter reports it: absent, or a number from 0 to 2^53 − 1. */
+export function oneTime(v: unknown): boolean {
+  return v === undefined || (typeof v === 'number' && v >= 0 && v <= Number.MAX_SAFE_INTEGER);
+}

@@ -4,8 +4,8 @@
 // 1e400, which JSON.parse reads as Infinity), or a value of another type, offered to every
 // adapter (mostly its own API's), in any order, under their own or another event name. No
 // adapter may throw (the meter would stop measuring the stream), classify outside its three
-// kinds, or report a token count that is not a whole number from 0 to 1e17, or a server timing
-// outside that range: an Infinity count made TPOT 0, and counts and times of 1e308 or 1e300 go
+// kinds, or report a token count that is not a whole number from 0 to 2^53 − 1 (a sum of parts
+// too), or a server timing outside that range: an Infinity count made TPOT 0, and counts and times of 1e308 or 1e300 go
 // into histogram sums that they spoil until the process restarts.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -25,7 +25,7 @@ import { tritonGenerate } from '../../src/providers/triton.js';
 import type { ApiDescriptor, ResponseAdapter } from '../../src/providers/types.js';
 import type { SseEvent } from '../../src/sse/parser.js';
 import { fixture, sseEvents } from '../helpers/fixtures.js';
-import { countLike, fault, faultText, timeLike, withFault, type Fault } from '../helpers/json-faults.js';
+import { fault, faultText, oneCount, oneTime, withFault, type Fault } from '../helpers/json-faults.js';
 
 const DESCRIPTORS: ApiDescriptor[] = [
   anthropicMessages, anthropicVertex, bedrockConverse, bedrockInvoke, cohereChat, geminiStream, geminiInteractions, genericStream, lmstudioChat,
@@ -160,9 +160,9 @@ function render(e: Ev): SseEvent & { messageType?: string } {
 }
 
 function expectSane(a: ResponseAdapter, what: string): void {
-  for (const [k, v] of Object.entries(a.usage)) expect(countLike(v), `${what}: usage.${k} = ${v}`).toBe(true);
-  expect(countLike(a.cumulativeOutputTokens), `${what}: cumulativeOutputTokens = ${a.cumulativeOutputTokens}`).toBe(true);
-  for (const [k, v] of Object.entries(a.serverTimings ?? {})) expect(timeLike(v), `${what}: serverTimings.${k} = ${v}`).toBe(true);
+  for (const [k, v] of Object.entries(a.usage)) expect(oneCount(v), `${what}: usage.${k} = ${v}`).toBe(true);
+  expect(oneCount(a.cumulativeOutputTokens), `${what}: cumulativeOutputTokens = ${a.cumulativeOutputTokens}`).toBe(true);
+  for (const [k, v] of Object.entries(a.serverTimings ?? {})) expect(oneTime(v), `${what}: serverTimings.${k} = ${v}`).toBe(true);
   if (a.errorType !== undefined) expect(a.errorType).toMatch(/^[A-Za-z0-9_.-]{1,64}$/);
   if (a.responseModel !== undefined) expect(typeof a.responseModel).toBe('string');
 }
@@ -175,7 +175,7 @@ describe('adapters against broken and hostile events', () => {
   });
 
   it.each(DESCRIPTORS.map((d) => [d.api + (d === anthropicVertex ? ' (vertex)' : d === azureOpenaiChat ? ' (azure)' : ''), d] as const))(
-    '%s: never throws, classifies into its three kinds, reports only whole counts and times from 0 to 1e17',
+    '%s: never throws, classifies into its three kinds, reports only whole counts and times from 0 to 2^53 − 1',
     (name, d) => {
       fc.assert(
         fc.property(fc.array(eventArb(d.api), { minLength: 1, maxLength: 12 }), (events) => {
