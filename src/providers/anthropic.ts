@@ -121,23 +121,29 @@ export class AnthropicAdapter implements ResponseAdapter {
     this.cacheRead = field(u.cache_read_input_tokens, this.cacheRead);
     const parts = [this.input, this.cacheCreation, this.cacheRead];
     // A bad part leaves the input unreported (not the other parts alone) until a later event fixes it.
-    const total = parts.includes(BAD) ? undefined : sumDefined(...parts);
-    if (total !== undefined) this.usage.inputTokens = count(total);
-    if (this.cacheRead !== undefined && this.cacheRead !== BAD) this.usage.cachedInputTokens = this.cacheRead;
-    if (this.cacheCreation !== undefined && this.cacheCreation !== BAD) this.usage.cacheCreationInputTokens = this.cacheCreation;
-    const out = iterationsOutput(u.iterations) ?? count(u.output_tokens);
-    if (out !== undefined && final) {
+    if (this.inputSent) this.usage.inputTokens = parts.includes(BAD) ? undefined : count(sumDefined(...parts));
+    if (this.cacheRead !== undefined) this.usage.cachedInputTokens = this.cacheRead === BAD ? undefined : this.cacheRead;
+    if (this.cacheCreation !== undefined) this.usage.cacheCreationInputTokens = this.cacheCreation === BAD ? undefined : this.cacheCreation;
+    if (!final) return;
+    if (Array.isArray(u.iterations) && u.iterations.length > 0) {
+      // Sent iterations are the count: one unusable leaves it unreported, as output_tokens
+      // counts only the last pass.
+      this.usage.outputTokens = this.cumulativeOutputTokens = iterationsOutput(u.iterations);
+      return;
+    }
+    const out = count(u.output_tokens);
+    if (out !== undefined) {
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
     }
   }
+
+  /** Whether any part of the input count was sent (Bedrock invoke's metrics stand in otherwise). */
+  get inputSent(): boolean {
+    return this.input !== undefined || this.cacheCreation !== undefined || this.cacheRead !== undefined;
+  }
 }
 
-/**
- * With compaction or a server-side fallback (betas), `usage.iterations` lists
- * every sampling pass of the response and the top-level `output_tokens`
- * counts only the last: the streamed output is their sum.
- */
 /** A usage field that was sent but is no count. */
 const BAD = -1;
 
@@ -147,8 +153,13 @@ function field(v: unknown, last: number | undefined): number | undefined {
   return count(v) ?? BAD;
 }
 
-function iterationsOutput(v: unknown): number | undefined {
-  if (!Array.isArray(v) || v.length === 0) return undefined;
+/**
+ * With compaction or a server-side fallback (betas), `usage.iterations` lists
+ * every sampling pass of the response and the top-level `output_tokens`
+ * counts only the last: the streamed output is their sum (undefined when one
+ * pass has no count, or the sum passes 2^53 − 1).
+ */
+function iterationsOutput(v: unknown[]): number | undefined {
   let sum = 0;
   for (const it of v) {
     const n = count(obj(it)?.output_tokens);

@@ -128,7 +128,9 @@ export class BedrockAdapter implements ResponseAdapter {
   private sync(): void {
     const a = this.anthropic?.usage;
     const u = this.usage;
-    u.inputTokens = a?.inputTokens ?? this.metricsInput;
+    // The model's own input, cache parts included, once it sent any (unreported when a part was
+    // bad: the metrics' count may leave the cache out); the invocation metrics otherwise.
+    u.inputTokens = this.anthropic?.inputSent === true ? a!.inputTokens : this.metricsInput;
     u.outputTokens = a?.outputTokens ?? this.metricsOutput;
     u.cachedInputTokens = a?.cachedInputTokens;
     u.cacheCreationInputTokens = a?.cacheCreationInputTokens;
@@ -156,8 +158,7 @@ export class BedrockAdapter implements ResponseAdapter {
       const read = count(u.cacheReadInputTokens);
       const write = count(u.cacheWriteInputTokens);
       const any = sent(u.inputTokens) || sent(u.cacheReadInputTokens) || sent(u.cacheWriteInputTokens);
-      const input = any ? addParts(countPart(u.inputTokens), countPart(u.cacheReadInputTokens), countPart(u.cacheWriteInputTokens)) : undefined;
-      if (input !== undefined) this.usage.inputTokens = input;
+      if (any) this.usage.inputTokens = addParts(countPart(u.inputTokens), countPart(u.cacheReadInputTokens), countPart(u.cacheWriteInputTokens));
       if (read !== undefined) this.usage.cachedInputTokens = read;
       if (write !== undefined) this.usage.cacheCreationInputTokens = write;
       const out = count(u.outputTokens);

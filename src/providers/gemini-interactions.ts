@@ -109,14 +109,15 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
    * cached = `total_cached_tokens` (part of the input); output =
    * `total_output_tokens` + `total_thought_tokens`, as `generateContent`
    * reports thoughts apart, unless `total_tokens` says the output already
-   * holds them (total = input + tool use + output). An absent part is 0; one that is there
-   * but bad leaves its sum unreported.
+   * holds them (total = input + tool use + output). An absent part is 0 (the input count is
+   * always there); one that is there but bad makes its sum unreported, also after an earlier
+   * event's.
    */
   private readUsage(u: Record<string, unknown>): void {
     const input = count(u.total_input_tokens);
     const toolUse = countPart(u.total_tool_use_tokens);
     const allInput = input === undefined ? undefined : addParts(input, toolUse);
-    if (allInput !== undefined) this.usage.inputTokens = allInput;
+    if (sent(u.total_input_tokens) || sent(u.total_tool_use_tokens)) this.usage.inputTokens = allInput;
     const cached = count(u.total_cached_tokens);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
     const thoughts = count(u.total_thought_tokens);
@@ -126,10 +127,8 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
       const thought = countPart(u.total_thought_tokens);
       const included = thought !== undefined && thought > 0 && out !== undefined && allInput !== undefined && count(u.total_tokens) === allInput + out;
       const total = addParts(out, included ? 0 : thought);
-      if (total !== undefined) {
-        this.usage.outputTokens = total;
-        this.cumulativeOutputTokens = total;
-      }
+      this.usage.outputTokens = total;
+      this.cumulativeOutputTokens = total;
     }
   }
 }

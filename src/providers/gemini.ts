@@ -92,23 +92,23 @@ export class GeminiAdapter implements ResponseAdapter {
    * (thinking is billed as output but reported apart); input =
    * promptTokenCount (+ toolUsePromptTokenCount), which already includes
    * `cachedContentTokenCount`. Cumulative per chunk once candidates are counted.
-   * proto3 JSON leaves a zero count out, so an absent part is 0; a part that is there but
-   * bad leaves the sum unreported (the thoughts alone are not the output).
+   * proto3 JSON leaves a zero count out, so an absent part is 0 (the prompt count is always
+   * there); a part that is there but bad makes the sum unreported, also after an earlier
+   * chunk's (the thoughts alone are not the output).
    */
   private readUsage(u: Record<string, unknown>): void {
-    const prompt = count(u.promptTokenCount);
-    const input = prompt === undefined ? undefined : addParts(prompt, countPart(u.toolUsePromptTokenCount));
-    if (input !== undefined) this.usage.inputTokens = input;
+    if (sent(u.promptTokenCount) || sent(u.toolUsePromptTokenCount)) {
+      const prompt = count(u.promptTokenCount);
+      this.usage.inputTokens = prompt === undefined ? undefined : addParts(prompt, countPart(u.toolUsePromptTokenCount));
+    }
     const cached = count(u.cachedContentTokenCount);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;
     const thoughts = count(u.thoughtsTokenCount);
     if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
     if (sent(u.candidatesTokenCount) || sent(u.thoughtsTokenCount)) {
       const out = addParts(countPart(u.candidatesTokenCount), countPart(u.thoughtsTokenCount));
-      if (out !== undefined) {
-        this.usage.outputTokens = out;
-        this.cumulativeOutputTokens = out;
-      }
+      this.usage.outputTokens = out;
+      this.cumulativeOutputTokens = out;
     }
   }
 }

@@ -2,7 +2,7 @@ import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
 import { FinishReasons } from './finish-reasons.js';
 import { SequenceCounts } from './sequence-counts.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, num, numPart, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -165,13 +165,14 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const prompt = count(u.prompt_tokens);
     if (completion !== undefined) {
       // OpenAI's completion_tokens include the reasoning tokens; xAI's do not (its total is
-      // prompt + completion + reasoning): output is both then, as billed.
+      // prompt + completion + reasoning): output is both then, as billed. A reasoning count
+      // that is there but bad decides nothing: the output is unreported unless the total says
+      // the completion holds the reasoning.
+      const badReasoning = reasoning === undefined && sent(obj(u.completion_tokens_details)?.reasoning_tokens);
       const separate = reasoning !== undefined && reasoning > 0 && prompt !== undefined && u.total_tokens === prompt + completion + reasoning;
-      const out = separate ? addParts(completion, reasoning) : completion;
-      if (out !== undefined) {
-        this.usage.outputTokens = out;
-        this.cumulativeOutputTokens = out;
-      }
+      const out = badReasoning ? (prompt !== undefined && u.total_tokens === prompt + completion ? completion : undefined) : separate ? addParts(completion, reasoning) : completion;
+      this.usage.outputTokens = out;
+      this.cumulativeOutputTokens = out;
     }
     if (prompt !== undefined) this.usage.inputTokens = prompt;
     const cached = count(obj(u.prompt_tokens_details)?.cached_tokens) ?? count(u.prompt_cache_hit_tokens); // the latter DeepSeek's
@@ -188,15 +189,13 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const prompt = num(u.prompt_time);
     const completion = num(u.completion_time);
     const total = num(u.total_time);
-    if (prompt === undefined && completion === undefined && total === undefined) return;
+    if (!sent(u.prompt_time) && !sent(u.completion_time) && !sent(u.total_time)) return;
     const queue = numPart(u.queue_time); // a bad one: no TTFT or duration, rather than short ones
     const st: ServerTimings = (this.serverTimings ??= {});
     const out = count(u.completion_tokens);
     if (completion !== undefined && out !== undefined && out > 0) st.timePerOutputToken = completion / out;
-    const first = prompt === undefined ? undefined : addParts(queue, prompt);
-    if (first !== undefined) st.timeToFirstToken = first;
-    const duration = total === undefined ? undefined : addParts(queue, total);
-    if (duration !== undefined) st.duration = duration;
+    if (sent(u.prompt_time) || sent(u.queue_time)) st.timeToFirstToken = prompt === undefined ? undefined : addParts(queue, prompt);
+    if (sent(u.total_time) || sent(u.queue_time)) st.duration = total === undefined ? undefined : addParts(queue, total);
   }
 }
 

@@ -26,6 +26,14 @@ const OTHER = Symbol('other sequences');
 export class SequenceCounts {
   private readonly seqs = new Map<unknown, Counts>();
   private readonly totals: Counts = {};
+  /** Totals past 2^53 − 1, summed anew on each update. */
+  private readonly wide = new Set<keyof Counts>();
+
+  private sum(k: keyof Counts): number {
+    let s = 0;
+    for (const seq of this.seqs.values()) s += seq[k] ?? 0;
+    return s;
+  }
 
   /**
    * Takes one sequence's counts (undefined: not reported this time) into `usage`. Returns the
@@ -46,8 +54,15 @@ export class SequenceCounts {
     for (const k of KEYS) {
       const v = c[k];
       if (v === undefined) continue;
-      totals[k] = (totals[k] ?? 0) - (seq[k] ?? 0) + v;
+      const was = seq[k];
       seq[k] = v;
+      // Past 2^53 − 1 a running total loses precision, which a later decrease would carry back
+      // into range: while out of range it is summed anew (exact once the true sum is back in
+      // range, the counts being whole and non-negative). Only a broken upstream gets there.
+      const t = this.wide.has(k) ? this.sum(k) : (totals[k] ?? 0) - (was ?? 0) + v;
+      if (t > Number.MAX_SAFE_INTEGER) this.wide.add(k);
+      else this.wide.delete(k);
+      totals[k] = t;
     }
     // count(): sums past 2^53 − 1 (thousands of sequences near it) are no count.
     if (totals.input !== undefined) usage.inputTokens = count(totals.input);

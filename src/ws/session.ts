@@ -593,7 +593,7 @@ class GeminiLive {
       const response = count(u.responseTokenCount) ?? count(u.candidatesTokenCount);
       const thoughts = count(u.thoughtsTokenCount);
       turn.adapter.usage = {
-        inputTokens: count(u.promptTokenCount),
+        inputTokens: addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount)), // as generateContent's
         // Absent thoughts are 0 (proto3 leaves zeros out); bad ones leave the output unreported.
         outputTokens: response === undefined ? undefined : addParts(response, countPart(u.thoughtsTokenCount)),
         reasoningTokens: thoughts,

@@ -84,5 +84,36 @@ describe('SequenceCounts', () => {
     expect(s.update(1, { output: 5 }, usage).total).toBeUndefined();
     expect(s.update(0, { output: 5, input: 2 }, usage).total).toBe(10);
     expect(usage).toMatchObject({ outputTokens: 10, inputTokens: 3 });
+    // The cached and reasoning totals too.
+    s.update(2, { cached: max, reasoning: max }, usage);
+    s.update(3, { cached: 1, reasoning: 1 }, usage);
+    expect(usage.cachedInputTokens).toBeUndefined();
+    expect(usage.reasoningTokens).toBeUndefined();
+    s.update(2, { cached: 4, reasoning: 6 }, usage);
+    expect(usage).toMatchObject({ cachedInputTokens: 5, reasoningTokens: 7 });
+  });
+
+  it('a total that went past 2^53 − 1, where sums lose precision, is exact again once back in range', () => {
+    const max = Number.MAX_SAFE_INTEGER;
+    // Review 109's case: MAX + 2 + 1 is not a double, so a running total would come back as 6.
+    const s = new SequenceCounts();
+    const usage: Usage = {};
+    s.update(0, { output: max }, usage);
+    s.update(1, { output: 2 }, usage);
+    s.update(1, { output: 3 }, usage);
+    expect(s.update(0, { output: 5 }, usage).total).toBe(8);
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.nat(3), fc.oneof(fc.nat(1000), fc.integer({ min: max - 1000, max }))), { minLength: 1, maxLength: 12 }), (updates) => {
+        const t = new SequenceCounts();
+        const u: Usage = {};
+        const last = new Map<number, bigint>();
+        for (const [i, v] of updates) {
+          last.set(i, BigInt(v));
+          const want = [...last.values()].reduce((a, b) => a + b, 0n);
+          expect(t.update(i, { output: v }, u).total).toBe(want <= BigInt(max) ? Number(want) : undefined);
+        }
+      }),
+      { numRuns: 300 },
+    );
   });
 });

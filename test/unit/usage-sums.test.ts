@@ -7,7 +7,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { anthropicMessages } from '../../src/providers/anthropic.js';
-import { bedrockConverse } from '../../src/providers/bedrock.js';
+import { bedrockConverse, bedrockInvoke } from '../../src/providers/bedrock.js';
 import { geminiStream } from '../../src/providers/gemini.js';
 import { geminiInteractions } from '../../src/providers/gemini-interactions.js';
 import { lmstudioChat } from '../../src/providers/lmstudio.js';
@@ -72,6 +72,12 @@ interface Case {
   read(a: ResponseAdapter): number | undefined;
   /** The reported value for a sum (a unit change). */
   scale?: number;
+  /**
+   * How a later message's usage meets an earlier one's, for the counts (each message's usage
+   * stands whole once it sends a part: `whole`; Anthropic keeps each part until it is sent again:
+   * `part`).
+   */
+  merge?: 'whole' | 'part';
 }
 
 const ev = (type: string, data: string) => ({ type, data, id: undefined });
@@ -79,6 +85,7 @@ const ev = (type: string, data: string) => ({ type, data, id: undefined });
 const CASES: Case[] = [
   {
     name: 'Gemini output = candidates + thoughts',
+    merge: 'whole',
     api: geminiStream,
     fields: ['candidatesTokenCount', 'thoughtsTokenCount'],
     part: countPart,
@@ -88,6 +95,7 @@ const CASES: Case[] = [
   },
   {
     name: 'Gemini input = prompt + tool-use prompt',
+    merge: 'whole',
     api: geminiStream,
     fields: ['promptTokenCount', 'toolUsePromptTokenCount'],
     part: countPart,
@@ -97,6 +105,7 @@ const CASES: Case[] = [
   },
   {
     name: 'Interactions output = output + thoughts',
+    merge: 'whole',
     api: geminiInteractions,
     fields: ['total_output_tokens', 'total_thought_tokens'],
     part: countPart,
@@ -106,6 +115,7 @@ const CASES: Case[] = [
   },
   {
     name: 'Interactions input = input + tool use',
+    merge: 'whole',
     api: geminiInteractions,
     fields: ['total_input_tokens', 'total_tool_use_tokens'],
     part: countPart,
@@ -115,6 +125,7 @@ const CASES: Case[] = [
   },
   {
     name: 'Bedrock Converse input = input + cache read + cache write',
+    merge: 'whole',
     api: bedrockConverse,
     fields: ['inputTokens', 'cacheReadInputTokens', 'cacheWriteInputTokens'],
     part: countPart,
@@ -124,6 +135,7 @@ const CASES: Case[] = [
   },
   {
     name: 'Anthropic input = input + cache creation + cache read',
+    merge: 'part',
     api: anthropicMessages,
     fields: ['input_tokens', 'cache_creation_input_tokens', 'cache_read_input_tokens'],
     part: countPart,
@@ -185,6 +197,26 @@ describe('usage and timings added up from parts', () => {
     );
   });
 
+  it.each(CASES.filter((c) => c.merge !== undefined).map((c) => [c.name, c] as const))(
+    '%s, over two messages: a bad part in the later one makes the figure unreported, not the earlier figure kept',
+    (_, c) => {
+      const parts = fc.tuple(...c.fields.map(() => c.part));
+      fc.assert(
+        fc.property(parts, parts, (first, later) => {
+          const a = c.api.newAdapter();
+          c.feed(a, members(c.fields, first));
+          c.feed(a, members(c.fields, later));
+          const now = c.merge === 'part' ? later.map((p, i) => (isSent(p) ? p : first[i]!)) : later.some(isSent) ? later : first;
+          const want = expectedSum(now, c.firstRequired);
+          const got = c.read(a);
+          if (want === undefined) expect(got).toBeUndefined();
+          else expect(got).toBe(want);
+        }),
+        { numRuns: 300 },
+      );
+    },
+  );
+
   it('each case meets a bad part beside good ones, and sums of several good parts', () => {
     // The property above has power only if both outcomes are common: check the generator once.
     for (const c of CASES) {
@@ -220,6 +252,51 @@ describe('usage and timings added up from parts', () => {
       }),
       { numRuns: 300 },
     );
+  });
+
+  it('Anthropic: an input past 2^53 − 1 is no count; sent iterations are the output, or none when one is unusable (not the last pass alone)', () => {
+    const max = Number.MAX_SAFE_INTEGER;
+    const a = anthropicMessages.newAdapter();
+    a.onEvent(ev('message_start', `{"type":"message_start","message":{"usage":{"input_tokens":${max},"cache_read_input_tokens":${max}}}}`));
+    expect(a.usage.inputTokens).toBeUndefined();
+    const delta = (iterations: string) => `{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":40,"iterations":${iterations}}}`;
+    const out = (iterations: string) => {
+      const b = anthropicMessages.newAdapter();
+      b.onEvent(ev('message_delta', delta(iterations)));
+      return [b.usage.outputTokens, b.cumulativeOutputTokens];
+    };
+    expect(out('[{"output_tokens":3500},{"output_tokens":40}]')).toEqual([3540, 3540]);
+    expect(out('[{"output_tokens":3500},{"output_tokens":-1}]')).toEqual([undefined, undefined]);
+    expect(out('[{"output_tokens":3500},{}]')).toEqual([undefined, undefined]);
+    expect(out(`[{"output_tokens":${max}},{"output_tokens":40}]`)).toEqual([undefined, undefined]);
+    expect(out('[]')).toEqual([40, 40]);
+  });
+
+  it('Bedrock invoke with an Anthropic model: a bad cache part leaves the input unreported, not the invocation metrics\' count in its place', () => {
+    const chunk = (inner: unknown) => ({ type: 'chunk', data: JSON.stringify({ bytes: Buffer.from(JSON.stringify(inner)).toString('base64') }), id: undefined, messageType: 'event' });
+    const metrics = { inputTokenCount: 19, outputTokenCount: 5, invocationLatency: 300, firstByteLatency: 100 };
+    const run = (usage: unknown) => {
+      const a = bedrockInvoke.newAdapter();
+      a.onEvent(chunk({ type: 'message_start', message: { usage } }));
+      a.onEvent(chunk({ type: 'message_stop', 'amazon-bedrock-invocationMetrics': metrics }));
+      return a.usage.inputTokens;
+    };
+    expect(run({ input_tokens: 19, cache_read_input_tokens: 100 })).toBe(119);
+    expect(run({ input_tokens: 19, cache_read_input_tokens: -100 })).toBeUndefined();
+    expect(run({})).toBe(19); // nothing of the model's own: the metrics
+  });
+
+  it('xAI and OpenAI: a reasoning count that is there but bad leaves the output unreported, unless the total says the completion holds it', () => {
+    const chunk = (c: number, r: string, total: number) => `{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":${c},"completion_tokens_details":{"reasoning_tokens":${r}},"total_tokens":${total}}}`;
+    const out = (text: string) => {
+      const a = openaiChat.newAdapter();
+      a.onEvent(ev('', text));
+      return a.usage.outputTokens;
+    };
+    expect(out(chunk(10, '-4', 17))).toBeUndefined(); // xAI's total would say apart: cannot tell
+    expect(out(chunk(10, '-4', 13))).toBe(10); // OpenAI's: the completion holds the reasoning
+    expect(out(chunk(10, '4', 17))).toBe(14);
+    expect(out(chunk(10, 'null', 13))).toBe(10);
   });
 
   it('Anthropic: a bad part leaves the input unreported until a later event sends a good one', () => {

@@ -189,7 +189,7 @@ describe('Gemini Live', () => {
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
   });
 
-  it('takes absent or null thoughts as 0 in the output count, and reports none when the thoughts count is bad', async () => {
+  it('takes absent or null thoughts as 0 in the output count, and reports none when the thoughts count is bad; the input adds the tool-use prompt', async () => {
     const t = session(PATH);
     const turn = (at: number, usage: unknown) => {
       t.client(at, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'q' }] }], turnComplete: true } });
@@ -201,11 +201,15 @@ describe('Gemini Live', () => {
     turn(200, { promptTokenCount: 3, responseTokenCount: 30, thoughtsTokenCount: 2.5 });
     turn(300, { promptTokenCount: 3, responseTokenCount: 40, thoughtsTokenCount: -1 });
     turn(400, { promptTokenCount: 3, responseTokenCount: 10, thoughtsTokenCount: null });
-    turn(500, { promptTokenCount: 3, responseTokenCount: 5, thoughtsTokenCount: 4 });
+    turn(500, { promptTokenCount: 3, responseTokenCount: 5, thoughtsTokenCount: 4, toolUsePromptTokenCount: 7 });
+    turn(600, { promptTokenCount: 3, responseTokenCount: 5, toolUsePromptTokenCount: 'x' });
     const out = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' });
-    expect(out.count).toBe(3);
-    expect(out.sum).toBe(20 + 10 + 9);
-    expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' })).count).toBe(5);
+    expect(out.count).toBe(4);
+    expect(out.sum).toBe(20 + 10 + 9 + 5);
+    // The input adds the tool-use prompt, as generateContent's does; a bad one leaves it unreported.
+    const input = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' });
+    expect(input.count).toBe(5);
+    expect(input.sum).toBe(3 * 4 + 10);
   });
 });
 
