@@ -10,6 +10,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
+import { chunked, mutationArb, mutate, pieces } from '../helpers/byte-mutations.js';
 import { startTestProxy } from '../helpers/proxy.js';
 import { scrape, total } from '../helpers/prom.js';
 
@@ -18,19 +19,6 @@ const SSE = ['{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]
   .map((d) => `data: ${d}\n\n`)
   .join('') + 'data: [DONE]\n\n';
 const WS_HEAD = 'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
-
-/** A chunked body cut at the given points (each taken modulo the body's length). */
-function chunked(body: string, cuts: number[]): string {
-  const at = [...new Set(cuts.map((c) => c % body.length))].sort((a, b) => a - b);
-  let out = '';
-  let from = 0;
-  for (const to of [...at, body.length]) {
-    if (to === from) continue;
-    out += `${(to - from).toString(16)}\r\n${body.slice(from, to)}\r\n`;
-    from = to;
-  }
-  return out + '0\r\n\r\n';
-}
 
 const request: fc.Arbitrary<string> = fc.oneof(
   fc.constant(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${BODY.length}\r\n\r\n${BODY}`),
@@ -46,28 +34,6 @@ const request: fc.Arbitrary<string> = fc.oneof(
 const NASTY = ['\r', '\n', '\r\n', '\0', ' ', '\t', ':', '0', 'ffffffffffffffff', ';ext=1', '\x80', '\xff', 'HTTP/1.1', '\r\n\r\n',
   'Transfer-Encoding: chunked\r\n', 'Content-Length: 5\r\n', 'Content-Length: -1\r\n', 'Transfer-Encoding: gzip\r\n', 'Connection: close\r\n', 'Host: y\r\n', 'x'.repeat(70_000)];
 
-type Mutation = { op: 'replace' | 'insert' | 'delete' | 'repeat'; at: number; len: number; s: string };
-const mutation: fc.Arbitrary<Mutation> = fc.record({
-  op: fc.constantFrom('replace', 'insert', 'delete', 'repeat'),
-  at: fc.nat(),
-  len: fc.integer({ min: 1, max: 40 }),
-  s: fc.oneof(fc.constantFrom(...NASTY), fc.string({ unit: 'binary-ascii', minLength: 1, maxLength: 4 })),
-});
-
-function mutate(text: string, m: Mutation): string {
-  const at = m.at % (text.length + 1);
-  switch (m.op) {
-    case 'replace':
-      return text.slice(0, at) + m.s + text.slice(at + m.s.length);
-    case 'insert':
-      return text.slice(0, at) + m.s + text.slice(at);
-    case 'delete':
-      return text.slice(0, at) + text.slice(at + m.len);
-    case 'repeat':
-      return text.slice(0, at + m.len) + text.slice(at, at + m.len) + text.slice(at + m.len);
-  }
-}
-
 interface Script {
   bytes: Buffer;
   cuts: number[];
@@ -76,7 +42,7 @@ interface Script {
 const script: fc.Arbitrary<Script> = fc
   .record({
     requests: fc.array(request, { minLength: 1, maxLength: 3 }),
-    mutations: fc.array(mutation, { maxLength: 3 }),
+    mutations: fc.array(mutationArb(NASTY), { maxLength: 3 }),
     cuts: fc.array(fc.nat(), { maxLength: 3 }),
     end: fc.constantFrom('end', 'destroy', 'open'),
   })
@@ -104,12 +70,9 @@ function play(port: number, s: Script): Promise<string> {
     sock.on('error', () => {});
     sock.on('close', finish);
     sock.on('connect', async () => {
-      const at = [...new Set(s.cuts.map((c) => c % (s.bytes.length + 1)))].sort((a, b) => a - b);
-      let from = 0;
-      for (const to of [...at, s.bytes.length]) {
+      for (const p of pieces(s.bytes, s.cuts)) {
         if (sock.destroyed) return;
-        sock.write(s.bytes.subarray(from, to));
-        from = to;
+        sock.write(p);
         await sleep(1);
       }
       if (s.end === 'end') sock.end();

@@ -1,0 +1,56 @@
+import fc from 'fast-check';
+
+// Mutations of a peer's bytes for the fuzz tests: a byte string with bytes replaced,
+// inserted, deleted or repeated, the inserted ones drawn from the bytes that change how HTTP/1.1
+// and its payloads are read (`nasty`) or any.
+
+export type Mutation = { op: 'replace' | 'insert' | 'delete' | 'repeat'; at: number; len: number; s: string };
+
+export function mutationArb(nasty: string[]): fc.Arbitrary<Mutation> {
+  return fc.record({
+    op: fc.constantFrom('replace', 'insert', 'delete', 'repeat'),
+    at: fc.nat(),
+    len: fc.integer({ min: 1, max: 40 }),
+    s: fc.oneof(fc.constantFrom(...nasty), fc.string({ unit: 'binary-ascii', minLength: 1, maxLength: 4 })),
+  });
+}
+
+/** `text` (latin1: one char per byte) with the mutation applied at `at` modulo its length. */
+export function mutate(text: string, m: Mutation): string {
+  const at = m.at % (text.length + 1);
+  switch (m.op) {
+    case 'replace':
+      return text.slice(0, at) + m.s + text.slice(at + m.s.length);
+    case 'insert':
+      return text.slice(0, at) + m.s + text.slice(at);
+    case 'delete':
+      return text.slice(0, at) + text.slice(at + m.len);
+    case 'repeat':
+      return text.slice(0, at + m.len) + text.slice(at, at + m.len) + text.slice(at + m.len);
+  }
+}
+
+/** `body` in chunked framing, cut at the given points (each taken modulo its length). */
+export function chunked(body: string, cuts: number[]): string {
+  const at = [...new Set(cuts.map((c) => c % Math.max(body.length, 1)))].sort((a, b) => a - b);
+  let out = '';
+  let from = 0;
+  for (const to of [...at, body.length]) {
+    if (to === from) continue;
+    out += `${(to - from).toString(16)}\r\n${body.slice(from, to)}\r\n`;
+    from = to;
+  }
+  return out + '0\r\n\r\n';
+}
+
+/** The pieces of `bytes` cut at the given points (each modulo its length + 1), in order. */
+export function pieces(bytes: Buffer, cuts: number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+  const out: Buffer[] = [];
+  let from = 0;
+  for (const to of [...at, bytes.length]) {
+    out.push(bytes.subarray(from, to));
+    from = to;
+  }
+  return out;
+}
