@@ -1,3 +1,5 @@
+import type { Socket } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
 
 // Mutations of a peer's bytes for the fuzz tests: a byte string with bytes replaced,
@@ -53,4 +55,14 @@ export function pieces(bytes: Buffer, cuts: number[]): Buffer[] {
     from = to;
   }
   return out;
+}
+
+/** Writes `bytes` to the socket in the pieces `cuts` makes, 1 ms apart; false if the socket went away first. */
+export async function writeInPieces(sock: Socket, bytes: Buffer, cuts: number[]): Promise<boolean> {
+  for (const p of pieces(bytes, cuts)) {
+    if (sock.destroyed) return false;
+    sock.write(p);
+    await sleep(1);
+  }
+  return true;
 }

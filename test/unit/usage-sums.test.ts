@@ -81,6 +81,7 @@ interface Case {
 }
 
 const ev = (type: string, data: string) => ({ type, data, id: undefined });
+const interactionUsage = (a: ResponseAdapter, m: string) => a.onEvent(ev('interaction.complete', `{"event_type":"interaction.complete","interaction":{"status":"completed","usage":{${m}}}}`));
 
 const CASES: Case[] = [
   {
@@ -110,7 +111,7 @@ const CASES: Case[] = [
     fields: ['total_output_tokens', 'total_thought_tokens'],
     part: countPart,
     firstRequired: false,
-    feed: (a, m) => a.onEvent(ev('interaction.complete', `{"event_type":"interaction.complete","interaction":{"status":"completed","usage":{${m}}}}`)),
+    feed: interactionUsage,
     read: (a) => a.usage.outputTokens,
   },
   {
@@ -120,7 +121,7 @@ const CASES: Case[] = [
     fields: ['total_input_tokens', 'total_tool_use_tokens'],
     part: countPart,
     firstRequired: true,
-    feed: (a, m) => a.onEvent(ev('interaction.complete', `{"event_type":"interaction.complete","interaction":{"status":"completed","usage":{${m}}}}`)),
+    feed: interactionUsage,
     read: (a) => a.usage.inputTokens,
   },
   {
