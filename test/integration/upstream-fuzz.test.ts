@@ -16,8 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { chunked, mutate, mutationArb, writeInPieces } from '../helpers/byte-mutations.js';
 import { fixture } from '../helpers/fixtures.js';
-import { startTestProxy } from '../helpers/proxy.js';
-import { scrape, total } from '../helpers/prom.js';
+import { settledLoad, startTestProxy } from '../helpers/proxy.js';
 import { rawHeader } from '../../src/proxy/headers.js';
 import { headEnd, parseResponseHead, type ResponseHead } from '../../src/proxy/http1.js';
 
@@ -242,13 +241,6 @@ describe('any bytes from an upstream', () => {
     expect(statuses.filter((s) => s === 200).length).toBeGreaterThan(10);
     expect(statuses.filter((s) => s === 502).length).toBeGreaterThan(0);
 
-    let active = -1;
-    for (let i = 0; i < 100 && active !== 0; i++) {
-      active = total(await scrape(proxy.metricsUrl), 'llm_proxy_streams_active');
-      if (active !== 0) await sleep(50);
-    }
-    expect(active).toBe(0);
-    for (let i = 0; i < 100 && proxy.forwarder.inFlight.size > 0; i++) await sleep(50);
-    expect(proxy.forwarder.inFlight.size).toBe(0);
+    expect(await settledLoad(proxy)).toEqual({ active: 0, inFlight: 0 });
   });
 });
