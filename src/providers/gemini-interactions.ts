@@ -116,7 +116,7 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
   private readUsage(u: Record<string, unknown>): void {
     const input = count(u.total_input_tokens);
     const toolUse = countPart(u.total_tool_use_tokens);
-    const allInput = input === undefined ? undefined : addParts(input, toolUse);
+    const allInput = addParts(input, toolUse);
     if (sent(u.total_input_tokens) || sent(u.total_tool_use_tokens)) this.usage.inputTokens = allInput;
     const cached = count(u.total_cached_tokens);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;

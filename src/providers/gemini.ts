@@ -98,8 +98,7 @@ export class GeminiAdapter implements ResponseAdapter {
    */
   private readUsage(u: Record<string, unknown>): void {
     if (sent(u.promptTokenCount) || sent(u.toolUsePromptTokenCount)) {
-      const prompt = count(u.promptTokenCount);
-      this.usage.inputTokens = prompt === undefined ? undefined : addParts(prompt, countPart(u.toolUsePromptTokenCount));
+      this.usage.inputTokens = addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount));
     }
     const cached = count(u.cachedContentTokenCount);
     if (cached !== undefined) this.usage.cachedInputTokens = cached;

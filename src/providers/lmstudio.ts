@@ -73,7 +73,7 @@ export class LmStudioAdapter implements ResponseAdapter {
     if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
     const st: ServerTimings = {};
     const ttft = num(s.time_to_first_token_seconds);
-    const first = ttft === undefined ? undefined : addParts(ttft, numPart(s.model_load_time_seconds)); // as Ollama's load time
+    const first = addParts(ttft, numPart(s.model_load_time_seconds)); // as Ollama's load time
     if (first !== undefined) st.timeToFirstToken = first;
     const tps = num(s.tokens_per_second);
     const perToken = tps !== undefined && tps > 0 ? num(1 / tps) : undefined; // a tiny rate is no time

@@ -69,7 +69,7 @@ export class OllamaAdapter implements ResponseAdapter {
     const evalNs = num(o.eval_duration);
     if (evalNs !== undefined && output !== undefined && output > 0) st.timePerOutputToken = evalNs / output / 1e9;
     const promptNs = num(o.prompt_eval_duration);
-    const firstNs = promptNs === undefined ? undefined : addParts(promptNs, numPart(o.load_duration)); // a bad load time: no TTFT
+    const firstNs = addParts(promptNs, numPart(o.load_duration)); // a bad load time: no TTFT
     if (firstNs !== undefined) st.timeToFirstToken = firstNs / 1e9;
     const totalNs = num(o.total_duration);
     if (totalNs !== undefined) st.duration = totalNs / 1e9;

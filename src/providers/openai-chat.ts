@@ -194,8 +194,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const st: ServerTimings = (this.serverTimings ??= {});
     const out = count(u.completion_tokens);
     if (completion !== undefined && out !== undefined && out > 0) st.timePerOutputToken = completion / out;
-    if (sent(u.prompt_time) || sent(u.queue_time)) st.timeToFirstToken = prompt === undefined ? undefined : addParts(queue, prompt);
-    if (sent(u.total_time) || sent(u.queue_time)) st.duration = total === undefined ? undefined : addParts(queue, total);
+    if (sent(u.prompt_time) || sent(u.queue_time)) st.timeToFirstToken = addParts(queue, prompt);
+    if (sent(u.total_time) || sent(u.queue_time)) st.duration = addParts(queue, total);
   }
 }
 

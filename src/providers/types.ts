@@ -218,8 +218,9 @@ export function sent(v: unknown): boolean {
 }
 
 /**
- * The sum of the parts, or undefined when one is undefined or the sum passes 2^53 − 1: a count
- * or time with a bad part is not reported, rather than reported short.
+ * The sum of the parts, or undefined when one is undefined (a required part missing, or a part
+ * that is bad) or the sum passes 2^53 − 1: a count or time with a bad part is not reported,
+ * rather than reported short.
  */
 export function addParts(...vs: (number | undefined)[]): number | undefined {
   let s = 0;

@@ -595,7 +595,7 @@ class GeminiLive {
       turn.adapter.usage = {
         inputTokens: addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount)), // as generateContent's
         // Absent thoughts are 0 (proto3 leaves zeros out); bad ones leave the output unreported.
-        outputTokens: response === undefined ? undefined : addParts(response, countPart(u.thoughtsTokenCount)),
+        outputTokens: addParts(response, countPart(u.thoughtsTokenCount)),
         reasoningTokens: thoughts,
         cachedInputTokens: count(u.cachedContentTokenCount),
       };

@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
+import { splitAt } from './ranges.js';
 
 // Mutations of a peer's bytes for the fuzz tests: a byte string with bytes replaced,
 // inserted, deleted or repeated, the inserted ones drawn from the bytes that change how HTTP/1.1
@@ -45,21 +46,9 @@ export function chunked(body: string, cuts: number[]): string {
   return out + '0\r\n\r\n';
 }
 
-/** The pieces of `bytes` cut at the given points (each modulo its length + 1), in order. */
-export function pieces(bytes: Buffer, cuts: number[]): Buffer[] {
-  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
-  const out: Buffer[] = [];
-  let from = 0;
-  for (const to of [...at, bytes.length]) {
-    out.push(bytes.subarray(from, to));
-    from = to;
-  }
-  return out;
-}
-
 /** Writes `bytes` to the socket in the pieces `cuts` makes, 1 ms apart; false if the socket went away first. */
 export async function writeInPieces(sock: Socket, bytes: Buffer, cuts: number[]): Promise<boolean> {
-  for (const p of pieces(bytes, cuts)) {
+  for (const p of splitAt(bytes, cuts, true)) {
     if (sock.destroyed) return false;
     sock.write(p);
     await sleep(1);
