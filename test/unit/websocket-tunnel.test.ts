@@ -163,10 +163,11 @@ function open(url: string, options: ConstructorParameters<typeof WebSocket>[2] =
   });
 }
 
-/** Sends every message and collects as many echoes, in order. */
+/** Sends every message and collects as many echoes, in order; fails at once if the tunnel closes first. */
 function echo(ws: WebSocket, messages: (Buffer | string)[]): Promise<(Buffer | string)[]> {
-  return new Promise((resolve) => {
+  return new Promise((resolve, reject) => {
     const got: (Buffer | string)[] = [];
+    ws.once('close', (code) => reject(new Error(`closed (${code}) after ${got.length} of ${messages.length} echoes`)));
     ws.on('message', (d: RawData, isBinary: boolean) => {
       got.push(isBinary ? Buffer.from(d as Buffer) : d.toString());
       if (got.length === messages.length) resolve(got);
@@ -535,6 +536,7 @@ describe('WebSocket upgrades', () => {
     // stalled request's start), so load cannot break them; counting from when the client had read the
     // greeting did (240 ms against 250 on a loaded machine). 10 ms allows for timers firing early.
     const p = await startTestProxy(upstreamUrl, { timeouts: { idle: 0.5 } });
+    const p2 = await startTestProxy(upstreamUrl, { timeouts: { idle: 1.5 } });
     try {
       const base = p.proxyUrl.replace(/^http/, 'ws');
       const { ws } = await open(`${base}/v1/realtime`);
@@ -561,23 +563,27 @@ describe('WebSocket upgrades', () => {
       expect(performance.now() - s0).toBeGreaterThanOrEqual(490);
       expect(p.forwarder.inFlight.size).toBe(0);
 
-      // Traffic keeps it open past the idle timeout (~0.8 s of pings 100 ms apart: a stall of up to
-      // 400 ms on a loaded machine is still not idle).
-      const { ws: busy } = await open(`${base}/v1/realtime`);
-      for (let i = 0; i < 8; i++) {
+      // Traffic keeps it open past the idle timeout: ~1.8 s of pings 100 ms apart through a proxy
+      // with a 1.5 s one. The pings come from this process, so a stall of it is silence on the
+      // tunnel: one of up to 1.4 s on a loaded machine is still not idle (with 0.5 s, a 0.6 s
+      // pause of the test process cut the tunnel, rightly: its client was quiet that long).
+      const { ws: busy } = await open(`${p2.proxyUrl.replace(/^http/, 'ws')}/v1/realtime`);
+      for (let i = 0; i < 18; i++) {
         await echo(busy, [`ping ${i}`]);
         busy.removeAllListeners('message');
+        busy.removeAllListeners('close');
         await new Promise((r) => setTimeout(r, 100));
       }
       expect(busy.readyState).toBe(WebSocket.OPEN);
       const cut = new Promise<number>((r) => busy.once('close', (c) => r(c)));
       const d0 = performance.now();
-      await p.shutdown(0.2);
+      await p2.shutdown(0.2);
       expect(await cut).toBe(1006);
       expect(performance.now() - d0).toBeGreaterThanOrEqual(150);
-      expect(p.forwarder.inFlight.size).toBe(0);
+      expect(p2.forwarder.inFlight.size).toBe(0);
     } finally {
       await p.close();
+      await p2.close();
     }
   });
 
