@@ -131,11 +131,7 @@ export class AnthropicAdapter implements ResponseAdapter {
       this.usage.outputTokens = this.cumulativeOutputTokens = iterationsOutput(u.iterations);
       return;
     }
-    const out = count(u.output_tokens);
-    if (out !== undefined) {
-      this.usage.outputTokens = out;
-      this.cumulativeOutputTokens = out;
-    }
+    if (sent(u.output_tokens)) this.usage.outputTokens = this.cumulativeOutputTokens = count(u.output_tokens);
   }
 
   /** Whether any part of the input count was sent (Bedrock invoke's metrics stand in otherwise). */

@@ -2,7 +2,7 @@ import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
 import { AnthropicAdapter } from './anthropic.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, num, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, num, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage, countUpdate } from './types.js';
 
 /**
  * AWS Bedrock Runtime streams (`application/vnd.amazon.eventstream`), one
@@ -138,13 +138,11 @@ export class BedrockAdapter implements ResponseAdapter {
   }
 
   private readInvocationMetrics(m: Record<string, unknown>): void {
-    this.metricsInput = count(m.inputTokenCount) ?? this.metricsInput;
-    this.metricsOutput = count(m.outputTokenCount) ?? this.metricsOutput;
+    this.metricsInput = countUpdate(this.metricsInput, m.inputTokenCount);
+    this.metricsOutput = countUpdate(this.metricsOutput, m.outputTokenCount);
     const st: ServerTimings = (this.serverTimings ??= {});
-    const first = num(m.firstByteLatency);
-    if (first !== undefined) st.timeToFirstToken = first / 1000;
-    const total = num(m.invocationLatency);
-    if (total !== undefined) st.duration = total / 1000;
+    if (sent(m.firstByteLatency)) st.timeToFirstToken = msToS(num(m.firstByteLatency));
+    if (sent(m.invocationLatency)) st.duration = msToS(num(m.invocationLatency));
   }
 
   /**
@@ -155,20 +153,14 @@ export class BedrockAdapter implements ResponseAdapter {
   private readConverseMetadata(o: Record<string, unknown>): void {
     const u = obj(o.usage);
     if (u) {
-      const read = count(u.cacheReadInputTokens);
-      const write = count(u.cacheWriteInputTokens);
       const any = sent(u.inputTokens) || sent(u.cacheReadInputTokens) || sent(u.cacheWriteInputTokens);
       if (any) this.usage.inputTokens = addParts(countPart(u.inputTokens), countPart(u.cacheReadInputTokens), countPart(u.cacheWriteInputTokens));
-      if (read !== undefined) this.usage.cachedInputTokens = read;
-      if (write !== undefined) this.usage.cacheCreationInputTokens = write;
-      const out = count(u.outputTokens);
-      if (out !== undefined) {
-        this.usage.outputTokens = out;
-        this.cumulativeOutputTokens = out;
-      }
+      this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, u.cacheReadInputTokens);
+      this.usage.cacheCreationInputTokens = countUpdate(this.usage.cacheCreationInputTokens, u.cacheWriteInputTokens);
+      if (sent(u.outputTokens)) this.usage.outputTokens = this.cumulativeOutputTokens = count(u.outputTokens);
     }
-    const latency = num(obj(o.metrics)?.latencyMs);
-    if (latency !== undefined) (this.serverTimings ??= {}).duration = latency / 1000;
+    const latency = obj(o.metrics)?.latencyMs;
+    if (sent(latency)) (this.serverTimings ??= {}).duration = msToS(num(latency));
   }
 }
 
@@ -233,3 +225,8 @@ export const bedrockInvoke: ApiDescriptor = {
   newAdapter: () => new BedrockAdapter(),
   modelFromPath: bedrockModel,
 };
+
+/** Milliseconds on the wire as seconds (none stays none). */
+function msToS(ms: number | undefined): number | undefined {
+  return ms === undefined ? undefined : ms / 1000;
+}

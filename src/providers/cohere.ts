@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate, sent } from './types.js';
 
 /**
  * Cohere Chat streams: v2 (`POST /v2/chat`, SSE, the event's JSON `type`) and
@@ -94,19 +94,13 @@ export class CohereAdapter implements ResponseAdapter {
     if (!u) return;
     const tokens = obj(u.tokens);
     const billed = obj(u.billed_units);
-    const billedOut = count(billed?.output_tokens);
-    const billedIn = count(billed?.input_tokens);
-    const out = count(tokens?.output_tokens) ?? billedOut;
-    if (out !== undefined) {
-      this.usage.outputTokens = out;
-      this.cumulativeOutputTokens = out;
-    }
-    const input = count(tokens?.input_tokens) ?? billedIn;
-    if (input !== undefined) this.usage.inputTokens = input;
-    if (billedOut !== undefined) this.usage.billedOutputTokens = billedOut;
-    if (billedIn !== undefined) this.usage.billedInputTokens = billedIn;
-    const cached = count(u.cached_tokens);
-    if (cached !== undefined) this.usage.cachedInputTokens = cached;
+    // The billed counts stand in for the model's only when those are not sent.
+    const out = sent(tokens?.output_tokens) ? tokens!.output_tokens : billed?.output_tokens;
+    if (sent(out)) this.usage.outputTokens = this.cumulativeOutputTokens = count(out);
+    this.usage.inputTokens = countUpdate(this.usage.inputTokens, sent(tokens?.input_tokens) ? tokens!.input_tokens : billed?.input_tokens);
+    this.usage.billedOutputTokens = countUpdate(this.usage.billedOutputTokens, billed?.output_tokens);
+    this.usage.billedInputTokens = countUpdate(this.usage.billedInputTokens, billed?.input_tokens);
+    this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, u.cached_tokens);
   }
 }
 

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
 /**
  * Gemini Interactions API (`POST /v1beta/interactions` with `stream: true`),
@@ -118,10 +118,8 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
     const toolUse = countPart(u.total_tool_use_tokens);
     const allInput = addParts(input, toolUse);
     if (sent(u.total_input_tokens) || sent(u.total_tool_use_tokens)) this.usage.inputTokens = allInput;
-    const cached = count(u.total_cached_tokens);
-    if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const thoughts = count(u.total_thought_tokens);
-    if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
+    this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, u.total_cached_tokens);
+    this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, u.total_thought_tokens);
     if (sent(u.total_output_tokens) || sent(u.total_thought_tokens)) {
       const out = countPart(u.total_output_tokens);
       const thought = countPart(u.total_thought_tokens);

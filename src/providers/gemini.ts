@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
 /**
  * Google Gemini `:streamGenerateContent?alt=sse` (Gemini API and Vertex AI):
@@ -100,10 +100,8 @@ export class GeminiAdapter implements ResponseAdapter {
     if (sent(u.promptTokenCount) || sent(u.toolUsePromptTokenCount)) {
       this.usage.inputTokens = addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount));
     }
-    const cached = count(u.cachedContentTokenCount);
-    if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const thoughts = count(u.thoughtsTokenCount);
-    if (thoughts !== undefined) this.usage.reasoningTokens = thoughts;
+    this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, u.cachedContentTokenCount);
+    this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, u.thoughtsTokenCount);
     if (sent(u.candidatesTokenCount) || sent(u.thoughtsTokenCount)) {
       const out = addParts(countPart(u.candidatesTokenCount), countPart(u.thoughtsTokenCount));
       this.usage.outputTokens = out;

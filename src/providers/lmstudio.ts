@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type ServerTimings, type Usage, countUpdate, sent } from './types.js';
 
 /**
  * LM Studio's own REST API (`POST /api/v1/chat`, 0.4+): SSE events named by
@@ -62,15 +62,9 @@ export class LmStudioAdapter implements ResponseAdapter {
     if (nonEmpty(r.model_instance_id)) this.responseModel = r.model_instance_id as string;
     const s = obj(r.stats);
     if (!s) return;
-    const out = count(s.total_output_tokens);
-    if (out !== undefined) {
-      this.usage.outputTokens = out;
-      this.cumulativeOutputTokens = out;
-    }
-    const input = count(s.input_tokens);
-    if (input !== undefined) this.usage.inputTokens = input;
-    const reasoning = count(s.reasoning_output_tokens);
-    if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
+    if (sent(s.total_output_tokens)) this.usage.outputTokens = this.cumulativeOutputTokens = count(s.total_output_tokens);
+    this.usage.inputTokens = countUpdate(this.usage.inputTokens, s.input_tokens);
+    this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, s.reasoning_output_tokens);
     const st: ServerTimings = {};
     const ttft = num(s.time_to_first_token_seconds);
     const first = addParts(ttft, numPart(s.model_load_time_seconds)); // as Ollama's load time

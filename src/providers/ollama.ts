@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage, countUpdate, sent } from './types.js';
 
 /**
  * Ollama native API (`/api/chat`, `/api/generate`): NDJSON, one object a line.
@@ -58,13 +58,9 @@ export class OllamaAdapter implements ResponseAdapter {
 
   /** Usage arithmetic: input = prompt_eval_count, output = eval_count; durations ns → s. */
   private readFinal(o: Record<string, unknown>): void {
-    const input = count(o.prompt_eval_count);
     const output = count(o.eval_count);
-    if (input !== undefined) this.usage.inputTokens = input;
-    if (output !== undefined) {
-      this.usage.outputTokens = output;
-      this.cumulativeOutputTokens = output;
-    }
+    this.usage.inputTokens = countUpdate(this.usage.inputTokens, o.prompt_eval_count);
+    if (sent(o.eval_count)) this.usage.outputTokens = this.cumulativeOutputTokens = output;
     const st: ServerTimings = {};
     const evalNs = num(o.eval_duration);
     if (evalNs !== undefined && output !== undefined && output > 0) st.timePerOutputToken = evalNs / output / 1e9;

@@ -1,8 +1,8 @@
 import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
 import { FinishReasons } from './finish-reasons.js';
-import { SequenceCounts } from './sequence-counts.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, num, numPart, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { SequenceCounts, sequenceCount } from './sequence-counts.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countUpdate, num, numPart, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
@@ -130,7 +130,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (typeof chunk.stop !== 'boolean') return EventKind.None;
     const { total, grew } = (this.sequences ??= new SequenceCounts()).update(
       chunk.index,
-      { output: count(chunk.tokens_predicted), input: count(chunk.tokens_evaluated) },
+      { output: sequenceCount(chunk.tokens_predicted), input: sequenceCount(chunk.tokens_evaluated) },
       this.usage,
     );
     if (grew !== undefined) this.cumulativeOutputTokens = total; // this chunk reported a count
@@ -153,30 +153,35 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   private readTimings(t: Record<string, unknown>): void {
     const st: ServerTimings = (this.serverTimings ??= {});
     const perToken = num(t.predicted_per_token_ms);
-    if (perToken !== undefined && (count(t.predicted_n) ?? 0) > 0) st.timePerOutputToken = perToken / 1000;
+    if (sent(t.predicted_per_token_ms)) st.timePerOutputToken = perToken !== undefined && (count(t.predicted_n) ?? 0) > 0 ? perToken / 1000 : undefined;
     const prompt = num(t.prompt_ms);
-    if (prompt !== undefined) st.timeToFirstToken = prompt / 1000;
+    if (sent(t.prompt_ms)) st.timeToFirstToken = prompt === undefined ? undefined : prompt / 1000;
   }
 
   private readUsage(u: Record<string, unknown>): void {
-    const reasoning = count(obj(u.completion_tokens_details)?.reasoning_tokens);
-    if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
+    const details = obj(u.completion_tokens_details);
+    const reasoning = count(details?.reasoning_tokens);
+    this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, details?.reasoning_tokens);
     const completion = count(u.completion_tokens);
     const prompt = count(u.prompt_tokens);
-    if (completion !== undefined) {
+    if (completion === undefined) {
+      // A bad running count (vLLM's continuous usage) leaves the output unreported, not the last good one.
+      if (sent(u.completion_tokens)) this.usage.outputTokens = this.cumulativeOutputTokens = undefined;
+    } else {
       // OpenAI's completion_tokens include the reasoning tokens; xAI's do not (its total is
       // prompt + completion + reasoning): output is both then, as billed. A reasoning count
       // that is there but bad decides nothing: the output is unreported unless the total says
       // the completion holds the reasoning.
-      const badReasoning = reasoning === undefined && sent(obj(u.completion_tokens_details)?.reasoning_tokens);
+      const badReasoning = reasoning === undefined && sent(details?.reasoning_tokens);
       const separate = reasoning !== undefined && reasoning > 0 && prompt !== undefined && u.total_tokens === prompt + completion + reasoning;
       const out = badReasoning ? (prompt !== undefined && u.total_tokens === prompt + completion ? completion : undefined) : separate ? addParts(completion, reasoning) : completion;
       this.usage.outputTokens = out;
       this.cumulativeOutputTokens = out;
     }
-    if (prompt !== undefined) this.usage.inputTokens = prompt;
-    const cached = count(obj(u.prompt_tokens_details)?.cached_tokens) ?? count(u.prompt_cache_hit_tokens); // the latter DeepSeek's
-    if (cached !== undefined) this.usage.cachedInputTokens = cached;
+    this.usage.inputTokens = countUpdate(this.usage.inputTokens, u.prompt_tokens);
+    const cached = obj(u.prompt_tokens_details)?.cached_tokens;
+    // The latter DeepSeek's.
+    this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, sent(cached) ? cached : u.prompt_cache_hit_tokens);
     this.readGroqTimings(u);
   }
 
@@ -193,7 +198,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const queue = numPart(u.queue_time); // a bad one: no TTFT or duration, rather than short ones
     const st: ServerTimings = (this.serverTimings ??= {});
     const out = count(u.completion_tokens);
-    if (completion !== undefined && out !== undefined && out > 0) st.timePerOutputToken = completion / out;
+    if (sent(u.completion_time)) st.timePerOutputToken = completion !== undefined && out !== undefined && out > 0 ? completion / out : undefined;
     if (sent(u.prompt_time) || sent(u.queue_time)) st.timeToFirstToken = addParts(queue, prompt);
     if (sent(u.total_time) || sent(u.queue_time)) st.duration = addParts(queue, total);
   }

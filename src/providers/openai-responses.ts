@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { EventKind, firstString, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, firstString, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate, sent } from './types.js';
 
 /** Delta events that carry generated output (non-empty `delta`). */
 const CONTENT_EVENTS = new Set([
@@ -117,17 +117,10 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
    * reasoning (`output_tokens_details.reasoning_tokens`).
    */
   private readUsage(u: Record<string, unknown>): void {
-    const input = count(u.input_tokens);
-    const output = count(u.output_tokens);
-    if (input !== undefined) this.usage.inputTokens = input;
-    if (output !== undefined) {
-      this.usage.outputTokens = output;
-      this.cumulativeOutputTokens = output;
-    }
-    const cached = count(obj(u.input_tokens_details)?.cached_tokens);
-    if (cached !== undefined) this.usage.cachedInputTokens = cached;
-    const reasoning = count(obj(u.output_tokens_details)?.reasoning_tokens);
-    if (reasoning !== undefined) this.usage.reasoningTokens = reasoning;
+    this.usage.inputTokens = countUpdate(this.usage.inputTokens, u.input_tokens);
+    if (sent(u.output_tokens)) this.usage.outputTokens = this.cumulativeOutputTokens = count(u.output_tokens);
+    this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, obj(u.input_tokens_details)?.cached_tokens);
+    this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, obj(u.output_tokens_details)?.reasoning_tokens);
   }
 }
 

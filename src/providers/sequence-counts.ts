@@ -1,6 +1,6 @@
-import { count, type Usage } from './types.js';
+import { count, sent, type Usage } from './types.js';
 
-/** One sequence's last reported counts. */
+/** One sequence's last reported counts (NaN: the last one sent was bad). */
 interface Counts {
   input?: number;
   output?: number;
@@ -16,6 +16,14 @@ const KEYS = ['input', 'output', 'cached', 'reasoning'] as const;
  */
 export const MAX_SEQUENCES = 4096;
 const OTHER = Symbol('other sequences');
+
+/**
+ * A sequence's count as `update` takes it: undefined when not sent (absent or null), NaN when
+ * sent but bad, so that the totals are unreported until that sequence sends a good one again.
+ */
+export function sequenceCount(v: unknown): number | undefined {
+  return sent(v) ? (count(v) ?? NaN) : undefined;
+}
 
 /**
  * Running token counts of a stream that interleaves several sequences, told apart by their
@@ -36,7 +44,7 @@ export class SequenceCounts {
   }
 
   /**
-   * Takes one sequence's counts (undefined: not reported this time) into `usage`. Returns the
+   * Takes one sequence's counts (undefined: not sent this time; NaN: sent but bad) into `usage`. Returns the
    * new output sum and whether this sequence's output count grew (undefined: no count given).
    */
   update(index: unknown, c: Counts, usage: Usage): { total: number | undefined; grew: boolean | undefined } {
@@ -59,7 +67,8 @@ export class SequenceCounts {
       // Past 2^53 − 1 a running total loses precision, which a later decrease would carry back
       // into range: while out of range it is summed anew (exact once the true sum is back in
       // range, the counts being whole and non-negative). Only a broken upstream gets there.
-      const t = this.wide.has(k) ? this.sum(k) : (totals[k] ?? 0) - (was ?? 0) + v;
+      // A bad count (NaN) makes the total NaN, summed anew until no sequence holds one.
+      const t = this.wide.has(k) || Number.isNaN(totals[k]) ? this.sum(k) : (totals[k] ?? 0) - (was ?? 0) + v;
       if (t > Number.MAX_SAFE_INTEGER) this.wide.add(k);
       else this.wide.delete(k);
       totals[k] = t;
@@ -70,6 +79,8 @@ export class SequenceCounts {
     if (totals.reasoning !== undefined) usage.reasoningTokens = count(totals.reasoning);
     const total = count(totals.output);
     if (totals.output !== undefined) usage.outputTokens = total;
-    return { total, grew: c.output === undefined ? undefined : c.output > (before ?? 0) };
+    // Against a bad count, or with one, whether it grew is not known.
+    const known = c.output !== undefined && !Number.isNaN(c.output) && !Number.isNaN(before);
+    return { total, grew: known ? c.output! > (before ?? 0) : undefined };
   }
 }

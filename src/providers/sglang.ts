@@ -1,9 +1,9 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { SequenceCounts } from './sequence-counts.js';
+import { SequenceCounts, sequenceCount } from './sequence-counts.js';
 import { readTgiDetails } from './tgi.js';
-import { EventKind, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
+import { EventKind, nonEmpty, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage } from './types.js';
 
 /**
  * SGLang's own `/generate` (`"stream": true`): SSE `data:` events
@@ -68,7 +68,7 @@ export class SglangGenerateAdapter implements ResponseAdapter {
   private readMeta(index: unknown, m: Record<string, unknown>): boolean | undefined {
     const { total, grew } = this.sequences.update(
       index,
-      { input: count(m.prompt_tokens), output: count(m.completion_tokens), cached: count(m.cached_tokens), reasoning: count(m.reasoning_tokens) },
+      { input: sequenceCount(m.prompt_tokens), output: sequenceCount(m.completion_tokens), cached: sequenceCount(m.cached_tokens), reasoning: sequenceCount(m.reasoning_tokens) },
       this.usage,
     );
     if (grew !== undefined) this.cumulativeOutputTokens = total;

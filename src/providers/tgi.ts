@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, type Usage, countUpdate, sent } from './types.js';
 
 /**
  * Hugging Face text-generation-inference's own API (`/generate_stream`, and
@@ -56,10 +56,8 @@ export function readTgiDetails(o: Record<string, unknown>, usage: Usage, finish:
   const d = obj(o.details);
   if (!d) return;
   finish.set(0, d.finish_reason);
-  const out = count(d.generated_tokens);
-  if (out !== undefined) usage.outputTokens = out;
-  const input = count(d.input_length) ?? count(d.prompt_tokens);
-  if (input !== undefined) usage.inputTokens = input;
+  usage.outputTokens = countUpdate(usage.outputTokens, d.generated_tokens);
+  usage.inputTokens = countUpdate(usage.inputTokens, sent(d.input_length) ? d.input_length : d.prompt_tokens);
 }
 
 export const tgiGenerate: ApiDescriptor = {

@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, addParts, modelInPath, nonEmpty, count, parseObject, sent, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, addParts, modelInPath, nonEmpty, count, parseObject, sent, type ApiDescriptor, type ResponseAdapter, type Usage, countUpdate } from './types.js';
 
 /**
  * NVIDIA Triton's generate extension (`POST /v2/models/{model}[/versions/{v}]/generate_stream`,
@@ -38,8 +38,7 @@ export class TritonGenerateAdapter implements ResponseAdapter {
    * length, and the tokens this response added (not a running count), summed here.
    */
   private readCounts(o: Record<string, unknown>): void {
-    const input = count(o.num_input_tokens);
-    if (input !== undefined) this.usage.inputTokens = input;
+    this.usage.inputTokens = countUpdate(this.usage.inputTokens, o.num_input_tokens);
     if (!sent(o.num_output_tokens) || this.sumLost) return;
     // One bad response's count makes the running sum wrong for good: no output count then.
     const sum = addParts(this.usage.outputTokens ?? 0, count(o.num_output_tokens));

@@ -212,6 +212,20 @@ export function numPart(v: unknown): number | undefined {
   return sent(v) ? num(v) : 0;
 }
 
+/**
+ * A figure as a later message updates it: the earlier figure (`last`) when the field is not
+ * sent (absent or null), else `count(v)`, so one that is there but bad leaves the figure
+ * unreported rather than the earlier, lower running count standing as the final one.
+ */
+export function countUpdate(last: number | undefined, v: unknown): number | undefined {
+  return sent(v) ? count(v) : last;
+}
+
+/** As `countUpdate`, for a duration (`num`). */
+export function numUpdate(last: number | undefined, v: unknown): number | undefined {
+  return sent(v) ? num(v) : last;
+}
+
 /** Whether a field was sent with a value (null is how some servers say "none"). */
 export function sent(v: unknown): boolean {
   return v !== undefined && v !== null;

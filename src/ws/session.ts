@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
-import { addParts, countPart, firstString, nonEmpty, count, obj, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
+import { addParts, countPart, firstString, nonEmpty, count, obj, sent, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
 import { sanitizeErrorType } from '../providers/types.js';
 import { MessageReader } from './messages.js';
 
@@ -590,7 +590,7 @@ class GeminiLive {
     }
     const u = obj(m.usageMetadata);
     if (u !== undefined) {
-      const response = count(u.responseTokenCount) ?? count(u.candidatesTokenCount);
+      const response = count(sent(u.responseTokenCount) ? u.responseTokenCount : u.candidatesTokenCount);
       const thoughts = count(u.thoughtsTokenCount);
       turn.adapter.usage = {
         inputTokens: addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount)), // as generateContent's

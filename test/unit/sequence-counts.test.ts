@@ -5,7 +5,10 @@ import type { Usage } from '../../src/providers/types.js';
 
 type Counts = { input?: number; output?: number; cached?: number; reasoning?: number };
 
-/** The definition: each sequence's last reported counts, summed over the sequences that reported one. */
+/**
+ * The definition: each sequence's last reported counts, summed over the sequences that reported
+ * one; none while a sequence's last one was bad (NaN, as `sequenceCount` gives it).
+ */
 function reference(updates: [number, Counts][]): Usage {
   const last = new Map<number, Counts>();
   for (const [i, c] of updates) {
@@ -16,16 +19,16 @@ function reference(updates: [number, Counts][]): Usage {
   const sum = (k: keyof Counts) => [...last.values()].reduce<number | undefined>((t, c) => (c[k] === undefined ? t : (t ?? 0) + c[k]!), undefined);
   const u: Usage = {};
   const [input, cached, reasoning, output] = [sum('input'), sum('cached'), sum('reasoning'), sum('output')];
-  if (input !== undefined) u.inputTokens = input;
-  if (cached !== undefined) u.cachedInputTokens = cached;
-  if (reasoning !== undefined) u.reasoningTokens = reasoning;
-  if (output !== undefined) u.outputTokens = output;
+  if (input !== undefined && !Number.isNaN(input)) u.inputTokens = input;
+  if (cached !== undefined && !Number.isNaN(cached)) u.cachedInputTokens = cached;
+  if (reasoning !== undefined && !Number.isNaN(reasoning)) u.reasoningTokens = reasoning;
+  if (output !== undefined && !Number.isNaN(output)) u.outputTokens = output;
   return u;
 }
 
 describe('SequenceCounts', () => {
-  it('sums each sequence\'s last counts, whatever the interleaving', () => {
-    const count = fc.option(fc.nat(10_000), { nil: undefined });
+  it('sums each sequence\'s last counts, whatever the interleaving; none while one sequence\'s last count is bad', () => {
+    const count = fc.option(fc.oneof({ weight: 8, arbitrary: fc.nat(10_000) }, { weight: 1, arbitrary: fc.constant(NaN) }), { nil: undefined });
     const update = fc.tuple(fc.nat(5), fc.record({ input: count, output: count, cached: count, reasoning: count }));
     fc.assert(
       fc.property(fc.array(update, { maxLength: 60 }), (updates) => {
@@ -34,7 +37,9 @@ describe('SequenceCounts', () => {
         const prev = new Map<number, number>();
         updates.forEach(([i, c], j) => {
           const r = s.update(i, c, usage);
-          expect(r.grew).toBe(c.output === undefined ? undefined : c.output > (prev.get(i) ?? 0));
+          const before = prev.get(i);
+          const known = c.output !== undefined && !Number.isNaN(c.output) && !Number.isNaN(before);
+          expect(r.grew).toBe(known ? c.output! > (before ?? 0) : undefined);
           if (c.output !== undefined) prev.set(i, c.output);
           expect(r.total).toBe(reference(updates.slice(0, j + 1)).outputTokens);
         });

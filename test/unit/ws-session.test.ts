@@ -189,7 +189,7 @@ describe('Gemini Live', () => {
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
   });
 
-  it('takes absent or null thoughts as 0 in the output count, and reports none when the thoughts count is bad; the input adds the tool-use prompt', async () => {
+  it('takes absent or null thoughts as 0 in the output count, and reports none when the thoughts or the response count is bad; the input adds the tool-use prompt', async () => {
     const t = session(PATH);
     const turn = (at: number, usage: unknown) => {
       t.client(at, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'q' }] }], turnComplete: true } });
@@ -203,13 +203,16 @@ describe('Gemini Live', () => {
     turn(400, { promptTokenCount: 3, responseTokenCount: 10, thoughtsTokenCount: null });
     turn(500, { promptTokenCount: 3, responseTokenCount: 5, thoughtsTokenCount: 4, toolUsePromptTokenCount: 7 });
     turn(600, { promptTokenCount: 3, responseTokenCount: 5, toolUsePromptTokenCount: 'x' });
+    // A bad response count: none, not the candidates count (the older name) in its place.
+    turn(700, { promptTokenCount: 3, responseTokenCount: -1, candidatesTokenCount: 6 });
+    turn(800, { promptTokenCount: 3, candidatesTokenCount: 6 });
     const out = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' });
-    expect(out.count).toBe(4);
-    expect(out.sum).toBe(20 + 10 + 9 + 5);
+    expect(out.count).toBe(5);
+    expect(out.sum).toBe(20 + 10 + 9 + 5 + 6);
     // The input adds the tool-use prompt, as generateContent's does; a bad one leaves it unreported.
     const input = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' });
-    expect(input.count).toBe(5);
-    expect(input.sum).toBe(3 * 4 + 10);
+    expect(input.count).toBe(7);
+    expect(input.sum).toBe(3 * 6 + 10);
   });
 });
 
