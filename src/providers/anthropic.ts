@@ -129,10 +129,17 @@ export class AnthropicAdapter implements ResponseAdapter {
       // Sent iterations are the count: one unusable leaves it unreported, as output_tokens
       // counts only the last pass.
       this.usage.outputTokens = this.cumulativeOutputTokens = iterationsOutput(u.iterations);
+      this.outputSent = true;
       return;
     }
-    if (sent(u.output_tokens)) this.usage.outputTokens = this.cumulativeOutputTokens = count(u.output_tokens);
+    if (sent(u.output_tokens)) {
+      this.usage.outputTokens = this.cumulativeOutputTokens = count(u.output_tokens);
+      this.outputSent = true;
+    }
   }
+
+  /** Whether a final output count was sent, usable or not (Bedrock invoke's metrics stand in otherwise). */
+  outputSent = false;
 
   /** Whether any part of the input count was sent (Bedrock invoke's metrics stand in otherwise). */
   get inputSent(): boolean {

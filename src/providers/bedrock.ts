@@ -128,13 +128,15 @@ export class BedrockAdapter implements ResponseAdapter {
   private sync(): void {
     const a = this.anthropic?.usage;
     const u = this.usage;
-    // The model's own input, cache parts included, once it sent any (unreported when a part was
-    // bad: the metrics' count may leave the cache out); the invocation metrics otherwise.
+    // The model's own counts once it sent them (unreported when bad: the metrics' input may leave
+    // the cache out, and a second source stands in only for one not sent); the invocation
+    // metrics otherwise.
     u.inputTokens = this.anthropic?.inputSent === true ? a!.inputTokens : this.metricsInput;
-    u.outputTokens = a?.outputTokens ?? this.metricsOutput;
+    const own = this.anthropic?.outputSent === true;
+    u.outputTokens = own ? a!.outputTokens : this.metricsOutput;
     u.cachedInputTokens = a?.cachedInputTokens;
     u.cacheCreationInputTokens = a?.cacheCreationInputTokens;
-    this.cumulativeOutputTokens = this.anthropic?.cumulativeOutputTokens ?? this.metricsOutput;
+    this.cumulativeOutputTokens = own ? this.anthropic!.cumulativeOutputTokens : this.metricsOutput;
   }
 
   private readInvocationMetrics(m: Record<string, unknown>): void {

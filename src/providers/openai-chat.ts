@@ -153,6 +153,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   private readTimings(t: Record<string, unknown>): void {
     const st: ServerTimings = (this.serverTimings ??= {});
     const perToken = num(t.predicted_per_token_ms);
+    // Per token only over a count of tokens: llama.cpp sends predicted_n beside it.
     if (sent(t.predicted_per_token_ms)) st.timePerOutputToken = perToken !== undefined && (count(t.predicted_n) ?? 0) > 0 ? perToken / 1000 : undefined;
     const prompt = num(t.prompt_ms);
     if (sent(t.prompt_ms)) st.timeToFirstToken = prompt === undefined ? undefined : prompt / 1000;

@@ -15,7 +15,7 @@ import { EventKind, nonEmpty, obj, parseObject, type ApiDescriptor, type Respons
  * by `index`.
  *
  * Content-bearing: an event with non-empty `text` whose sequence's `completion_tokens`
- * grew (or that reports no count), as SGLang's `bench_serving` counts chunks: a first
+ * grew from its last good one (or that reports no usable count), as SGLang's `bench_serving` counts chunks: a first
  * token with no visible text yet does not stop TTFT. Usage: the running counts (summed over a batch's
  * sequences). In-band errors: `{"error":{"message"}}`, and a final
  * `finish_reason` of type `abort` (typed by its `err_type`). Finish reason: each sequence's

@@ -221,11 +221,6 @@ export function countUpdate(last: number | undefined, v: unknown): number | unde
   return sent(v) ? count(v) : last;
 }
 
-/** As `countUpdate`, for a duration (`num`). */
-export function numUpdate(last: number | undefined, v: unknown): number | undefined {
-  return sent(v) ? num(v) : last;
-}
-
 /** Whether a field was sent with a value (null is how some servers say "none"). */
 export function sent(v: unknown): boolean {
   return v !== undefined && v !== null;

@@ -2,7 +2,7 @@ import { performance } from 'node:perf_hooks';
 import { RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
-import { addParts, countPart, firstString, nonEmpty, count, obj, sent, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
+import { addParts, countPart, countUpdate, firstString, nonEmpty, count, obj, sent, parseObject, type ResponseAdapter, type Usage, EventKind } from '../providers/types.js';
 import { sanitizeErrorType } from '../providers/types.js';
 import { MessageReader } from './messages.js';
 
@@ -590,15 +590,15 @@ class GeminiLive {
     }
     const u = obj(m.usageMetadata);
     if (u !== undefined) {
-      const response = count(sent(u.responseTokenCount) ? u.responseTokenCount : u.candidatesTokenCount);
-      const thoughts = count(u.thoughtsTokenCount);
-      turn.adapter.usage = {
-        inputTokens: addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount)), // as generateContent's
-        // Absent thoughts are 0 (proto3 leaves zeros out); bad ones leave the output unreported.
-        outputTokens: addParts(response, countPart(u.thoughtsTokenCount)),
-        reasoningTokens: thoughts,
-        cachedInputTokens: count(u.cachedContentTokenCount),
-      };
+      // As generateContent's: a later message's usage updates the turn's, a sum when it sends any
+      // of its parts, a count when it sends it. Absent thoughts are 0 (proto3 leaves zeros out);
+      // bad ones leave the output unreported.
+      const usage = turn.adapter.usage;
+      const response = sent(u.responseTokenCount) ? u.responseTokenCount : u.candidatesTokenCount;
+      if (sent(u.promptTokenCount) || sent(u.toolUsePromptTokenCount)) usage.inputTokens = addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount));
+      if (sent(response) || sent(u.thoughtsTokenCount)) usage.outputTokens = addParts(count(response), countPart(u.thoughtsTokenCount));
+      usage.reasoningTokens = countUpdate(usage.reasoningTokens, u.thoughtsTokenCount);
+      usage.cachedInputTokens = countUpdate(usage.cachedInputTokens, u.cachedContentTokenCount);
     }
     if (failed) turn.adapter.errorType = sanitizeErrorType(reason.toLowerCase());
     if (sc?.interrupted === true) {

@@ -37,10 +37,10 @@ describe('SequenceCounts', () => {
         const prev = new Map<number, number>();
         updates.forEach(([i, c], j) => {
           const r = s.update(i, c, usage);
-          const before = prev.get(i);
-          const known = c.output !== undefined && !Number.isNaN(c.output) && !Number.isNaN(before);
-          expect(r.grew).toBe(known ? c.output! > (before ?? 0) : undefined);
-          if (c.output !== undefined) prev.set(i, c.output);
+          // Grown from the sequence's last good count; not known for a bad one.
+          const good = c.output !== undefined && !Number.isNaN(c.output);
+          expect(r.grew).toBe(good ? c.output! > (prev.get(i) ?? 0) : undefined);
+          if (good) prev.set(i, c.output!);
           expect(r.total).toBe(reference(updates.slice(0, j + 1)).outputTokens);
         });
         expect(usage).toEqual(reference(updates));
@@ -53,10 +53,12 @@ describe('SequenceCounts', () => {
     // the event loop. Compared with the same number of events on one index, in one process; the
     // margin (50x) is far from both the linear (~1-5x) and the quadratic (~1,000x) cost.
     const n = 20_000;
-    const time = (indexOf: (k: number) => unknown) => {
+    const time = (indexOf: (k: number) => unknown, badFirst = false) => {
       const s = new SequenceCounts();
       const usage: Usage = {};
       const t = performance.now();
+      // A bad count (NaN) on a sequence of its own that never sends a good one again.
+      if (badFirst) s.update('bad', { output: NaN }, usage);
       for (let k = 0; k < n; k++) s.update(indexOf(k), { output: 1, input: 3 }, usage);
       return { ms: performance.now() - t, usage };
     };
@@ -67,6 +69,11 @@ describe('SequenceCounts', () => {
     // Past MAX_SEQUENCES the rest share one entry: bounded memory, an undercount only there.
     expect(many.usage.outputTokens).toBe(MAX_SEQUENCES + 1);
     expect(many.ms).toBeLessThan(50 * Math.max(one.ms, 1));
+    // While one sequence's last count is bad the output is unreported, at the same cost.
+    const manyBad = time((k) => k, true);
+    expect(manyBad.usage.outputTokens).toBeUndefined();
+    expect(manyBad.usage.inputTokens).toBe(3 * MAX_SEQUENCES); // the bad sequence takes one of the entries
+    expect(manyBad.ms).toBeLessThan(50 * Math.max(one.ms, 1));
   });
 
   it('an index that is not a number or a string names no sequence of its own', () => {

@@ -214,6 +214,21 @@ describe('Gemini Live', () => {
     expect(input.count).toBe(7);
     expect(input.sum).toBe(3 * 6 + 10);
   });
+
+  it('a later usageMetadata of the same turn updates the turn\'s usage field by field: not sent, the earlier stands; bad, none', async () => {
+    const t = session(PATH);
+    t.client(0, { setup: { model: 'models/gemini-live-2.5-flash' } });
+    t.client(100, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'q' }] }], turnComplete: true } });
+    t.server(110, { ...text('a'), usageMetadata: { promptTokenCount: 3, responseTokenCount: 20, thoughtsTokenCount: 4 } });
+    t.server(120, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 5 } });
+    t.client(200, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'q' }] }], turnComplete: true } });
+    t.server(210, { ...text('a'), usageMetadata: { promptTokenCount: 3, responseTokenCount: 20 } });
+    t.server(220, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 3, responseTokenCount: '21' } });
+    const out = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' });
+    expect([out.count, out.sum]).toEqual([1, 24]); // the first turn's 20 + 4; the second's unreported
+    const input = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' });
+    expect([input.count, input.sum]).toEqual([2, 5 + 3]);
+  });
 });
 
 // Cases an independent review found (each failed before its fix).
