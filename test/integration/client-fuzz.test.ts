@@ -3,7 +3,8 @@
 // with bytes replaced, inserted, deleted or repeated, written in pieces, and then half-closed,
 // reset or left open. The proxy must never throw (vitest fails the run on an uncaught error in
 // this process), must answer only in HTTP/1.1, must never send upstream a request that Node's
-// parser refuses or one it did not log (a smuggled request), and must go on serving.
+// parser refuses or one it did not log (a smuggled request), nor a hop-by-hop field of the
+// client's (RFC 9110 §7.6.1: only a tunnel's own Connection and Upgrade), and must go on serving.
 import http, { type IncomingMessage } from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -19,9 +20,12 @@ const SSE = ['{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]
   .join('') + 'data: [DONE]\n\n';
 const WS_HEAD = 'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
 
+/** Hop-by-hop fields a client may send, none of which is passed on. */
+const HOPS = 'Connection: X-Trace\r\nKeep-Alive: timeout=77\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nProxy-Authorization: Basic eDp5\r\n';
+
 const request: fc.Arbitrary<string> = fc.oneof(
-  fc.constant(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${BODY.length}\r\n\r\n${BODY}`),
-  fc.array(fc.nat(), { maxLength: 4 }).map((cuts) => `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n${chunked(BODY, cuts)}`),
+  fc.constant(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n${HOPS}Content-Type: application/json\r\nContent-Length: ${BODY.length}\r\n\r\n${BODY}`),
+  fc.array(fc.nat(), { maxLength: 4 }).map((cuts) => `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTrailer: X-T\r\nTE: trailers\r\nTransfer-Encoding: chunked\r\n\r\n${chunked(BODY, cuts)}`),
   fc.constant('GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n'),
   fc.constant(`POST /v1/chat/completions HTTP/1.0\r\nContent-Length: ${BODY.length}\r\n\r\n${BODY}`),
   fc.constant(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: ${BODY.length}\r\n\r\n${BODY}`),
@@ -83,12 +87,27 @@ const seen: { method: string; url: string; id: unknown }[] = [];
 /** The bodies of the well-formed probes, as the upstream got them. */
 const probeBodies: string[] = [];
 const parseErrors: string[] = [];
+/** Hop-by-hop fields the upstream got: none may come but a tunnel's own Connection and Upgrade. */
+const hopLeaks: string[] = [];
+const HOP_BY_HOP = ['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'upgrade'];
+function leaks(req: IncomingMessage, tunnel: boolean): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const n = req.rawHeaders[i]!.toLowerCase();
+    const v = req.rawHeaders[i + 1]!;
+    if (!HOP_BY_HOP.includes(n)) continue;
+    if (tunnel && ((n === 'connection' && v.toLowerCase() === 'upgrade') || n === 'upgrade')) continue; // the client's protocol, as it named it
+    out.push(`${req.method} ${req.url} ${n}: ${v}`);
+  }
+  return out;
+}
 const logLines: Record<string, unknown>[] = [];
 const upSockets = new Set<net.Socket>();
 
 beforeAll(async () => {
   up = http.createServer((req: IncomingMessage, res) => {
     seen.push({ method: req.method!, url: req.url!, id: req.headers['x-request-id'] });
+    hopLeaks.push(...leaks(req, false));
     const parts: Buffer[] = [];
     req.on('data', (d: Buffer) => parts.push(d));
     req.on('end', () => {
@@ -108,6 +127,7 @@ beforeAll(async () => {
   });
   up.on('upgrade', (req: IncomingMessage, socket: net.Socket) => {
     seen.push({ method: req.method!, url: req.url!, id: req.headers['x-request-id'] });
+    hopLeaks.push(...leaks(req, true));
     socket.on('error', () => {});
     // An upgraded socket is not read unless resumed: without it the proxy's FIN is never seen.
     socket.on('end', () => socket.destroy());
@@ -154,6 +174,7 @@ describe('any bytes from a client', () => {
     );
     expect(runs).toBe(150);
     expect(parseErrors).toEqual([]);
+    expect(hopLeaks).toEqual([]);
 
     // Every request the upstream got is one the proxy logged, by its X-Request-Id (a request's
     // line or a tunnel's), with the same method and path, once: however the client's bytes were
