@@ -150,6 +150,7 @@ describe('chunked bodies keep the upstream framing', () => {
     const samples = await scrape(proxy.metricsUrl);
     expect(hist(samples, 'gen_ai_client_operation_duration_seconds', { error_type: 'upstream_protocol_error' }).count).toBe(1);
     expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('ok');
+    expect(up.state.connections).toBe(2); // the broken connection was not pooled
   });
 });
 
@@ -292,6 +293,34 @@ describe('upstream connections', () => {
     const second = await Promise.race([exchange(false), sleep(3000).then(() => 'timed out')]);
     expect(second).toBe('r1');
     expect(up.state.connections).toBe(1);
+  });
+
+  it('drops a connection whose upstream sent bytes past its answer, in the answer\'s last read or while idle: the next request goes on a new one', async () => {
+    const stray = 'HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstray';
+    const closed: boolean[] = [];
+    const sockets: net.Socket[] = [];
+    const up = await wireUpstream((sock, _head, i) => {
+      sockets[i] = sock;
+      sock.once('close', () => (closed[i] = true));
+      const answer = `HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nr${i}`;
+      sock.write(i === 0 ? answer + stray : answer); // the first in one write: in the answer's last read
+    });
+    // Idle connections kept 60 s, so that only the stray bytes can close them within the test.
+    proxy = await startTestProxy(up.url, { timeouts: { upstreamKeepAlive: 60 } });
+    // Each next request waits for the proxy to close the connection (at most 3 s): sent as the
+    // stray bytes arrive, it would get them as its answer, the race of any keep-alive pool.
+    const closedWithin = async (i: number) => {
+      const until = performance.now() + 3000;
+      while (!closed[i] && performance.now() < until) await sleep(20);
+      return closed[i] === true;
+    };
+    expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('r0');
+    expect(await closedWithin(0)).toBe(true);
+    expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('r1');
+    sockets[1]!.write(stray); // to the idle connection, once its answer was read
+    expect(await closedWithin(1)).toBe(true);
+    expect((await get(proxy.proxyUrl, '/v1/models')).body).toBe('r2');
+    expect(up.state.connections).toBe(3);
   });
 
   it('does not reuse a connection the upstream closed while it was idle', async () => {
