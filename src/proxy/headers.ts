@@ -38,13 +38,16 @@ export function connectionTokens(raw: readonly string[]): Set<string> | undefine
   return tokens;
 }
 
-/** `raw` minus hop-by-hop fields, minus `drop` (lower-case names), appended to `out` (returned). */
-export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<string>, out: string[] = []): string[] {
+/**
+ * `raw` minus hop-by-hop fields and those Connection names, minus `drop` (lower-case names),
+ * appended to `out` (returned). `keep` names fields kept even so (a tunnel's body framing).
+ */
+export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<string>, out: string[] = [], keep?: ReadonlySet<string>): string[] {
   const tokens = connectionTokens(raw);
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     const lower = name.toLowerCase();
-    if (HOP_BY_HOP.has(lower) || tokens?.has(lower) || drop?.has(lower)) continue;
+    if ((HOP_BY_HOP.has(lower) || tokens?.has(lower) || drop?.has(lower)) && !keep?.has(lower)) continue;
     out.push(name, raw[i + 1]!);
   }
   return out;

@@ -6,7 +6,7 @@ import tls from 'node:tls';
 import type { Logger } from '../log.js';
 import { ERROR_TYPE } from '../metrics/semconv.js';
 import { ChunkedDecoder } from './chunked.js';
-import { connectionTokens, rawHeader } from './headers.js';
+import { endToEndHeaders, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
 import { ConnectStage } from './connect-stage.js';
 import { upstreamTlsContext } from './tls-context.js';
@@ -276,7 +276,7 @@ export class Tunnel {
         return;
       }
       if (head.status < 200 && head.status !== 101) {
-        this.writeDown(buf.subarray(0, end));
+        this.writeDown(passedHead(head, undefined, undefined));
         buf = buf.subarray(end);
         this.head = buf.length === 0 ? [] : [buf];
         if (buf.length === 0) return;
@@ -293,7 +293,8 @@ export class Tunnel {
       this.upstream!.on('timeout', this.idleDue); // not setTimeout's callback: that one is a once listener
       this.upstream!.setTimeout(this.opts.idleTimeoutMs);
       if (head.status === 101) {
-        this.writeDown(buf);
+        const switched = passedHead(head, SWITCHING_KEEP, 'Upgrade');
+        this.writeDown(buf.length > end ? Buffer.concat([switched, buf.subarray(end)]) : switched);
         this.session = this.opts.measure?.(rawHeader(head.rawHeaders, 'sec-websocket-extensions'));
         if (buf.length > end) this.session?.fromUpstream(buf.subarray(end), arrival);
         this.open();
@@ -303,7 +304,7 @@ export class Tunnel {
       this.heldAt = [];
       this.recordFailure(head.status, undefined);
       this.declined = { framing, left: framing.kind === 'length' ? framing.length : 0, chunked: framing.kind === 'chunked' ? new ChunkedDecoder() : undefined };
-      this.writeDown(declinedHead(head));
+      this.writeDown(passedHead(head, DECLINED_KEEP, 'close')); // the connection closes after it
       if (framing.kind === 'none' || (framing.kind === 'length' && framing.length === 0)) this.close(undefined);
       else if (buf.length > end) this.declinedBody(buf.subarray(end));
       return;
@@ -445,18 +446,22 @@ export class Tunnel {
   }
 }
 
-/** A declined upgrade's answer head, saying the connection closes after it (the upstream's may say keep-alive). */
-function declinedHead(head: ResponseHead): Buffer {
-  const named = connectionTokens(head.rawHeaders) ?? new Set<string>();
-  for (const n of ['connection', 'keep-alive', 'proxy-connection']) named.add(n);
-  // The body goes on with the upstream's framing, whatever Connection names.
-  named.delete('content-length');
-  named.delete('transfer-encoding');
+/** A declined answer's body goes on with the upstream's framing, whatever Connection names. */
+const DECLINED_KEEP = new Set(['content-length', 'transfer-encoding']);
+/** A 101 says which protocol the tunnel now speaks. */
+const SWITCHING_KEEP = new Set(['upgrade']);
+
+/**
+ * An upstream head as the tunnel passes it on (an interim answer, the 101, a declined answer):
+ * its fields but the hop-by-hop ones and those its Connection names (RFC 9110 §7.6.1), except
+ * `keep`, then the proxy's own Connection, if any.
+ */
+function passedHead(head: ResponseHead, keep: ReadonlySet<string> | undefined, connection: string | undefined): Buffer {
+  const fields = endToEndHeaders(head.rawHeaders, undefined, [], keep);
   let s = `HTTP/1.${head.minor} ${head.status} ${head.statusText}\r\n`;
-  for (let i = 0; i < head.rawHeaders.length; i += 2) {
-    if (!named.has(head.rawHeaders[i]!.toLowerCase())) s += `${head.rawHeaders[i]}: ${head.rawHeaders[i + 1]}\r\n`;
-  }
-  return Buffer.from(`${s}Connection: close\r\n\r\n`, 'latin1');
+  for (let i = 0; i < fields.length; i += 2) s += `${fields[i]}: ${fields[i + 1]}\r\n`;
+  if (connection !== undefined) s += `Connection: ${connection}\r\n`;
+  return Buffer.from(`${s}\r\n`, 'latin1');
 }
 
 /**

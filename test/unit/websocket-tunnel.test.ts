@@ -74,6 +74,16 @@ beforeAll(async () => {
       socket.on('end', () => afterUpstreamEnd.push(got));
       return;
     }
+    if (req.url!.startsWith('/hops')) {
+      // Heads with hop-by-hop fields: a 103, then a 101 and a last word; or a declined answer.
+      socket.on('error', () => {});
+      if (req.url!.startsWith('/hops-declined')) {
+        return void socket.end('HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nProxy-Authenticate: Basic realm="up"\r\nUpgrade: h2c\r\nTE: trailers\r\nConnection: X-Hop\r\nX-Hop: 1\r\nTrailer: X-T\r\nKeep-Alive: timeout=9\r\nContent-Length: 2\r\n\r\nno');
+      }
+      socket.write('HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: X-Hop, keep-alive\r\nX-Hop: internal\r\nKeep-Alive: timeout=9\r\n\r\n');
+      socket.end('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Also\r\nX-Also: hop\r\nKeep-Alive: timeout=9\r\nSec-WebSocket-Accept: abc\r\n\r\nbye');
+      return;
+    }
     if (req.url!.startsWith('/silent')) return socket.destroy(); // accepts the TCP connection, never answers
     if (req.url!.startsWith('/flood')) return flood(socket);
     if (req.url!.startsWith('/sink')) return sink(socket);
@@ -321,6 +331,16 @@ describe('WebSocket upgrades', () => {
     await new Promise((res) => setTimeout(res, 100));
     expect(plain.slice(before)).toEqual([]);
     expect(await inFlight(0)).toBe(0);
+  });
+
+  it('pass on no hop-by-hop field of the upstream, nor one its Connection names, in an interim answer, the 101 or a declined answer', async () => {
+    const key = randomBytes(16).toString('base64');
+    const upgrade = (path: string) => `GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`;
+    const opened = await raw(upgrade('/hops'), 1000);
+    expect(opened.text).toBe('HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: abc\r\nConnection: Upgrade\r\n\r\nbye');
+    const declined = await raw(upgrade('/hops-declined'), 3000);
+    expect(declined.text).toBe('HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno');
+    expect(declined.closed).toBe(true);
   });
 
   it('hold what the client sends before the 101 and pass it on after it, its half-close too', async () => {
