@@ -115,6 +115,7 @@ describe('bench harness smoke', () => {
     // at the edges (allowed twice), however late a loaded machine ran the emitter or nginx.
     if (paths.includes('nginx')) {
       const batched = res.runs.find((r) => r.path === 'nginx' && r.key === 'gap d=1.4 c=100')!;
+      expect(batched.steady, 'a steady window of at least 200 ms').toBeDefined();
       const st = batched.steady!;
       expect(st.wallMs).toBeGreaterThanOrEqual(200);
       expect(st.cpuMs).toBeGreaterThan(0);

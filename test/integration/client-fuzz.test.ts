@@ -18,7 +18,7 @@ const BODY = '{"model":"fuzz","stream":true,"messages":[{"role":"user","content"
 const SSE = ['{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}', '{"choices":[{"index":0,"delta":{"content":"a"}}]}', '{"choices":[{"index":0,"delta":{"content":"b"}}]}']
   .map((d) => `data: ${d}\n\n`)
   .join('') + 'data: [DONE]\n\n';
-const WS_HEAD = 'Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
+const WS_HEAD = 'Connection: Upgrade\r\nUpgrade: websocket\r\nKeep-Alive: timeout=77\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n';
 
 /** Hop-by-hop fields a client may send, none of which is passed on. */
 const HOPS = 'Connection: X-Trace\r\nKeep-Alive: timeout=77\r\nProxy-Connection: keep-alive\r\nTE: trailers\r\nProxy-Authorization: Basic eDp5\r\n';
