@@ -180,8 +180,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       this.cumulativeOutputTokens = out;
     }
     this.usage.inputTokens = countUpdate(this.usage.inputTokens, u.prompt_tokens);
+    // OpenAI's cached count, else DeepSeek's prompt_cache_hit_tokens.
     const cached = obj(u.prompt_tokens_details)?.cached_tokens;
-    // The latter DeepSeek's.
     this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, sent(cached) ? cached : u.prompt_cache_hit_tokens);
     this.readGroqTimings(u);
   }
@@ -195,7 +195,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const prompt = num(u.prompt_time);
     const completion = num(u.completion_time);
     const total = num(u.total_time);
-    if (!sent(u.prompt_time) && !sent(u.completion_time) && !sent(u.total_time)) return;
+    if (!sent(u.prompt_time) && !sent(u.completion_time) && !sent(u.total_time) && !sent(u.queue_time)) return;
     const queue = numPart(u.queue_time); // a bad one: no TTFT or duration, rather than short ones
     const st: ServerTimings = (this.serverTimings ??= {});
     const out = count(u.completion_tokens);

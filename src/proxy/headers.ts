@@ -40,7 +40,8 @@ export function connectionTokens(raw: readonly string[]): Set<string> | undefine
 
 /**
  * `raw` minus hop-by-hop fields and those Connection names, minus `drop` (lower-case names),
- * appended to `out` (returned). `keep` names fields kept even so (a tunnel's body framing).
+ * appended to `out` (returned). `keep` names fields kept even so (a tunnel's body framing, a
+ * 101's Upgrade).
  */
 export function endToEndHeaders(raw: readonly string[], drop?: ReadonlySet<string>, out: string[] = [], keep?: ReadonlySet<string>): string[] {
   const tokens = connectionTokens(raw);

@@ -132,6 +132,7 @@ const CASES: Case[] = [
   },
   {
     name: 'Groq TTFT = prompt time + queue time',
+    merge: 'whole',
     api: openaiChat,
     fields: ['prompt_time', 'queue_time'],
     part: timePart,
@@ -141,6 +142,7 @@ const CASES: Case[] = [
   },
   {
     name: 'Groq duration = total time + queue time',
+    merge: 'whole',
     api: openaiChat,
     fields: ['total_time', 'queue_time'],
     part: timePart,
