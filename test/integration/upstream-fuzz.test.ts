@@ -8,10 +8,9 @@
 // framing passed on as it came, a body read to the close framed by the proxy), perhaps cut
 // short, and whole when the answer was whole; the end-to-end fields of the upstream's head
 // passed on as they were and in order, no hop-by-hop one nor one its Connection names (RFC 9110
-// §7.6.1).
-// It must go on serving. Where the upstream's head
-// ends is taken from the proxy's own parser (src/proxy/http1.ts): which blank line ends a
-// mutated head is its choice, and the rest is checked against it.
+// §7.6.1). It must go on serving. Where the upstream's head ends is taken from the proxy's own
+// parser (src/proxy/http1.ts): which blank line ends a mutated head is its choice, and the rest
+// is checked against it.
 import net, { type AddressInfo } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import fc from 'fast-check';
@@ -19,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { chunked, mutate, mutationArb, writeInPieces } from '../helpers/byte-mutations.js';
 import { fixture } from '../helpers/fixtures.js';
+import { HOP_BY_HOP } from '../helpers/http.js';
 import { settledLoad, startTestProxy } from '../helpers/proxy.js';
 import { rawHeader } from '../../src/proxy/headers.js';
 import { headEnd, parseResponseHead, type ResponseHead } from '../../src/proxy/http1.js';
@@ -181,8 +181,6 @@ function upstreamAnswer(bytes: Buffer): { head: ResponseHead; body: string } | u
 
 const field = (headText: string, name: string) => new RegExp(`\r\n${name}: *([^\r\n]*)`, 'i').exec(headText)?.[1];
 
-/** Hop-by-hop fields (RFC 9110 §7.6.1, and the obsolete Keep-Alive and Proxy-Connection). */
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade']);
 /** Fields the proxy sets itself (the framing, Connection), or adds when the upstream has none (Date). */
 const OWN = new Set(['connection', 'transfer-encoding', 'content-length']);
 

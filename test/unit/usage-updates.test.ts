@@ -43,10 +43,9 @@ const chat = (usage: string) => (a: ResponseAdapter, m: string) => a.onEvent(ev(
 const chatTimings = (a: ResponseAdapter, m: string) => a.onEvent(ev('', `{"id":"c","object":"chat.completion.chunk","choices":[],"timings":{${fill('"predicted_n":5,%', m)}}}`));
 const responses = (usage: string) => (a: ResponseAdapter, m: string) => a.onEvent(ev('response.completed', `{"type":"response.completed","response":{"usage":{${fill(usage, m)}}}}`));
 const converse = (body: string) => (a: ResponseAdapter, m: string) => a.onEvent(ev('metadata', fill(body, m)));
-const invokeMetrics = (a: ResponseAdapter, m: string) => {
-  const inner = `{"type":"message_stop","amazon-bedrock-invocationMetrics":{${m}}}`;
-  a.onEvent({ ...ev('chunk', JSON.stringify({ bytes: Buffer.from(inner).toString('base64') })), messageType: 'event' } as never);
-};
+/** A Bedrock invoke `chunk` event wrapping the model's own event `inner`. */
+const invokeChunk = (a: ResponseAdapter, inner: string) => a.onEvent({ ...ev('chunk', JSON.stringify({ bytes: Buffer.from(inner).toString('base64') })), messageType: 'event' } as never);
+const invokeMetrics = (a: ResponseAdapter, m: string) => invokeChunk(a, `{"type":"message_stop","amazon-bedrock-invocationMetrics":{${m}}}`);
 const cohere = (usage: string) => (a: ResponseAdapter, m: string) => a.onEvent(ev('message-end', `{"type":"message-end","delta":{"finish_reason":"COMPLETE","usage":{${fill(usage, m)}}}}`));
 const gemini = (a: ResponseAdapter, m: string) => a.onEvent(ev('', `{"candidates":[{"content":{"parts":[{"text":"Hi"}]}}],"usageMetadata":{${fill('"promptTokenCount":5,"candidatesTokenCount":9,%', m)}}}`));
 const interactions = (a: ResponseAdapter, m: string) => a.onEvent(ev('interaction.complete', `{"event_type":"interaction.complete","interaction":{"status":"completed","usage":{${fill('"total_input_tokens":5,%', m)}}}}`));
@@ -55,10 +54,10 @@ const llamacpp = (a: ResponseAdapter, m: string) => a.onEvent(ev('', `{${fill('"
 const sglang = (a: ResponseAdapter, m: string) => a.onEvent(ev('', `{"index":0,"text":"a","meta_info":{${fill('"id":"r","finish_reason":null,%', m)}}}`));
 const invokeAnthropic = (a: ResponseAdapter, m: string) => {
   // The model's own message_delta, then the invocation metrics with another count.
-  const delta = `{"type":"message_delta","delta":{},"usage":{${m}}}`;
-  a.onEvent({ ...ev('chunk', JSON.stringify({ bytes: Buffer.from(delta).toString('base64') })), messageType: 'event' } as never);
+  invokeChunk(a, `{"type":"message_delta","delta":{},"usage":{${m}}}`);
   invokeMetrics(a, '"outputTokenCount":999');
 };
+const tgi = (a: ResponseAdapter, m: string) => a.onEvent(ev('', `{"token":{"id":1,"text":"a","special":false},"details":{${fill('"finish_reason":"length",%', m)}}}`));
 const ollama = (a: ResponseAdapter, m: string) => a.onEvent(ev('', `{"model":"m","done":true,"done_reason":"stop","message":{"role":"assistant","content":""}${fill(',%', m)}}`));
 
 const CASES: Case[] = [
@@ -104,8 +103,8 @@ const CASES: Case[] = [
   { name: 'LM Studio reasoning', api: lmstudioChat, field: 'reasoning_output_tokens', feed: lmstudio, read: { usage: 'reasoningTokens' } },
   { name: 'Ollama output', api: ollamaChat, field: 'eval_count', feed: ollama, read: { usage: 'outputTokens' }, cumulative: true },
   { name: 'Ollama input', api: ollamaChat, field: 'prompt_eval_count', feed: ollama, read: { usage: 'inputTokens' } },
-  { name: 'TGI output', api: tgiGenerate, field: 'generated_tokens', feed: (a, m) => a.onEvent(ev('', `{"token":{"id":1,"text":"a","special":false},"details":{${fill('"finish_reason":"length",%', m)}}}`)), read: { usage: 'outputTokens' } },
-  { name: 'TGI input', api: tgiGenerate, field: 'input_length', feed: (a, m) => a.onEvent(ev('', `{"token":{"id":1,"text":"a","special":false},"details":{${fill('"finish_reason":"length",%', m)}}}`)), read: { usage: 'inputTokens' } },
+  { name: 'TGI output', api: tgiGenerate, field: 'generated_tokens', feed: tgi, read: { usage: 'outputTokens' } },
+  { name: 'TGI input', api: tgiGenerate, field: 'input_length', feed: tgi, read: { usage: 'inputTokens' } },
   { name: 'Triton input', api: tritonGenerate, field: 'num_input_tokens', feed: (a, m) => a.onEvent(ev('', `{${fill('"model_name":"m","text_output":"a",%', m)}}`)), read: { usage: 'inputTokens' } },
 ];
 
