@@ -22,14 +22,28 @@ export interface SentStream {
   bytes: number;
   contentSendTimes: number[];
   t0: number;
+  /** Bytes of the request body it answered. */
+  requestBytes: number;
+}
+
+/** A stream whose connection closed before its last byte was written (performance.now(), ms). */
+export interface CutStream {
+  t0: number;
+  contentSendTimes: number[];
+  closedAt: number;
 }
 
 export async function startGroundTruth(opts: GroundTruthOptions) {
   const sent: SentStream[] = [];
+  const cut: CutStream[] = [];
   const server = http.createServer((req, res) => {
     const t0 = performance.now();
     let body = '';
-    req.on('data', (d: Buffer) => (body += d.toString()));
+    let requestBytes = 0;
+    req.on('data', (d: Buffer) => {
+      requestBytes += d.length;
+      body += d.toString();
+    });
     req.on('end', () => {
       const parsed = JSON.parse(body || '{}') as { stream?: boolean; model?: string; stream_options?: { include_usage?: boolean } };
       const hash = createHash('sha256');
@@ -46,6 +60,7 @@ export async function startGroundTruth(opts: GroundTruthOptions) {
       write(frame({ role: 'assistant', content: '' }));
       let k = 0;
       let timer: NodeJS.Timeout | undefined;
+      let ended = false;
       const step = () => {
         const now = performance.now();
         while (k < opts.tokens && t0 + opts.ttftMs + k * opts.itlMs <= now) {
@@ -63,10 +78,14 @@ export async function startGroundTruth(opts: GroundTruthOptions) {
         }
         write('data: [DONE]\n\n');
         res.end();
-        sent.push({ sha256: hash.digest('hex'), bytes, contentSendTimes: times, t0 });
+        ended = true;
+        sent.push({ sha256: hash.digest('hex'), bytes, contentSendTimes: times, t0, requestBytes });
       };
       timer = setTimeout(step, opts.ttftMs);
-      res.on('close', () => clearTimeout(timer));
+      res.on('close', () => {
+        clearTimeout(timer);
+        if (!ended) cut.push({ t0, contentSendTimes: times, closedAt: performance.now() });
+      });
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -74,6 +93,7 @@ export async function startGroundTruth(opts: GroundTruthOptions) {
   return {
     url,
     sent,
+    cut,
     close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }),
   };
 }
