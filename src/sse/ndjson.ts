@@ -5,7 +5,7 @@ import { PendingBytes } from './pending-bytes.js';
  * Incremental line framing for NDJSON bodies (`application/x-ndjson`, Ollama).
  * Each non-empty line (LF-terminated, a trailing CR removed) becomes
  * `{type: '', data: line, id: undefined}`, the same callback shape as the SSE
- * parser. Bytes are decoded only per complete line, so a UTF-8 character
+ * parser; a UTF-8 BOM that starts the body is left out. Bytes are decoded only per complete line, so a UTF-8 character
  * split across reads is reassembled. Lines longer than `maxEventBytes` are
  * dropped (counted in `oversizeLines`). `end()` dispatches a final line that
  * has no newline.
@@ -21,6 +21,8 @@ export class NdjsonParser {
   private readonly maxEventBytes: number;
   /** A line that spans reads; `over`: it went over the cap, ignore bytes up to the next LF. */
   private readonly pending: PendingBytes;
+  /** No line has ended yet: the first may start with a UTF-8 BOM, which JSON.parse would refuse. */
+  private first = true;
   oversizeLines = 0;
 
   constructor(
@@ -70,6 +72,10 @@ export class NdjsonParser {
   }
 
   private emit(buf: Buffer, from: number, to: number): void {
+    if (this.first) {
+      this.first = false;
+      if (to - from >= 3 && buf[from] === 0xef && buf[from + 1] === 0xbb && buf[from + 2] === 0xbf) from += 3;
+    }
     if (to > from && buf[to - 1] === CR) to--;
     // Skip blank (whitespace-only) lines cheaply.
     let s = from;

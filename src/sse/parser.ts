@@ -14,10 +14,13 @@ import { PendingBytes } from './pending-bytes.js';
  *
  * Bytes are only decoded to text when an event is dispatched, so a multi-byte
  * UTF-8 character split across reads is reassembled before decoding.
- * Each byte is looked at a constant number of times: linear in stream length.
+ * Each byte is looked at a constant number of times: linear in stream length
+ * (for ranges of one buffer too: see `clamp`).
  *
- * Events larger than `maxEventBytes` are dropped (counted in `oversizeEvents`):
- * measurement skips them; forwarding is not this module's business.
+ * An event whose data (its lines joined) or any one line (of any field, the
+ * field name included) is longer than `maxEventBytes` is dropped (counted in
+ * `oversizeEvents`), however the reads split it: measurement skips it;
+ * forwarding is not this module's business.
  */
 
 export interface SseEvent {
@@ -61,6 +64,8 @@ const COLON = 0x3a;
 const SPACE = 0x20;
 /** Values the lane recognised that were not followed by an event end, before it closes for the stream. */
 const MAX_LANE_MISSES = 4;
+/** Bytes a line-end search may run past its range's end before the parser clamps its searches. */
+const CLAMP_SLACK = 4096;
 
 export class SseParser {
   private readonly maxEventBytes: number;
@@ -82,6 +87,14 @@ export class SseParser {
   private atStart = true;
   /** BOM bytes seen so far at the very start (it may itself be split). */
   private bomSeen = 0;
+  /**
+   * Line ends are searched in a view that ends with the range. Set once a search ran far past a
+   * range's end: a chunked body whose framing has bare LF line ends around a body without CR
+   * gives one range per chunk of one read, and each CR search would run to the read's end
+   * (quadratic in the read's size). The view is one allocation per push, so only such streams
+   * pay for it.
+   */
+  private clamp = false;
 
   /**
    * An event's only data line so far, as a range of the chunk being pushed:
@@ -156,6 +169,7 @@ export class SseParser {
       if (start < len && buf[start] === LF) start++;
     }
     let i = start;
+    const hay = this.clamp && len < buf.length ? buf.subarray(0, len) : buf;
     // Native memchr for both line-end bytes; most streams have no CR at all, so
     // its position is searched once per chunk and only re-searched once passed.
     let nextLF = -2;
@@ -169,9 +183,8 @@ export class SseParser {
           continue;
         }
       }
-      // A line end past `len` is outside the range: as good as none.
-      if (nextLF !== -1 && nextLF < i && (nextLF = buf.indexOf(LF, i)) >= len) nextLF = -1;
-      if (nextCR !== -1 && nextCR < i && (nextCR = buf.indexOf(CR, i)) >= len) nextCR = -1;
+      if (nextLF !== -1 && nextLF < i) nextLF = this.search(hay, LF, i, len);
+      if (nextCR !== -1 && nextCR < i) nextCR = this.search(hay, CR, i, len);
       const j = nextLF === -1 ? (nextCR === -1 ? len : nextCR) : nextCR === -1 ? nextLF : Math.min(nextLF, nextCR);
       if (j === len) {
         this.stash(buf.subarray(i, len));
@@ -190,6 +203,14 @@ export class SseParser {
         i = j + 1;
       }
     }
+  }
+
+  /** The first `byte` in `hay[i, len)`, or -1: a line end past `len` is outside the range. */
+  private search(hay: Buffer, byte: number, i: number, len: number): number {
+    const at = hay.indexOf(byte, i);
+    if (at !== -1 && at < len) return at;
+    if ((at === -1 ? hay.length : at) - len > CLAMP_SLACK) this.clamp = true;
+    return -1;
   }
 
   /**
@@ -212,7 +233,7 @@ export class SseParser {
     } else if (e >= len) {
       return -1;
     }
-    if (next < 0 || e - vs > this.maxEventBytes) {
+    if (next < 0 || e - i > this.maxEventBytes) {
       // The value was not the whole event after all: the normal path reads it again.
       if (++this.laneMisses >= MAX_LANE_MISSES) this.lane = undefined;
       return -1;
@@ -264,6 +285,11 @@ export class SseParser {
       return;
     }
     if (this.skipping) return;
+    if (e - s > this.maxEventBytes) {
+      // As a line that spans reads is judged (`stash`, above), so that the split does not matter.
+      this.markOversize();
+      return;
+    }
     if (lineBuf[s] === COLON) {
       this.onComment?.();
       return;
@@ -294,7 +320,7 @@ export class SseParser {
     } else if (nameLen === 5) {
       const name = lineBuf.toString('latin1', s, c);
       if (name === 'event') this.eventType = lineBuf.toString('utf8', vs, e);
-      else if (name === 'error' && e - vs <= this.maxEventBytes) this.errorField = lineBuf.toString('utf8', vs, e);
+      else if (name === 'error') this.errorField = lineBuf.toString('utf8', vs, e);
     } else if (nameLen === 2 && lineBuf.toString('latin1', s, c) === 'id') {
       const v = lineBuf.subarray(vs, e);
       if (v.indexOf(0) === -1) this.lastId = v.toString('utf8');

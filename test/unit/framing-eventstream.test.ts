@@ -48,11 +48,15 @@ describe('AWS event-stream decoder', () => {
     ]);
   });
 
-  it('skips headers of other value types (bool, int, timestamp, uuid, bytes)', () => {
+  it('skips headers of other value types (bool, byte, short, int, long, timestamp, uuid, bytes)', () => {
     const frame = encodeEventStreamFrame({ ':event-type': 'metadata', ':message-type': 'event' }, '{}');
     // Re-build the frame with extra typed headers in front.
     const extra = Buffer.concat([
       Buffer.from([1, 0x62, 0]), // "b" bool true
+      Buffer.from([1, 0x66, 1]), // "f" bool false
+      Buffer.from([1, 0x63, 2, 0x7f]), // "c" byte
+      Buffer.from([1, 0x73, 3, 0, 9]), // "s" int16
+      Buffer.from([1, 0x6c, 5, 0, 0, 0, 0, 0, 0, 0, 2]), // "l" int64
       Buffer.from([1, 0x69, 4, 0, 0, 0, 7]), // "i" int32
       Buffer.from([1, 0x74, 8, 0, 0, 0, 0, 0, 0, 0, 1]), // "t" timestamp
       Buffer.concat([Buffer.from([1, 0x75, 9]), Buffer.alloc(16, 0xab)]), // "u" uuid

@@ -39,5 +39,16 @@ describe('NDJSON line framing', () => {
     expect(lines([`${long}\n{"ok":1}\n`], 50).map((e) => e.data)).toEqual(['{"ok":1}']);
     expect(lines([long.slice(0, 30), long.slice(30), '\n{"ok":2}\n'], 50).map((e) => e.data)).toEqual(['{"ok":2}']);
     expect(lines([long], 50).length).toBe(0);
+    // The rest of the long line comes with the next line in one read: only the next line is one.
+    expect(lines([long.slice(0, 60), 'tail\n{"ok":3}\n'], 50).map((e) => e.data)).toEqual(['{"ok":3}']);
+  });
+
+  it('leaves out a UTF-8 BOM that starts the body, also split across reads, and only there', () => {
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    const body = Buffer.concat([bom, Buffer.from('{"a":1}\n'), bom, Buffer.from('{"b":2}\n')]);
+    for (let i = 0; i <= body.length; i++) {
+      const got = lines([body.subarray(0, i), body.subarray(i)]).map((e) => e.data);
+      expect(got, `split at ${i}`).toEqual(['{"a":1}', '\ufeff{"b":2}']);
+    }
   });
 });

@@ -180,25 +180,29 @@ describe('SseParser against the reference algorithm', () => {
   });
 
   it('arbitrary generated streams match the reference (property)', () => {
+    // size 'max': fast-check's default size stops strings and arrays at ~10; 'binary': any code
+    // point, NUL (an id with one is ignored) and non-ASCII included.
+    const TEXT20 = { maxLength: 20, size: 'max', unit: 'binary' } as const;
+    const TEXT10 = { maxLength: 10, size: 'max', unit: 'binary' } as const;
     const line = fc.oneof(
       fc.constant(''),
       fc.constant(':keep-alive'),
       fc.constant(':'),
-      fc.string({ maxLength: 20 }).map((s) => `data:${s.replace(/[\r\n]/g, '')}`),
-      fc.string({ maxLength: 20 }).map((s) => `data: ${s.replace(/[\r\n]/g, '')}`),
+      fc.string(TEXT20).map((s) => `data:${s.replace(/[\r\n]/g, '')}`),
+      fc.string(TEXT20).map((s) => `data: ${s.replace(/[\r\n]/g, '')}`),
       fc.constant('data'),
       fc.constant('data: 22°C ✓ 𝄞'),
-      fc.string({ maxLength: 10 }).map((s) => `event: ${s.replace(/[\r\n]/g, '')}`),
-      fc.string({ maxLength: 10 }).map((s) => `id:${s.replace(/[\r\n]/g, '')}`),
+      fc.string(TEXT10).map((s) => `event: ${s.replace(/[\r\n]/g, '')}`),
+      fc.string(TEXT10).map((s) => `id:${s.replace(/[\r\n]/g, '')}`),
       fc.constant('retry: 1000'),
       fc.constant('unknown: x'),
       fc.constant('error: {"code":500,"type":"server_error"}'),
-      fc.string({ maxLength: 10 }).map((s) => `error:${s.replace(/[\r\n]/g, '')}`),
+      fc.string(TEXT10).map((s) => `error:${s.replace(/[\r\n]/g, '')}`),
     );
     fc.assert(
       fc.property(
-        fc.array(fc.tuple(line, fc.constantFrom('\n', '\r\n', '\r')), { maxLength: 30 }),
-        fc.array(fc.nat(), { maxLength: 10 }),
+        fc.array(fc.tuple(line, fc.constantFrom('\n', '\r\n', '\r')), { maxLength: 30, size: 'max' }),
+        fc.array(fc.nat(), { maxLength: 10, size: 'max' }),
         (lines, cuts) => {
           const buf = Buffer.from(lines.map(([l, e]) => l + e).join(''), 'utf8');
           const offsets = cuts.map((c) => c % (buf.length + 1));
@@ -285,6 +289,70 @@ describe('SseParser details', () => {
         if (got.join('|') !== 'c') expect(got, `split at ${i}, ${j}`).toEqual(['c']);
       }
     }
+  });
+
+  it('drops the event of any line over the cap (a comment, id or event line too, the field name counted), however the reads split it', () => {
+    const cases: [string, string[]][] = [
+      [`: ${'p'.repeat(20)}\ndata: hello\n\ndata: c\n\n`, ['c']],
+      [`id: ${'i'.repeat(20)}\ndata: hello\n\ndata: c\n\n`, ['c']],
+      [`data: hello\nevent: ${'e'.repeat(20)}\n\ndata: c\n\n`, ['c']],
+      // A value of exactly the cap: its line is 6 bytes longer.
+      [`data: ${'x'.repeat(10)}\n\ndata: c\n\n`, ['c']],
+      // A line of exactly the cap is kept.
+      [`data: xxxx\n\ndata: c\n\n`, ['xxxx', 'c']],
+    ];
+    for (const [text, want] of cases) {
+      const bytes = Buffer.from(text);
+      for (let i = 0; i <= bytes.length; i++) {
+        for (let j = i; j <= bytes.length; j++) {
+          const { events, parser } = parseChunks([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)], 10);
+          const got = events.map((e) => e.data);
+          if (got.join('|') !== want.join('|') || parser.oversizeEvents !== (want.length === 1 ? 1 : 0)) {
+            expect({ got, oversize: parser.oversizeEvents }, `${JSON.stringify(text)} split at ${i}, ${j}`).toEqual({ got: want, oversize: want.length === 1 ? 1 : 0 });
+          }
+        }
+      }
+    }
+  });
+
+  it('counts the LFs that join data lines toward the cap', () => {
+    // Four lines of 7 bytes: 8 bytes of values, 11 joined.
+    const text = 'data:ab\n'.repeat(4) + '\ndata:ok\n\n';
+    expect(parseChunks([Buffer.from(text)], 11).events.map((e) => e.data)).toEqual(['ab\nab\nab\nab', 'ok']);
+    const { events, parser } = parseChunks([Buffer.from(text)], 10);
+    expect(events.map((e) => e.data)).toEqual(['ok']);
+    expect(parser.oversizeEvents).toBe(1);
+  });
+
+  it('ignores an id with a NUL, as the spec says, and strips one BOM only', () => {
+    const { events } = parseChunks([Buffer.from('id: 1\ndata: a\n\nid: 2\u00003\ndata: b\n\n')]);
+    expect(events.map((e) => [e.data, e.id])).toEqual([['a', '1'], ['b', '1']]);
+    // A second BOM is part of the first line's field name: an unknown field, no event.
+    expect(parseChunks([Buffer.from('\ufeff\ufeffdata: a\n\ndata: b\n\n')]).events.map((e) => e.data)).toEqual(['b']);
+  });
+
+  it('searches for line ends only within the range it was given (each byte a bounded number of times)', () => {
+    // One 64 KiB read of a chunked body with bare-LF framing around a body without CR: the parser
+    // gets one range per 1-byte chunk. Every byte the line-end searches cover is counted.
+    const read = Buffer.from('data: x\n\n'.repeat(7282)).subarray(0, 65536);
+    let scanned = 0;
+    const proto = Buffer.prototype as unknown as { indexOf: (this: Buffer, value: number, from?: number) => number };
+    const indexOf = proto.indexOf;
+    proto.indexOf = function (value, from = 0) {
+      const at = indexOf.call(this, value, from);
+      scanned += (at === -1 ? this.length : at + 1) - from;
+      return at;
+    };
+    let events = 0;
+    try {
+      const p = new SseParser(() => events++);
+      for (let i = 0; i < read.length; i++) p.push(read, i, i + 1);
+    } finally {
+      proto.indexOf = indexOf;
+    }
+    expect(events).toBe(Math.floor(read.length / 'data: x\n\n'.length));
+    // Quadratic would be ~2^31 (each CR search ran to the read's end).
+    expect(scanned).toBeLessThan(10 * read.length);
   });
 
   it('holds at most the cap for a huge unterminated line fed in small reads', () => {
@@ -375,6 +443,36 @@ describe('SseParser lane', () => {
   it('leaves an event over the size cap to the normal path, which skips it', () => {
     const { got, parser } = run('data: 0123456789\n\ndata: ok\n\n', false, 8);
     expect(got).toEqual(['lane ok']);
+    expect(parser.oversizeEvents).toBe(1);
+  });
+
+  it('does not take a line that continues a partial line from the read before', () => {
+    // "xx" + "data: a" is one line, of a field named "xxdata".
+    const { got } = run([Buffer.from('data: q\n\nxx'), Buffer.from('data: a\n\ndata: b\n\n')]);
+    expect(got).toEqual(['lane q', 'lane b']);
+  });
+
+  it('does not read past its range for the end of the event (the bytes after it belong to the caller)', () => {
+    // The bytes after each range are a blank line, but the next range continues the event.
+    for (const [first, second] of [['data: a\n', '\n'], ['data: a\r\n', '\r\n']] as const) {
+      const got: string[] = [];
+      const p = new SseParser((e) => got.push(`event ${e.data}`), {
+        lane: {
+          find: (buf, start, limit) => (start + 1 < limit ? start + 1 : -1),
+          taken: () => got.push('lane'),
+        },
+      });
+      p.push(Buffer.from(':\n')); // past the start, where a range is made a view of its own
+      const buf = Buffer.from(first + second);
+      p.push(buf, 0, first.length);
+      p.push(Buffer.from('data: b\n\n'));
+      expect(got, JSON.stringify(first)).toEqual(['event a\nb']);
+    }
+  });
+
+  it('takes a line of exactly the cap and leaves one byte longer to the normal path, as that path judges lines', () => {
+    const { got, parser } = run('data: ab\n\ndata: abc\n\ndata: ok\n\n', false, 8);
+    expect(got).toEqual(['lane ab', 'lane ok']);
     expect(parser.oversizeEvents).toBe(1);
   });
 

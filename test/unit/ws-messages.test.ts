@@ -121,8 +121,12 @@ describe('MessageReader: frames', () => {
     expect(got.map((g) => g.data)).toEqual([undefined, undefined, 'ok']);
   });
 
-  const broken: [string, Buffer][] = [
+  // [name, bytes, the reader has permessage-deflate]
+  const broken: [string, Buffer, boolean?][] = [
     ['RSV2 set', Buffer.from([0xa1, 0x01, 0x61])],
+    ['RSV3 set', Buffer.from([0x91, 0x01, 0x61])],
+    ['RSV1 on a control frame, with permessage-deflate', frame('a', { opcode: 9, rsv1: true }), true],
+    ['RSV1 on a continuation, with permessage-deflate', Buffer.concat([frame('a', { opcode: 1, fin: false }), frame('b', { opcode: 0, rsv1: true })]), true],
     ['RSV1 without permessage-deflate', frame('a', { opcode: 1, rsv1: true })],
     ['a continuation that continues nothing', frame('a', { opcode: 0 })],
     ['a new message inside a fragmented one', Buffer.concat([frame('a', { opcode: 1, fin: false }), frame('b', { opcode: 1 })])],
@@ -131,9 +135,9 @@ describe('MessageReader: frames', () => {
     ['a reserved opcode', frame('a', { opcode: 3 })],
     ['a 64-bit length beyond 2^53', Buffer.from([0x82, 0x7f, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0])],
   ];
-  for (const [name, bad] of broken) {
+  for (const [name, bad, deflate = false] of broken) {
     it(`stops at ${name}, without throwing`, () => {
-      const { r, got } = reader();
+      const { r, got } = reader(1 << 20, deflate);
       expect(() => r.push(Buffer.concat([frame('before', { opcode: 1 }), bad, frame('after', { opcode: 1 })]), 0)).not.toThrow();
       expect(got.map((g) => g.data)).toEqual(['before']);
       expect(r.broken).toBe(true);
