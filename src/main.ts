@@ -58,14 +58,17 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const otelLogger = cfg.metrics.enabled && cfg.otlp.enabled ? diagToLog(log) : undefined;
   if (otelLogger) diag.setLogger(otelLogger, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
   const telemetry = cfg.metrics.enabled
-    ? createTelemetry({ prometheus: cfg.prometheus, ...(cfg.otlp.enabled ? { otlp: cfg.otlp, egress: cfg.egress } : {}) })
+    ? createTelemetry({
+        prometheus: cfg.prometheus,
+        loopDelayResolutionMs: cfg.metrics.loopDelayResolutionMs,
+        ...(cfg.otlp.enabled ? { otlp: cfg.otlp, egress: cfg.egress } : {}),
+      })
     : undefined;
   const instruments = telemetry
     ? new Instruments(telemetry.provider.getMeter(SCOPE_NAME, VERSION), cfg.metrics.buckets, {
         fast: telemetry.fast,
         sdkRequestHistograms: cfg.otlp.enabled && cfg.otlp.exponentialHistograms,
         perTokenItl: cfg.metrics.perTokenItl,
-        loopDelayResolutionMs: cfg.metrics.loopDelayResolutionMs,
       })
     : undefined;
   const forwarder = new Forwarder({ config: cfg, log, instruments });

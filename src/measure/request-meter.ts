@@ -435,7 +435,7 @@ export class RequestMeter {
     const responseModel = adapter.responseModel;
     const limit = this.opts.limitResponseModel;
     const endLabels =
-      responseModel === undefined ? base : sets.with(base, ATTR.responseModel, limit === undefined ? responseModel : limit(responseModel));
+      responseModel === undefined || responseModel === '' ? base : sets.with(base, ATTR.responseModel, limit === undefined ? responseModel : limit(responseModel));
     // Reasoning the provider counted but did not stream came before the first streamed token:
     // it is not in the span TPOT divides (300 hidden of 306 tokens made TPOT 60 times too low).
     // Only when the rest still holds every content event (each carries a token at least): a

@@ -13,6 +13,7 @@ import { createRequire } from 'node:module';
 import { hostname } from 'node:os';
 import { VERSION } from '../version.js';
 import { FastMetricProducer } from './fast-metrics.js';
+import { LoopDelayGauges } from './loop-delay.js';
 import { withUnitSuffixes } from './prometheus-names.js';
 import { PrometheusText } from './prometheus-text.js';
 import { TemporalityView } from './temporality.js';
@@ -40,6 +41,8 @@ export interface TelemetryOptions {
   otlp?: { endpoint: string | undefined; intervalMs: number; exponentialHistograms: boolean };
   /** The egress proxies the OTLP exporter's requests go through (NO_PROXY applied per host). */
   egress?: EgressSettings;
+  /** Event-loop-delay sampling period, ms (config `metrics.loopDelayResolutionMs`). */
+  loopDelayResolutionMs?: number;
   /** Extra readers (an in-memory reader in tests). */
   readers?: MetricReader[];
 }
@@ -62,10 +65,18 @@ function loadOtlpExporter(): { OTLPMetricExporter: typeof OtlpExporterClass } {
  */
 export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
   const readers: MetricReader[] = [...(opts.readers ?? [])];
-  const fast = new FastMetricProducer({ name: SCOPE_NAME, version: VERSION });
+  const scope = { name: SCOPE_NAME, version: VERSION };
+  const fast = new FastMetricProducer(scope);
+  // One event-loop-delay window per reader (loop-delay.ts).
+  const loopDelays: LoopDelayGauges[] = [];
+  const loopDelay = () => {
+    const g = new LoopDelayGauges(scope, opts.loopDelayResolutionMs);
+    loopDelays.push(g);
+    return g;
+  };
   let prometheus: PrometheusExporter | undefined;
   if (opts.prometheus ?? true) {
-    prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers: [fast] });
+    prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers: [fast, loopDelay()] });
     readers.push(prometheus);
   }
   if (opts.otlp) {
@@ -86,7 +97,7 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
     });
     // The fast instruments follow the exporter's temporality (OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE) as the SDK's do.
     const view = new TemporalityView(fast, (t) => exporter.selectAggregationTemporality(t));
-    readers.push(new PeriodicExportingMetricReader({ exporter, metricProducers: [view], exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
+    readers.push(new PeriodicExportingMetricReader({ exporter, metricProducers: [view, loopDelay()], exportIntervalMillis: opts.otlp.intervalMs, exportTimeoutMillis: Math.min(30_000, opts.otlp.intervalMs) }));
   }
   const text = new PrometheusText();
   // OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME (the SDK's env detector, which discards a
@@ -110,6 +121,7 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
         }
       : undefined,
     async shutdown() {
+      for (const g of loopDelays) g.shutdown();
       await provider.shutdown();
     },
   };

@@ -24,8 +24,6 @@ export type Buckets = Readonly<Record<BucketName, readonly number[]>>;
 export interface InstrumentOptions {
   /** Record `llm_proxy.time_per_output_token` (config `metrics.perTokenItl`). */
   perTokenItl?: boolean;
-  /** Event-loop-delay sampling period, ms (config `metrics.loopDelayResolutionMs`). */
-  loopDelayResolutionMs?: number;
   /**
    * Records without the SDK's per-call attribute hashing (see fast-metrics.ts);
    * must be registered with every reader. Without it every instrument is the SDK's.
@@ -148,7 +146,7 @@ export class Instruments {
     this.streams = sum(METRIC.streams, '{stream}', 'Measured requests that finished, by outcome and by where the output token count came from.', true);
     this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'Requests in flight to an API the proxy reads, from their arrival.', false);
 
-    this.runtime = new RuntimeMetrics(meter, opts.loopDelayResolutionMs);
+    this.runtime = new RuntimeMetrics(meter);
   }
 
   shutdown(): void {

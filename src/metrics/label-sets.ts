@@ -16,23 +16,26 @@ export class LabelSets {
 
   constructor(private readonly maxSets = 10_000) {}
 
-  /** The set of these (name, value) pairs (names at even indexes); pairs with an undefined value are left out. */
+  /**
+   * The set of these (name, value) pairs (names at even indexes); pairs with an undefined or empty
+   * value are left out (Prometheus reads an empty label value as no label: two series would be one).
+   */
   of(...pairs: (string | number | undefined)[]): Attributes {
     let node: Node | undefined = this.root;
     for (let i = 0; i < pairs.length && node !== undefined; i += 2) {
       const v = pairs[i + 1];
-      if (v !== undefined) node = node.next.get(pairs[i] as string)?.get(v);
+      if (v !== undefined && v !== '') node = node.next.get(pairs[i] as string)?.get(v);
     }
     if (node?.set !== undefined) return node.set;
     const a: Attributes = {};
-    for (let i = 0; i < pairs.length; i += 2) if (pairs[i + 1] !== undefined) a[pairs[i] as string] = pairs[i + 1];
+    for (let i = 0; i < pairs.length; i += 2) if (pairs[i + 1] !== undefined && pairs[i + 1] !== '') a[pairs[i] as string] = pairs[i + 1];
     const set = Object.freeze(a);
     if (this.count < this.maxSets) {
       this.count++;
       let at: Node = this.root;
       for (let i = 0; i < pairs.length; i += 2) {
         const v = pairs[i + 1];
-        if (v === undefined) continue;
+        if (v === undefined || v === '') continue;
         let byValue = at.next.get(pairs[i] as string);
         if (byValue === undefined) at.next.set(pairs[i] as string, (byValue = new Map()));
         let child: Node | undefined = byValue.get(v);

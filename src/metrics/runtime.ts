@@ -1,52 +1,22 @@
 import type { Attributes, Histogram, Meter } from '@opentelemetry/api';
-import { constants, monitorEventLoopDelay, performance, PerformanceObserver, type IntervalHistogram } from 'node:perf_hooks';
+import { constants, performance, PerformanceObserver } from 'node:perf_hooks';
 import { getHeapSpaceStatistics } from 'node:v8';
-import { DEFAULT_LOOP_RESOLUTION_MS, GC_DURATION_BUCKETS, METRIC } from './semconv.js';
+import { GC_DURATION_BUCKETS, METRIC } from './semconv.js';
 
 /**
  * The proxy process's own health, so that an operator can tell a slow proxy
  * from a slow provider without restarting it with profiling flags: event-loop
- * delay and utilisation, CPU time, resident memory, V8 heap per space and GC
- * pauses (OpenTelemetry runtime and process semantic conventions). Everything
+ * utilisation, CPU time, resident memory, V8 heap per space and GC pauses
+ * (OpenTelemetry runtime and process semantic conventions; the event-loop
+ * delay is in loop-delay.ts, one window per reader). Everything
  * but the GC histogram is read when a reader collects; GC pauses are recorded
  * from Node's performance observer, which delivers them after the collection,
  * off the request path.
  */
 export class RuntimeMetrics {
-  private readonly loopDelay: IntervalHistogram;
   private readonly gcObserver: PerformanceObserver;
 
-  constructor(meter: Meter, loopDelayResolutionMs = DEFAULT_LOOP_RESOLUTION_MS) {
-    // Event-loop delay: a saturated proxy shows here, so it is not blamed on the provider.
-    this.loopDelay = monitorEventLoopDelay({ resolution: loopDelayResolutionMs });
-    this.loopDelay.enable();
-    const p50 = meter.createObservableGauge(METRIC.eventLoopDelayP50, {
-      unit: 's',
-      description: 'Event-loop delay of the proxy process, median since the previous collection.',
-    });
-    const p99 = meter.createObservableGauge(METRIC.eventLoopDelayP99, {
-      unit: 's',
-      description: 'Event-loop delay of the proxy process, 99th percentile since the previous collection.',
-    });
-    const max = meter.createObservableGauge(METRIC.eventLoopDelayMax, {
-      unit: 's',
-      description: 'Event-loop delay of the proxy process, maximum since the previous collection.',
-    });
-    meter.addBatchObservableCallback(
-      (obs) => {
-        const h = this.loopDelay;
-        if (h.count > 0) {
-          // Samples are the sampling timer's full period: subtract the period to get the delay.
-          const delay = (ns: number) => Math.max(0, ns / 1e9 - loopDelayResolutionMs / 1000);
-          obs.observe(p50, delay(h.percentile(50)));
-          obs.observe(p99, delay(h.percentile(99)));
-          obs.observe(max, delay(h.max));
-        }
-        h.reset();
-      },
-      [p50, p99, max],
-    );
-
+  constructor(meter: Meter) {
     // Cumulative counters, so that rate() gives the share of any window whatever the
     // scrape interval, and two readers (Prometheus and OTLP) do not split them.
     const loopTime = meter.createObservableCounter(METRIC.eventLoopTime, {
@@ -127,7 +97,6 @@ export class RuntimeMetrics {
   }
 
   shutdown(): void {
-    this.loopDelay.disable();
     this.gcObserver.disconnect();
   }
 }

@@ -296,8 +296,9 @@ export class Forwarder {
     };
   }
 
+  /** An empty model is no model: Prometheus reads a label with an empty value as no label. */
   limitModel(model: string | undefined): string | undefined {
-    return model === undefined ? undefined : this.models.limit(model);
+    return model === undefined || model === '' ? undefined : this.models.limit(model);
   }
 
   /** Closes every tunnel: Node's server cannot close the sockets it handed over. */

@@ -245,6 +245,41 @@ describe('OTLP temporality', () => {
   });
 });
 
+describe('event-loop delay with two readers', () => {
+  it('a stall shows in the Prometheus scrape after OTLP pushes, and in the OTLP push: each reader has its own window', async () => {
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });
+    closers.push(gt.close);
+    const otlp = await startOtlpReceiver();
+    closers.push(otlp.close);
+    const { p, metricsUrl } = await startProxy(gt.url, 5, otlp.url);
+    const maxOf = (text: string) => Number(/^nodejs_eventloop_delay_max_seconds(?:\{[^}]*\})? (\S+)$/m.exec(text)?.[1]);
+    const waitExports = async (n: number) => {
+      const t0 = performance.now();
+      while (otlp.exports.length < n && performance.now() - t0 < 10_000) await sleep(20);
+      expect(otlp.exports.length).toBeGreaterThanOrEqual(n);
+    };
+    await waitExports(1);
+    // A reader's first collection starts its window, whose sampling timer measures from its second tick.
+    await (await fetch(`${metricsUrl}/metrics`)).text();
+    await sleep(200);
+    // A stall of the whole process: its sampling timer fires ~400 ms late when it resumes.
+    p.child.kill('SIGSTOP');
+    await sleep(400);
+    p.child.kill('SIGCONT');
+    const resumed = otlp.exports.length;
+    // Two pushes (every 300 ms) after the stall: before, each collection emptied the one window.
+    await waitExports(resumed + 2);
+    const scraped = maxOf(await (await fetch(`${metricsUrl}/metrics`)).text());
+    expect(scraped).toBeGreaterThanOrEqual(0.25);
+    const pushed = otlp.exports
+      .slice(resumed)
+      .flatMap((e) => e.points)
+      .filter((x) => x.metric === 'nodejs.eventloop.delay.max')
+      .map((x) => x.value ?? 0);
+    expect(Math.max(...pushed)).toBeGreaterThanOrEqual(0.25);
+  });
+});
+
 describe('logs', () => {
   it('one JSON line per request, request id kept and forwarded (or generated), no secret ever logged', async () => {
     const seen: http.IncomingHttpHeaders[] = [];

@@ -1,39 +1,73 @@
+import type { GaugeMetricData } from '@opentelemetry/sdk-metrics';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
+import { LoopDelayGauges } from '../../src/metrics/loop-delay.js';
 import { blockFor } from '../helpers/busy.js';
-import { testInstruments } from '../helpers/metrics.js';
 
 const P50 = 'nodejs.eventloop.delay.p50';
 const MAX = 'nodejs.eventloop.delay.max';
 
+/** The gauge's value in a collection (undefined when it reported none). */
+async function gauge(g: LoopDelayGauges, name: string): Promise<number | undefined> {
+  const { resourceMetrics } = await g.collect();
+  const m = resourceMetrics.scopeMetrics.flatMap((s) => s.metrics).find((x) => x.descriptor.name === name) as GaugeMetricData | undefined;
+  return m?.dataPoints[0]?.value;
+}
+
 describe('event-loop-delay gauges', () => {
-  let t: ReturnType<typeof testInstruments> | undefined;
-  afterEach(async () => {
-    await t?.shutdown();
-    t = undefined;
+  const made: LoopDelayGauges[] = [];
+  const make = (resolutionMs: number) => {
+    const g = new LoopDelayGauges({ name: 'test' }, resolutionMs);
+    made.push(g);
+    return g;
+  };
+  afterEach(() => {
+    for (const g of made.splice(0)) g.shutdown();
   });
 
   it('report the delay beyond the sampling period, at the configured period', async () => {
-    t = testInstruments({ loopDelayResolutionMs: 50 });
-    await t.gaugeValue(MAX); // starts a fresh window
+    const g = make(50);
+    await gauge(g, MAX); // starts a fresh window
     await sleep(400); // ~8 idle samples: each the period itself, i.e. no delay
     blockFor(250);
     await sleep(120);
-    const max = (await t.gaugeValue(MAX))!;
+    const max = (await gauge(g, MAX))!;
     // The sample due during the stall fires at its end: 250 ms minus up to one period late.
     expect(max).toBeGreaterThanOrEqual(0.195);
     expect(max).toBeLessThan(1);
     await sleep(400);
-    const p50 = (await t.gaugeValue(P50))!;
+    const p50 = (await gauge(g, P50))!;
     // An idle loop: the configured period is subtracted, so the median is ~0 (not 50 ms, and
     // not 40 ms as with a fixed 10 ms subtracted).
     expect(p50).toBeGreaterThanOrEqual(0);
     expect(p50).toBeLessThan(0.025);
   });
 
-  it('report nothing for a window without a sample', async () => {
-    t = testInstruments({ loopDelayResolutionMs: 10_000 });
+  it('report nothing for a window without a sample, then repeat the last values while none comes', async () => {
+    const g = make(10_000);
     await sleep(150); // three periods of the default
-    expect(await t.gaugeValue(MAX)).toBeUndefined();
+    expect(await gauge(g, MAX)).toBeUndefined();
+    const h = make(50);
+    let first: number | undefined;
+    for (let i = 0; i < 25 && first === undefined; i++) {
+      await sleep(200); // a collection restarts the sampler's count: each window needs two ticks
+      first = await gauge(h, P50);
+    }
+    expect(first).toBeGreaterThanOrEqual(0);
+    // Collected again at once: no sample in between, the same values.
+    expect(await gauge(h, P50)).toBe(first);
+  });
+
+  it('keep one window per reader: a collection by one does not empty the other\'s', async () => {
+    const a = make(50);
+    const b = make(50);
+    await Promise.all([gauge(a, MAX), gauge(b, MAX)]);
+    await sleep(200);
+    blockFor(250);
+    await sleep(120);
+    expect(await gauge(b, MAX)).toBeGreaterThanOrEqual(0.195);
+    await sleep(120); // b's later collections see no stall; a's still does
+    await gauge(b, MAX);
+    expect(await gauge(a, MAX)).toBeGreaterThanOrEqual(0.195);
   });
 });
