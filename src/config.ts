@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
-import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS } from './metrics/semconv.js';
+import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS, STALL_GAP_SECONDS } from './metrics/semconv.js';
 import { API_BY_NAME } from './providers/detect.js';
 import { NO_EGRESS, parseProxyUrl, splitNoProxy, type EgressProxy, type EgressSettings } from './proxy/egress.js';
 import { PLAN_KEYS, planValueError, scheduleError } from './simulate/schedule.js';
@@ -302,6 +302,11 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
 
   const m = f.metrics ?? {};
   const warnings: string[] = [];
+  if (m.buckets?.itl !== undefined && !m.buckets.itl.includes(STALL_GAP_SECONDS)) {
+    warnings.push(
+      `metrics.buckets.itl has no ${STALL_GAP_SECONDS} s boundary: the shipped stall alert (LLMProxyStreamStalls, grafana/params.yaml alerts.stalls.gapSeconds) counts the gaps above that bucket and will never fire; add it, or rebuild the rules with a gapSeconds that is one of your boundaries`,
+    );
+  }
   return Object.freeze({
     routes: Object.freeze(routes.map((r) => Object.freeze({ ...r, prefix: normalizePrefix(r.prefix) }))),
     egress: egressSettings(f, overrides, source, warnings),

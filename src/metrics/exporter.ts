@@ -20,6 +20,8 @@ import { TemporalityView } from './temporality.js';
 import { egressAgentFactory, type EgressSettings } from '../proxy/egress.js';
 
 export const SCOPE_NAME = 'llm-latency-proxy';
+/** How long the shutdown waits for the final OTLP push (see `shutdown`). */
+export const SHUTDOWN_PUSH_MS = 5000;
 
 export interface Telemetry {
   readonly provider: MeterProvider;
@@ -122,7 +124,12 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
       : undefined,
     async shutdown() {
       for (const g of loopDelays) g.shutdown();
-      await provider.shutdown();
+      // The final OTLP push waits at most SHUTDOWN_PUSH_MS: a collector that does not answer held
+      // the exit ~12 s (its export timeout and retry), past a container's grace period after a
+      // 30 s drain (Compose's 40 s). A push still in flight then is lost with the process.
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([provider.shutdown(), new Promise<void>((resolve) => (timer = setTimeout(resolve, SHUTDOWN_PUSH_MS)))]);
+      clearTimeout(timer);
     },
   };
 }

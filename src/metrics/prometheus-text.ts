@@ -135,12 +135,37 @@ function prometheusType(metric: MetricData): string {
   }
 }
 
+/**
+ * A series' labels. Prometheus refuses the whole scrape for one invalid or repeated label name,
+ * and attribute names come from users too (OTEL_RESOURCE_ATTRIBUTES), so they follow the
+ * OpenTelemetry Prometheus compatibility rules beyond what the exporter's serializer does: a name
+ * that starts with a digit gets `key_` before it, and attributes whose names sanitise to one
+ * label are one label, their values joined with `;` in the order of the original names.
+ */
 function labelBlock(attributes: Attributes): string {
+  const entries = Object.entries(attributes);
+  const names = entries.map(([key]) => labelName(key));
   let s = '';
-  for (const [key, value] of Object.entries(attributes)) {
-    s += `${s.length > 0 ? ',' : ''}${sanitizeName(key)}="${escapeValue(value)}"`;
+  if (new Set(names).size === names.length) {
+    for (let i = 0; i < entries.length; i++) s += `${i > 0 ? ',' : ''}${names[i]}="${escapeValue(entries[i]![1])}"`;
+    return s;
+  }
+  const joined = new Map<string, [string, AttributeValue | undefined][]>();
+  entries.forEach(([key, value], i) => {
+    const list = joined.get(names[i]!);
+    if (list === undefined) joined.set(names[i]!, [[key, value]]);
+    else list.push([key, value]);
+  });
+  for (const [name, list] of joined) {
+    list.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    s += `${s.length > 0 ? ',' : ''}${name}="${list.map(([, v]) => escapeValue(v)).join(';')}"`;
   }
   return s;
+}
+
+function labelName(key: string): string {
+  const name = sanitizeName(key);
+  return name.charCodeAt(0) >= 0x30 && name.charCodeAt(0) <= 0x39 ? `key_${name}` : name;
 }
 
 function sanitizeName(name: string): string {

@@ -91,8 +91,12 @@ export const DEFAULT_BUCKETS = {
     0.00025, 0.0005, 0.00075, 0.001, 0.00125, 0.0015, 0.00175, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01,
     0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2.5,
   ],
+  // 10 ms .. 600 s: reasoning models can think for minutes before their first token; past the
+  // last finite bucket histogram_quantile() can only answer that bucket (and the response
+  // timeout, 590 s by default, is inside the last one).
   ttft: [
     0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 60,
+    120, 300, 600,
   ],
   duration: [
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92, 163.84, 327.68, 655.36,
@@ -117,6 +121,12 @@ export const GC_DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0
 export const CONNECT_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5, 5, 10] as const;
 
 export type BucketName = keyof typeof DEFAULT_BUCKETS;
+
+/**
+ * The gap the shipped stall alert counts (grafana/params.yaml `alerts.stalls.gapSeconds`): it reads
+ * the per-gap histogram's bucket at this boundary, so custom ITL buckets without it silence it.
+ */
+export const STALL_GAP_SECONDS = 1;
 
 /**
  * The event-loop-delay sampling period. Each sample is a timer wake-up of an

@@ -245,6 +245,32 @@ describe('OTLP temporality', () => {
   });
 });
 
+describe('shutdown with an OTLP collector that never answers', () => {
+  it('SIGTERM: the final push waits at most 5 s, so the process exits well inside a container\'s grace period', async () => {
+    const sockets = new Set<net.Socket>();
+    const hanging = http.createServer((req) => req.resume()); // reads every export, answers none
+    hanging.on('connection', (s) => {
+      sockets.add(s);
+      s.on('close', () => sockets.delete(s));
+    });
+    await new Promise<void>((r) => hanging.listen(0, '127.0.0.1', r));
+    closers.push(async () => {
+      for (const s of sockets) s.destroy();
+      await new Promise((r) => hanging.close(r));
+    });
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });
+    closers.push(gt.close);
+    const { p, proxyUrl } = await startProxy(gt.url, 5, `http://127.0.0.1:${(hanging.address() as AddressInfo).port}/v1/metrics`);
+    expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
+    while (sockets.size === 0) await sleep(20); // an export is hanging
+    const t0 = performance.now();
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toBe(0);
+    // The export's own timeout and retry took ~12 s before.
+    expect(performance.now() - t0).toBeLessThan(9_000);
+  });
+});
+
 describe('event-loop delay with two readers', () => {
   it('a stall shows in the Prometheus scrape after OTLP pushes, and in the OTLP push: each reader has its own window', async () => {
     const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });

@@ -27,9 +27,18 @@ describe('default timeouts', () => {
     }
   });
 
-  it('leave a request that runs into them in a finite duration bucket', () => {
+  it('custom ITL buckets without the stall alert\'s 1 s boundary get a warning that names it; with it, none', () => {
+    const without = buildConfig({ metrics: { buckets: { itl: [0.001, 0.01, 0.1, 2] } } });
+    expect(without.warnings?.join('\n')).toMatch(/metrics\.buckets\.itl has no 1 s boundary.*LLMProxyStreamStalls/);
+    expect(buildConfig({ metrics: { buckets: { itl: [0.001, 0.01, 1, 2] } } }).warnings).toEqual([]);
+    expect(loadConfig({}, {}).warnings).toEqual([]);
+  });
+
+  it('leave a request that runs into them in a finite duration bucket, and a first token just inside the response timeout in a finite TTFT bucket', () => {
     const c = loadConfig({}, {});
     expect(c.metrics.buckets.duration.at(-1)).toBeGreaterThan(Math.max(c.timeouts.response, c.timeouts.idle));
+    // A reasoning model may think for minutes: its TTFT must not land in +Inf while the proxy still waits.
+    expect(c.metrics.buckets.ttft.at(-1)).toBeGreaterThan(c.timeouts.response);
   });
 });
 

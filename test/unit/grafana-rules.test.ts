@@ -9,6 +9,7 @@ import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import * as build from '../../grafana/build.mjs';
+import { DEFAULT_BUCKETS, STALL_GAP_SECONDS } from '../../src/metrics/semconv.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const GRAFANA = join(ROOT, 'grafana');
@@ -228,5 +229,9 @@ describe('grafana/alerts rules', () => {
     const line = /per-gap ITL and TPOT: ([\d., ]+)/.exec(doc);
     expect(line).not.toBeNull();
     expect(line![1]!.split(',').map((s) => Number(s.trim()))).toEqual([...build.GAP_BUCKETS]);
+    // The proxy's own defaults, which build.mjs keeps a copy of (it runs without the TypeScript build).
+    expect([...build.GAP_BUCKETS]).toEqual([...DEFAULT_BUCKETS.itl]);
+    // The stall alert's gap is the one the config warns about when custom buckets lack it.
+    expect(params.alerts.stalls.gapSeconds).toBe(STALL_GAP_SECONDS);
   });
 });
