@@ -27,18 +27,39 @@ export interface Health {
   ready(): boolean;
 }
 
+/** Scrapes collected or being sent at once; more get 503 (see createMetricsApp). */
+export const MAX_SCRAPES_IN_FLIGHT = 4;
+
 /** Metrics and health on their own port; never forwarded upstream. */
 export function createMetricsApp(telemetry: Telemetry | undefined, health: Health): Hono {
   const app = new Hono();
+  // Each scrape holds its collected snapshot and unsent text until its client has read it: a
+  // client that stops reading kept ~13.5 MB each at the series cap until timeouts.idle, and
+  // nothing bounded how many (review 114). Prometheus scrapes one target at a time.
+  let inFlight = 0;
   app.get('/metrics', async (c) => {
     if (!telemetry?.scrape) {
       return c.text('# metrics are disabled or pushed over OTLP only\n', 200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' });
     }
+    if (inFlight >= MAX_SCRAPES_IN_FLIGHT) {
+      return c.text(`# ${inFlight} scrapes are in flight (at most ${MAX_SCRAPES_IN_FLIGHT}); retry\n`, 503, { 'retry-after': '1' });
+    }
+    inFlight++;
+    let held = true;
+    const release = () => {
+      if (held) {
+        held = false;
+        inFlight--;
+      }
+    };
+    // Whatever ends the exchange (the body sent, the client gone, an error) lets the slot go.
+    (c.env as Partial<HttpBindings> | undefined)?.outgoing?.once('close', release);
     const pieces = telemetry.scrape();
     let first: IteratorResult<string>;
     try {
       first = await pieces.next();
     } catch (e) {
+      release();
       return c.text(`# collection failed: ${(e as Error).message}\n`, 500);
     }
     // Each piece goes out as it is written (see prometheus-text.ts): a large exposition is
@@ -46,15 +67,26 @@ export function createMetricsApp(telemetry: Telemetry | undefined, health: Healt
     const utf8 = new TextEncoder();
     const body = new ReadableStream<Uint8Array>({
       start(controller) {
-        if (first.done) controller.close();
-        else controller.enqueue(utf8.encode(first.value));
+        if (first.done) {
+          release();
+          controller.close();
+        } else controller.enqueue(utf8.encode(first.value));
       },
       async pull(controller) {
-        const next = await pieces.next();
-        if (next.done) controller.close();
-        else controller.enqueue(utf8.encode(next.value));
+        let next: IteratorResult<string>;
+        try {
+          next = await pieces.next();
+        } catch (e) {
+          release();
+          throw e;
+        }
+        if (next.done) {
+          release();
+          controller.close();
+        } else controller.enqueue(utf8.encode(next.value));
       },
       async cancel() {
+        release();
         await pieces.return(undefined);
       },
     });

@@ -1,0 +1,88 @@
+import http from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { Telemetry } from '../../src/metrics/exporter.js';
+import { createMetricsApp, listen, MAX_SCRAPES_IN_FLIGHT } from '../../src/server.js';
+
+// A scrape holds its snapshot until its client has read it; the metrics port lets only a few be
+// in flight. The telemetry here makes its first `held` scrapes wait on a gate before their first
+// piece, so that they stay in flight as long as the test wants.
+function gated(held: number) {
+  let open!: () => void;
+  const gate = new Promise<void>((r) => (open = r));
+  let calls = 0;
+  const telemetry = {
+    scrape: () =>
+      (async function* (wait: boolean) {
+        if (wait) await gate;
+        yield '# TYPE x gauge\n';
+        yield 'x 1\n';
+      })(++calls <= held),
+  } as unknown as Telemetry;
+  return { telemetry, open: () => open(), calls: () => calls };
+}
+
+const servers: http.Server[] = [];
+afterEach(async () => {
+  for (const s of servers.splice(0)) {
+    s.closeAllConnections();
+    await new Promise((r) => s.close(r));
+  }
+});
+
+async function serve(telemetry: Telemetry): Promise<string> {
+  const { server, url } = await listen(createMetricsApp(telemetry, { ready: () => true }), 0, '127.0.0.1');
+  servers.push(server);
+  return url;
+}
+
+/** GET /metrics; resolves with the status and body, and gives a way to hang up before. */
+function get(url: string) {
+  let req!: http.ClientRequest;
+  const done = new Promise<{ status: number; body: string; retryAfter?: string }>((resolve, reject) => {
+    req = http.get(`${url}/metrics`, { agent: false }, (res) => {
+      let body = '';
+      res.on('data', (d: Buffer) => (body += d.toString()));
+      res.on('end', () => resolve({ status: res.statusCode!, body, ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}) }));
+    });
+    req.on('error', reject);
+  });
+  return { done, hangUp: () => req.destroy() };
+}
+
+async function until(cond: () => boolean): Promise<void> {
+  for (let i = 0; i < 500 && !cond(); i++) await sleep(10);
+  expect(cond()).toBe(true);
+}
+
+describe('/metrics scrapes in flight', () => {
+  it(`answers a scrape beyond ${MAX_SCRAPES_IN_FLIGHT} in flight with 503 and Retry-After, and takes scrapes again once those end`, async () => {
+    const t = gated(MAX_SCRAPES_IN_FLIGHT);
+    const url = await serve(t.telemetry);
+    const held = Array.from({ length: MAX_SCRAPES_IN_FLIGHT }, () => get(url));
+    await until(() => t.calls() === MAX_SCRAPES_IN_FLIGHT);
+    const refused = await get(url).done;
+    expect(refused.status).toBe(503);
+    expect(refused.retryAfter).toBe('1');
+    expect(t.calls()).toBe(MAX_SCRAPES_IN_FLIGHT); // refused before collecting anything
+    t.open();
+    for (const h of held) expect(await h.done).toEqual({ status: 200, body: '# TYPE x gauge\nx 1\n' });
+    for (let i = 0; i < MAX_SCRAPES_IN_FLIGHT + 2; i++) expect((await get(url).done).status).toBe(200);
+  });
+
+  it('lets the slot of a client that hung up go, also while its scrape is still collecting', async () => {
+    const t = gated(MAX_SCRAPES_IN_FLIGHT); // the gate is never opened: those scrapes never end
+    const url = await serve(t.telemetry);
+    const held = Array.from({ length: MAX_SCRAPES_IN_FLIGHT }, () => get(url));
+    for (const h of held) h.done.catch(() => undefined);
+    await until(() => t.calls() === MAX_SCRAPES_IN_FLIGHT);
+    expect((await get(url).done).status).toBe(503);
+    for (const h of held) h.hangUp();
+    let status = 0;
+    for (let i = 0; i < 200 && status !== 200; i++) {
+      status = (await get(url).done).status;
+      if (status !== 200) await sleep(10);
+    }
+    expect(status).toBe(200);
+  });
+});
