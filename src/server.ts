@@ -29,9 +29,11 @@ export interface Health {
 
 /** Scrapes collected or being sent at once; more get 503 (see createMetricsApp). */
 export const MAX_SCRAPES_IN_FLIGHT = 4;
+/** A scrape's connection is closed if its answer is not sent within this (Prometheus's scrape_timeout is 10 s by default). */
+export const SCRAPE_DEADLINE_MS = 60_000;
 
 /** Metrics and health on their own port; never forwarded upstream. */
-export function createMetricsApp(telemetry: Telemetry | undefined, health: Health): Hono {
+export function createMetricsApp(telemetry: Telemetry | undefined, health: Health, { scrapeDeadlineMs = SCRAPE_DEADLINE_MS } = {}): Hono {
   const app = new Hono();
   // Each scrape holds its collected snapshot and unsent text until its client has read it: a
   // client that stops reading kept ~13.5 MB each at the series cap until timeouts.idle, and
@@ -46,14 +48,26 @@ export function createMetricsApp(telemetry: Telemetry | undefined, health: Healt
     }
     inFlight++;
     let held = true;
+    let collecting = true;
+    let gone = false;
     const release = () => {
       if (held) {
         held = false;
         inFlight--;
+        clearTimeout(deadline);
       }
     };
-    // Whatever ends the exchange (the body sent, the client gone, an error) lets the slot go.
-    (c.env as Partial<HttpBindings> | undefined)?.outgoing?.once('close', release);
+    const outgoing = (c.env as Partial<HttpBindings> | undefined)?.outgoing;
+    // Whatever ends the exchange (the body sent, the client gone, an error) lets the slot go, but
+    // not before the collection is done: clients that connect and hang up must not start more.
+    outgoing?.once('close', () => {
+      gone = true;
+      if (!collecting) release();
+    });
+    // A client that stops reading would keep its slot until timeouts.idle (590 s) and, with three
+    // more, lock Prometheus out: a scrape gets scrapeDeadlineMs in all.
+    const deadline = setTimeout(() => outgoing?.destroy(), scrapeDeadlineMs);
+    deadline.unref();
     const pieces = telemetry.scrape();
     let first: IteratorResult<string>;
     try {
@@ -61,6 +75,13 @@ export function createMetricsApp(telemetry: Telemetry | undefined, health: Healt
     } catch (e) {
       release();
       return c.text(`# collection failed: ${(e as Error).message}\n`, 500);
+    } finally {
+      collecting = false;
+    }
+    if (gone) {
+      release();
+      await pieces.return(undefined);
+      return c.body(null, 499 as never);
     }
     // Each piece goes out as it is written (see prometheus-text.ts): a large exposition is
     // neither one string nor one event-loop turn.

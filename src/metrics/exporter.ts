@@ -13,7 +13,7 @@ import { createRequire } from 'node:module';
 import { hostname } from 'node:os';
 import { VERSION } from '../version.js';
 import { FastMetricProducer } from './fast-metrics.js';
-import { LoopDelayGauges } from './loop-delay.js';
+import { LoopDelayGauges, LoopDelaySampler } from './loop-delay.js';
 import { withUnitSuffixes } from './prometheus-names.js';
 import { PrometheusText } from './prometheus-text.js';
 import { TemporalityView } from './temporality.js';
@@ -69,13 +69,9 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
   const readers: MetricReader[] = [...(opts.readers ?? [])];
   const scope = { name: SCOPE_NAME, version: VERSION };
   const fast = new FastMetricProducer(scope);
-  // One event-loop-delay window per reader (loop-delay.ts).
-  const loopDelays: LoopDelayGauges[] = [];
-  const loopDelay = () => {
-    const g = new LoopDelayGauges(scope, opts.loopDelayResolutionMs);
-    loopDelays.push(g);
-    return g;
-  };
+  // One event-loop-delay sampler, one window per reader (loop-delay.ts).
+  const sampler = new LoopDelaySampler(opts.loopDelayResolutionMs);
+  const loopDelay = () => new LoopDelayGauges(scope, sampler);
   let prometheus: PrometheusExporter | undefined;
   if (opts.prometheus ?? true) {
     prometheus = new PrometheusExporter({ preventServerStart: true, metricProducers: [fast, loopDelay()] });
@@ -123,7 +119,7 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
         }
       : undefined,
     async shutdown() {
-      for (const g of loopDelays) g.shutdown();
+      sampler.stop();
       // The final OTLP push waits at most SHUTDOWN_PUSH_MS: a collector that does not answer held
       // the exit ~12 s (its export timeout and retry), past a container's grace period after a
       // 30 s drain (Compose's 40 s). A push still in flight then is lost with the process.

@@ -5,8 +5,8 @@ import { PendingBytes } from './pending-bytes.js';
  * Incremental line framing for NDJSON bodies (`application/x-ndjson`, Ollama).
  * Each non-empty line (LF-terminated, a trailing CR removed) becomes
  * `{type: '', data: line, id: undefined}`, the same callback shape as the SSE
- * parser; a UTF-8 BOM that starts the body is left out. Bytes are decoded only per complete line, so a UTF-8 character
- * split across reads is reassembled. Lines longer than `maxEventBytes` are
+ * parser; a UTF-8 BOM that starts the body is left out. Bytes are decoded only
+ * per complete line, so a UTF-8 character split across reads is reassembled. Lines longer than `maxEventBytes` are
  * dropped (counted in `oversizeLines`). `end()` dispatches a final line that
  * has no newline.
  */

@@ -90,9 +90,8 @@ describe('acceptance: separate processes, official client', () => {
       body: JSON.stringify({ model: 'names', stream: true, stream_options: { include_usage: true }, messages: [] }),
     });
     await r.text();
-    // The event-loop gauges report once a window holds a sample: two 50 ms timer ticks after
-    // start or after the previous scrape (a scrape resets the histogram; a sample is the
-    // time between two ticks).
+    // The event-loop gauges report once a window holds a sample: a 50 ms timer tick after
+    // start or after the previous scrape (a scrape empties its reader's window).
     // The GC histogram reports once a collection ran after start: until then, more requests
     // (on the same pooled connection) make garbage; with little of it a scrape could come first.
     let text = '';
@@ -141,6 +140,16 @@ describe('acceptance: separate processes, official client', () => {
     expect(bucketOf(0.0014)).not.toBe(bucketOf(0.0023));
     expect(Math.min(...les)).toBeLessThanOrEqual(0.00025);
     expect(new Set([0.02, 0.025, 0.03].map(bucketOf)).size).toBe(3);
+    // Each histogram has exactly the buckets docs/interfaces.md pins (an instrument given
+    // another's boundaries, or a boundary dropped, fails here).
+    const doc = readFileSync(join(__dirname, '../../docs/interfaces.md'), 'utf8');
+    const pinned = (what: string) => [...doc.matchAll(/^- ([^:]+): ([\d., ]+)$/gm)].find((m) => m[1] === what)![2]!.split(',').map((x) => Number(x.trim()));
+    const bounds = (name: string) => [...new Set(s.filter((x) => x.name === `${name}_bucket`).map((x) => x.labels.le!))].filter((le) => le !== '+Inf').map(Number).sort((a, b) => a - b);
+    expect(bounds('gen_ai_client_operation_time_per_output_chunk_seconds')).toEqual(pinned('per-gap ITL and TPOT'));
+    expect(bounds('gen_ai_server_time_per_output_token_seconds')).toEqual(pinned('per-gap ITL and TPOT'));
+    expect(bounds('gen_ai_client_operation_time_to_first_chunk_seconds')).toEqual(pinned('TTFT'));
+    expect(bounds('gen_ai_client_operation_duration_seconds')).toEqual(pinned('duration'));
+    expect(bounds('gen_ai_client_token_usage')).toEqual(pinned('token usage'));
   });
 
   it('starts on the built-in simulator when no upstream is configured and says so first', async () => {

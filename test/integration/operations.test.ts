@@ -285,9 +285,7 @@ describe('event-loop delay with two readers', () => {
       expect(otlp.exports.length).toBeGreaterThanOrEqual(n);
     };
     await waitExports(1);
-    // A reader's first collection starts its window, whose sampling timer measures from its second tick.
-    await (await fetch(`${metricsUrl}/metrics`)).text();
-    await sleep(200);
+    await (await fetch(`${metricsUrl}/metrics`)).text(); // the scrape's window starts here
     // A stall of the whole process: its sampling timer fires ~400 ms late when it resumes.
     p.child.kill('SIGSTOP');
     await sleep(400);

@@ -1,4 +1,5 @@
 import http from 'node:http';
+import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Telemetry } from '../../src/metrics/exporter.js';
@@ -30,8 +31,8 @@ afterEach(async () => {
   }
 });
 
-async function serve(telemetry: Telemetry): Promise<string> {
-  const { server, url } = await listen(createMetricsApp(telemetry, { ready: () => true }), 0, '127.0.0.1');
+async function serve(telemetry: Telemetry, scrapeDeadlineMs?: number): Promise<string> {
+  const { server, url } = await listen(createMetricsApp(telemetry, { ready: () => true }, scrapeDeadlineMs ? { scrapeDeadlineMs } : {}), 0, '127.0.0.1');
   servers.push(server);
   return url;
 }
@@ -43,7 +44,8 @@ function get(url: string) {
     req = http.get(`${url}/metrics`, { agent: false }, (res) => {
       let body = '';
       res.on('data', (d: Buffer) => (body += d.toString()));
-      res.on('end', () => resolve({ status: res.statusCode!, body, ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}) }));
+      // 'close', not 'end': a body cut by the deadline ends no other way.
+      res.on('close', () => resolve({ status: res.statusCode!, body, ...(res.headers['retry-after'] ? { retryAfter: res.headers['retry-after'] } : {}) }));
     });
     req.on('error', reject);
   });
@@ -70,19 +72,52 @@ describe('/metrics scrapes in flight', () => {
     for (let i = 0; i < MAX_SCRAPES_IN_FLIGHT + 2; i++) expect((await get(url).done).status).toBe(200);
   });
 
-  it('lets the slot of a client that hung up go, also while its scrape is still collecting', async () => {
-    const t = gated(MAX_SCRAPES_IN_FLIGHT); // the gate is never opened: those scrapes never end
+  it('lets the slot of a client that hung up go once its collection is done, not before (hang-ups start no more collections)', async () => {
+    const t = gated(MAX_SCRAPES_IN_FLIGHT);
     const url = await serve(t.telemetry);
     const held = Array.from({ length: MAX_SCRAPES_IN_FLIGHT }, () => get(url));
     for (const h of held) h.done.catch(() => undefined);
     await until(() => t.calls() === MAX_SCRAPES_IN_FLIGHT);
-    expect((await get(url).done).status).toBe(503);
     for (const h of held) h.hangUp();
+    await sleep(100);
+    expect((await get(url).done).status).toBe(503);
+    expect(t.calls()).toBe(MAX_SCRAPES_IN_FLIGHT);
+    t.open();
     let status = 0;
     for (let i = 0; i < 200 && status !== 200; i++) {
       status = (await get(url).done).status;
       if (status !== 200) await sleep(10);
     }
     expect(status).toBe(200);
+  });
+
+  it('closes a scrape whose client stopped reading at the deadline, freeing its slot', async () => {
+    // 24 pieces of 1 MiB: more than the socket buffers hold, so a client that does not read stalls it.
+    const big = 'x'.repeat(1 << 20) + '\n';
+    let calls = 0;
+    const telemetry = {
+      scrape: async function* () {
+        calls++;
+        for (let i = 0; i < 24; i++) yield big;
+      },
+    } as unknown as Telemetry;
+    const url = await serve(telemetry, 1000);
+    const { port } = new URL(url);
+    const sockets = Array.from({ length: MAX_SCRAPES_IN_FLIGHT }, () => {
+      const s = net.connect(Number(port), '127.0.0.1', () => s.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n'));
+      s.pause(); // never reads
+      s.on('error', () => undefined);
+      return s;
+    });
+    await until(() => calls === MAX_SCRAPES_IN_FLIGHT);
+    expect((await get(url).done).status).toBe(503);
+    // The proxy cuts them at the deadline (their own ends, paused, do not notice).
+    let status = 0;
+    for (let i = 0; i < 500 && status !== 200; i++) {
+      status = (await get(url).done).status;
+      if (status !== 200) await sleep(10);
+    }
+    expect(status).toBe(200);
+    for (const s of sockets) s.destroy();
   });
 });

@@ -67,7 +67,8 @@ def body(model):
 def run_httpx(url, n, model, cancel_after=None):
     import httpx
 
-    with httpx.Client(timeout=60) as client:
+    # trust_env=False: no HTTP(S)_PROXY for loopback requests (aiohttp's default already)
+    with httpx.Client(timeout=60, trust_env=False) as client:
         for _ in range(n):
             sse = Sse()
             sent = time.monotonic_ns()
