@@ -195,7 +195,8 @@ function attributeKey(a: Attributes): string {
   return JSON.stringify(Object.keys(a).sort().map((k) => [k, a[k]]));
 }
 
-function hrNow(): HrTime {
+/** The wall clock as an OpenTelemetry time, ms resolution. */
+export function hrNow(): HrTime {
   const ms = Date.now();
   return [Math.floor(ms / 1000), (ms % 1000) * 1e6];
 }

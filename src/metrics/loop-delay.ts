@@ -1,7 +1,8 @@
-import { ValueType, type HrTime } from '@opentelemetry/api';
+import { ValueType } from '@opentelemetry/api';
 import { emptyResource } from '@opentelemetry/resources';
 import { AggregationTemporality, DataPointType, type CollectionResult, type GaugeMetricData, type MetricProducer } from '@opentelemetry/sdk-metrics';
 import { createHistogram, performance, type RecordableHistogram } from 'node:perf_hooks';
+import { hrNow } from './fast-metrics.js';
 import { DEFAULT_LOOP_RESOLUTION_MS, METRIC } from './semconv.js';
 
 const GAUGES = [
@@ -70,8 +71,7 @@ export class LoopDelayGauges implements MetricProducer {
     await new Promise<void>((resolve) => setImmediate(resolve));
     const h = this.histogram;
     if (h.count > 0) {
-      const ms = Date.now();
-      const now: HrTime = [Math.floor(ms / 1000), (ms % 1000) * 1e6];
+      const now = hrNow();
       const seconds = (ns: number) => (ns <= 1 ? 0 : ns / 1e9);
       this.last = GAUGES.map(([name, what, read]) => ({
         descriptor: { name, unit: 's', description: `Event-loop delay of the proxy process, ${what} since the previous collection by the same reader.`, valueType: ValueType.DOUBLE },
