@@ -13,7 +13,14 @@ export interface OtlpPoint {
   temporality?: 'delta' | 'cumulative';
   startTimeUnixNano?: string;
   timeUnixNano?: string;
+  /** Histograms: the samples their buckets hold (an exponential one's zero bucket and both ranges included). */
+  bucketTotal?: number;
+  /** Exponential histograms: the scale (bucket base 2^(2^-scale)). */
+  scale?: number;
 }
+
+type Buckets = { bucketCounts?: (number | string)[] } | undefined;
+const bucketSum = (b: Buckets) => (b?.bucketCounts ?? []).reduce((a: number, c) => a + Number(c), 0);
 
 /** OTLP's AggregationTemporality: 1 delta, 2 cumulative (a number, or its name in proto3 JSON). */
 function temporalityOf(t: unknown): OtlpPoint['temporality'] {
@@ -64,6 +71,13 @@ export async function startOtlpReceiver() {
                   ...(temporalityOf(data.aggregationTemporality) ? { temporality: temporalityOf(data.aggregationTemporality) } : {}),
                   ...(dp.startTimeUnixNano !== undefined ? { startTimeUnixNano: String(dp.startTimeUnixNano) } : {}),
                   ...(dp.timeUnixNano !== undefined ? { timeUnixNano: String(dp.timeUnixNano) } : {}),
+                  ...(kind === 'histogram' ? { bucketTotal: bucketSum(dp as Buckets) } : {}),
+                  ...(kind === 'exponentialHistogram'
+                    ? {
+                        bucketTotal: Number(dp.zeroCount ?? 0) + bucketSum(dp.positive as Buckets) + bucketSum(dp.negative as Buckets),
+                        scale: Number(dp.scale ?? 0),
+                      }
+                    : {}),
                 });
               }
             }

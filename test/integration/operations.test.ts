@@ -1,8 +1,9 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -10,6 +11,9 @@ import { sleepUntil } from '../helpers/bands.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { startOtlpReceiver } from '../helpers/otlp-receiver.js';
 import { CLI, spawnCli, type Spawned } from '../helpers/process.js';
+import { hist, parseProm } from '../helpers/prom.js';
+import { tempDir } from '../helpers/temp-dir.js';
+import { DEFAULT_BUCKETS, METRIC } from '../../src/metrics/semconv.js';
 
 const procs: Spawned[] = [];
 const closers: (() => Promise<void>)[] = [];
@@ -52,8 +56,8 @@ function connectRefused(url: string): Promise<boolean> {
   });
 }
 
-async function startProxy(upstream: string, drainSeconds: number, otlpUrl: string, env: Record<string, string> = {}) {
-  const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0', '--drain-timeout', String(drainSeconds)], {
+async function startProxy(upstream: string, drainSeconds: number, otlpUrl: string, env: Record<string, string> = {}, args: string[] = []) {
+  const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0', '--drain-timeout', String(drainSeconds), ...args], {
     OTEL_METRICS_EXPORTER: 'otlp,prometheus',
     OTEL_EXPORTER_OTLP_METRICS_ENDPOINT: otlpUrl,
     OTEL_METRIC_EXPORT_INTERVAL: '300',
@@ -242,6 +246,54 @@ describe('OTLP temporality', () => {
     // Each interval of a series starts where its previous one ended.
     const ttftTimes = ttft.map((x) => [BigInt(x.startTimeUnixNano!), BigInt(x.timeUnixNano!)] as const);
     for (let i = 1; i < ttftTimes.length; i++) expect(ttftTimes[i]![0]).toBe(ttftTimes[i - 1]![1]);
+  });
+});
+
+describe('OTLP exponential histograms', () => {
+  it('otlp.exponentialHistograms: the once-per-request histograms arrive base-2 exponential holding every request, the per-event gap histogram explicit; /metrics keeps its buckets', async () => {
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 20, alwaysUsage: true });
+    closers.push(gt.close);
+    const otlp = await startOtlpReceiver();
+    closers.push(otlp.close);
+    const file = join(tempDir('llp-exp-'), 'c.yaml');
+    writeFileSync(file, 'otlp:\n  exponentialHistograms: true\n');
+    const { p, proxyUrl, metricsUrl } = await startProxy(gt.url, 5, otlp.url, {}, ['--config', file]);
+    for (let i = 0; i < 3; i++) expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
+    const exposition = await (await fetch(`${metricsUrl}/metrics`)).text();
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toBe(0); // the final push carries the last stream
+
+    const latest = otlp.latest();
+    const of = (metric: string, filter: Record<string, string> = {}) => {
+      const list = latest.filter((x) => x.metric === metric && Object.entries(filter).every(([k, v]) => x.attributes[k] === v));
+      expect(list, metric).toHaveLength(1);
+      return list[0]!;
+    };
+    const once = [
+      of(METRIC.ttft),
+      of(METRIC.tpot),
+      of(METRIC.duration),
+      of(METRIC.timeToFirstByte),
+      of(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' }),
+      of(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' }),
+    ];
+    for (const x of once) {
+      expect(x.kind, x.metric).toBe('exponentialHistogram');
+      expect(x.count, x.metric).toBe(3);
+      expect(x.bucketTotal, x.metric).toBe(3); // the buckets hold what the count says
+      expect(x.sum, x.metric).toBeGreaterThan(0);
+    }
+    expect(of(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' }).sum).toBe(3 * 20);
+    // The gap histogram is recorded per event by the fast instruments: explicit buckets.
+    const gaps = of(METRIC.chunkGap);
+    expect(gaps.kind).toBe('histogram');
+    expect(gaps.count).toBe(3 * 19);
+    expect(gaps.bucketTotal).toBe(3 * 19);
+    // The Prometheus reader still gets the explicit buckets docs/interfaces.md pins.
+    const samples = parseProm(exposition);
+    const le = samples.filter((x) => x.name === 'gen_ai_client_operation_time_to_first_chunk_seconds_bucket').map((x) => (x.labels.le === '+Inf' ? Infinity : Number(x.labels.le)));
+    expect(le).toEqual([...DEFAULT_BUCKETS.ttft, Infinity]);
+    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(3);
   });
 });
 

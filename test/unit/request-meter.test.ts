@@ -9,7 +9,7 @@ import { GeminiAdapter } from '../../src/providers/gemini.js';
 import { AnthropicAdapter } from '../../src/providers/anthropic.js';
 import { OllamaAdapter } from '../../src/providers/ollama.js';
 import { BedrockAdapter } from '../../src/providers/bedrock.js';
-import type { ResponseAdapter } from '../../src/providers/types.js';
+import { EventKind, type ResponseAdapter, type ServerTimings, type Usage } from '../../src/providers/types.js';
 import { fixture } from '../helpers/fixtures.js';
 import { testInstruments } from '../helpers/metrics.js';
 
@@ -182,6 +182,47 @@ describe('RequestMeter with a controllable clock', () => {
     }
     const d = await t.histogram(METRIC.duration);
     expect(d.attributes.map((a) => a['gen_ai.response.model']).sort()).toEqual(['_OTHER', 'm-1']);
+  });
+
+  it('labels each instrument as defined: the request\'s at the stream\'s start, the response model at its end; billed counts for token usage, streamed ones for TPOT', async () => {
+    t = testInstruments();
+    // A stub adapter: every event is content, and what the end reads is set before finish().
+    const adapter: ResponseAdapter & { usage: Usage; responseModel: string | undefined; serverTimings: ServerTimings | undefined } = {
+      onEvent: () => EventKind.Content,
+      usage: {},
+      cumulativeOutputTokens: undefined,
+      responseModel: undefined,
+      errorType: undefined,
+      serverTimings: undefined,
+    };
+    const m = new RequestMeter(t.instruments, adapter, { ...labels, requestModel: 'req-m' }, 1000, opts);
+    m.responseStart(200, 'text/event-stream', undefined);
+    m.chunk(Buffer.from('data: a\n\n'), 1100);
+    m.chunk(Buffer.from('data: b\n\n'), 1120);
+    m.chunk(Buffer.from('data: c\n\n'), 1140);
+    adapter.usage = { inputTokens: 7, billedInputTokens: 9, outputTokens: 3, billedOutputTokens: 5 };
+    adapter.responseModel = 'resp-m';
+    adapter.serverTimings = { timeToFirstToken: 0.05, timePerOutputToken: 0.01, duration: 0.2 };
+    const s = m.finish(1200)!;
+    // TPOT divides the streamed span by the streamed tokens: (1140 - 1100) / (3 - 1), not / (5 - 1).
+    expect(s.tpotMs).toBeCloseTo(20, 9);
+    expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' })).toMatchObject({ count: 1, sum: 5 });
+    expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' })).toMatchObject({ count: 1, sum: 9 });
+    const models = async (name: string) => {
+      const h = await t.histogram(name);
+      expect(h.count, name).toBeGreaterThan(0);
+      return h.attributes.map((a) => [a['gen_ai.request.model'], a['gen_ai.response.model']]);
+    };
+    // Recorded as the stream starts, before any response model is known.
+    for (const name of [METRIC.timeToFirstByte, METRIC.ttft, METRIC.chunkGap]) expect(await models(name), name).toEqual([['req-m', undefined]]);
+    // Recorded at the end, with the model that answered.
+    for (const name of [METRIC.tpot, METRIC.duration, METRIC.serverTtft, METRIC.serverTpot, METRIC.serverDuration])
+      expect(await models(name), name).toEqual([['req-m', 'resp-m']]);
+    expect(await models(METRIC.tokenUsage)).toEqual([
+      ['req-m', 'resp-m'],
+      ['req-m', 'resp-m'],
+    ]);
+    expect((await t.histogram(METRIC.serverTpot)).sum).toBeCloseTo(0.01, 12);
   });
 
   it('counts content events when the stream has no usage, and TPOT uses that count', async () => {

@@ -10,6 +10,7 @@ import {
   type MetricData,
   type SumMetricData,
 } from '@opentelemetry/sdk-metrics';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import { FastHistogram, FastMetricProducer, FastSum } from '../../src/metrics/fast-metrics.js';
 import { TemporalityView } from '../../src/metrics/temporality.js';
@@ -127,6 +128,7 @@ describe('TemporalityView', () => {
     const { apply, collect } = setUp(DeltaTemporalitySelector);
     apply({ kind: 'hist', value: 0.5, model: 'a' });
     apply({ kind: 'hist', value: 0.002, model: 'a' });
+    await sleep(3); // the clock (ms) moves, so a series' own start cannot pass for the last interval's end
     const first = (await collect())('hist').mine as HistogramMetricData;
     expect(first.dataPoints).toHaveLength(1);
     expect(first.aggregationTemporality).toBe(AggregationTemporality.DELTA);
@@ -139,6 +141,24 @@ describe('TemporalityView', () => {
     expect(p3.value).toMatchObject({ count: 1, min: undefined, max: undefined });
     expect(p3.value.sum).toBeCloseTo(0.05, 12);
     expect(p3.value.buckets.counts).toEqual([0, 0, 1, 0, 0]);
+  });
+
+  it('chains a counter\'s delta intervals too; a series first added 0 is reported once, as the SDK reports it, then not until it moves', async () => {
+    const { apply, collect } = setUp(DeltaTemporalitySelector);
+    apply({ kind: 'counter', value: 0, model: 'a' });
+    apply({ kind: 'counter', value: 2, model: 'b' });
+    await sleep(3); // as above
+    const r1 = (await collect())('counter');
+    expect(points(r1.sdk)).toEqual({ a: 0, b: 2 });
+    expect(points(r1.mine)).toEqual({ a: 0, b: 2 });
+    apply({ kind: 'counter', value: 1, model: 'b' });
+    const r2 = (await collect())('counter');
+    expect(points(r2.sdk)).toEqual({ b: 1 });
+    expect(points(r2.mine)).toEqual({ b: 1 });
+    const b1 = (r1.mine as SumMetricData).dataPoints.find((p) => p.attributes.model === 'b')!;
+    const b2 = (r2.mine as SumMetricData).dataPoints[0]!;
+    expect(b2.startTime).toEqual(b1.endTime);
+    expect(r2.mine!.aggregationTemporality).toBe(AggregationTemporality.DELTA);
   });
 
   it('leaves the data cumulative when the exporter asks for it', async () => {
