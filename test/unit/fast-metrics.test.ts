@@ -242,6 +242,8 @@ describe('LabelSets', () => {
     const objs = ['a', 'b', 'c', 'd', 'e'].map((m) => sets.of('m', m));
     expect(objs.map((o) => o.m)).toEqual(['a', 'b', 'c', 'd', 'e']);
     expect(sets.of('m', 'a')).toBe(objs[0]); // cached before the bound
+    expect(sets.of('m', 'c')).toBe(objs[2]); // the third set is the last one cached
+    expect(sets.of('m', 'd')).not.toBe(objs[3]);
     expect(sets.of('m', 'e')).toEqual({ m: 'e' });
     expect(sets.of('m', 'e')).not.toBe(objs[4]); // past the bound: a fresh object each time
     expect(sets.with(objs[0]!, 'x', '1')).toEqual({ m: 'a', x: '1' });

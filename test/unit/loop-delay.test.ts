@@ -1,6 +1,8 @@
 import type { GaugeMetricData } from '@opentelemetry/sdk-metrics';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterEach, describe, expect, it } from 'vitest';
+import { performance } from 'node:perf_hooks';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { createTelemetry } from '../../src/metrics/exporter.js';
 import { LoopDelayGauges, LoopDelaySampler } from '../../src/metrics/loop-delay.js';
 import { blockFor } from '../helpers/busy.js';
 
@@ -80,5 +82,40 @@ describe('event-loop-delay gauges', () => {
     await sleep(120); // b's later collections see no stall; a's still does
     await gauge(b, MAX);
     expect(await gauge(a, MAX)).toBeGreaterThanOrEqual(0.195);
+  });
+
+  it('a tick that runs early (the clock did not move a whole period) records 1 ns, not a value the histogram refuses', async () => {
+    const s = sampler(10);
+    const w = s.window();
+    const frozen = performance.now();
+    const now = vi.spyOn(performance, 'now').mockImplementation(() => frozen);
+    try {
+      for (let i = 0; i < 100 && w.count < 3; i++) await sleep(10);
+    } finally {
+      now.mockRestore();
+    }
+    expect(w.count).toBeGreaterThanOrEqual(3);
+    expect(w.min).toBe(1);
+  });
+
+  it('stop: no window records again', async () => {
+    const s = sampler(10);
+    const w = s.window();
+    for (let i = 0; i < 100 && w.count === 0; i++) await sleep(10);
+    expect(w.count).toBeGreaterThan(0);
+    s.stop();
+    w.reset();
+    await sleep(100); // ten periods
+    expect(w.count).toBe(0);
+  });
+});
+
+describe('telemetry shutdown', () => {
+  it('leaves no timer of its own behind (the final push\'s 5 s cap is cleared once the push is done)', async () => {
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    const before = timers();
+    const t = createTelemetry({ prometheus: true });
+    await t.shutdown();
+    expect(timers()).toBeLessThanOrEqual(before); // the 5 s timer would be one more (a timer of the runner may end meanwhile)
   });
 });

@@ -118,6 +118,37 @@ describe('PrometheusText', () => {
     expect(await text.serialize(rm())).toContain('g{model="b",otel_scope_name="s"} 1');
   });
 
+  it('hands out counters and gauges in slices too, each piece once the slice is full, with a turn of the event loop between', async () => {
+    const point = (i: number) => ({ attributes: { model: `m${i}` }, startTime: time, endTime: time, value: i });
+    const metric = (name: string, dataPointType: DataPointType.SUM | DataPointType.GAUGE, n: number): MetricData =>
+      dataPointType === DataPointType.SUM
+        ? { descriptor: { name, description: 'd', unit: '', valueType: 1 }, aggregationTemporality: AggregationTemporality.CUMULATIVE, dataPointType, isMonotonic: true, dataPoints: Array.from({ length: n }, (_, i) => point(i)) }
+        : { descriptor: { name, description: 'd', unit: '', valueType: 1 }, aggregationTemporality: AggregationTemporality.CUMULATIVE, dataPointType, dataPoints: Array.from({ length: n }, (_, i) => point(i)) };
+    const rm: ResourceMetrics = {
+      resource: resourceFromAttributes({}),
+      scopeMetrics: [{ scope: { name: 's' }, metrics: [metric('c', DataPointType.SUM, 7), metric('g', DataPointType.GAUGE, 5)] }],
+    };
+    const pieces: string[] = [];
+    const turnsBefore: number[] = [];
+    let turns = 0;
+    let spinning = true;
+    const spin = (): void => {
+      if (!spinning) return;
+      turns++;
+      setImmediate(spin);
+    };
+    setImmediate(spin);
+    for await (const piece of new PrometheusText(3).pieces(rm)) {
+      pieces.push(piece);
+      turnsBefore.push(turns);
+    }
+    spinning = false;
+    expect(pieces.join('')).toBe(reference.serialize(rm));
+    // 12 points, 3 lines a slice: 4 full pieces, then what remains (the last metric's end).
+    expect(pieces.map((p) => (p.match(/^[cg](_total)?\{/gm) ?? []).length)).toEqual([3, 3, 3, 3, 0]);
+    for (let i = 1; i < turnsBefore.length; i++) expect(turnsBefore[i]!, `piece ${i}`).toBeGreaterThan(turnsBefore[i - 1]!);
+  });
+
   it('writes the proxy instruments with their escaped labels, yielding to the event loop every slice of lines', async () => {
     const telemetry = createTelemetry({ prometheus: true, serviceInstanceId: 'test' });
     const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME, '0'), undefined, { fast: telemetry.fast });

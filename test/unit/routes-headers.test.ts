@@ -197,6 +197,10 @@ describe('CardinalityLimiter', () => {
     expect(l.limit('c')).toBe(OTHER);
     expect(l.limit('a')).toBe('a');
     expect(l.limit('x'.repeat(500))).toBe(OTHER);
+    // A value of up to 128 UTF-16 units is kept, a longer one is not (with room under the cap).
+    const wide = new CardinalityLimiter(5);
+    expect(wide.limit('y'.repeat(128))).toBe('y'.repeat(128));
+    expect(wide.limit('y'.repeat(129))).toBe(OTHER);
   });
 });
 
