@@ -21,8 +21,12 @@ export interface Params {
   comparison: { day: string; week: string };
   runbookUrl: string;
   groups: { recording: string; alerts: string };
+  /** The proxy's metrics.buckets.itl when it sets its own (default: GAP_BUCKETS). */
+  gapBuckets?: number[];
   alerts: Record<string, AlertParams> & {
     itlRegression: AlertParams & { factor: number; minRequestRate: number };
+    ttftRegression: AlertParams & { factor: number; minRequestRate: number };
+    errorRatio: AlertParams & { threshold: number; minRequestRate: number };
     itlObjective: AlertParams & { defaultSeconds: number; perModel: Record<string, number>; minRequestRate: number };
     stalls: AlertParams & { gapSeconds: number; threshold: number; minRequestRate: number };
     noData: AlertParams & { lookback: string; minRequestRate: number };

@@ -58,31 +58,60 @@ export function loadParams(file = PARAMS_FILE) {
 }
 
 const DURATION = /^(\d+(ms|s|m|h|d|w|y))+$/;
+const ZERO = /^(0+(ms|s|m|h|d|w|y))+$/;
+const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
+const MATCHER = String.raw`\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*`;
+const SELECTOR = new RegExp(`^${MATCHER}(,${MATCHER})*$`);
 
 export function validateParams(p) {
   const fail = (msg) => {
     throw new Error(`grafana/params.yaml: ${msg}`);
   };
-  if (typeof p.selector !== 'string' || p.selector.trim() === '') fail('selector must be a non-empty string');
+  if (typeof p.selector !== 'string' || !SELECTOR.test(p.selector)) {
+    fail(`selector must be label matchers separated by commas, each name op "value" (e.g. otel_scope_name="llm-latency-proxy", namespace="llm"): ${JSON.stringify(p.selector)}`);
+  }
   if (!Array.isArray(p.groupBy) || p.groupBy.length === 0) fail('groupBy must be a non-empty list');
   if (!p.groupBy.includes('gen_ai_request_model')) fail('groupBy must include gen_ai_request_model (per-model objectives)');
-  for (const d of [p.window, p.rangeWindow ?? p.window, p.comparison?.day, p.comparison?.week]) {
-    if (typeof d !== 'string' || !DURATION.test(d)) fail(`bad duration ${JSON.stringify(d)}`);
+  for (const [key, list] of [['groupBy', p.groupBy], ['instanceLabels', p.instanceLabels]]) {
+    if (!Array.isArray(list) || list.length === 0) fail(`${key} must be a non-empty list`);
+    for (const l of list) if (typeof l !== 'string' || !LABEL_NAME.test(l)) fail(`${key}: ${JSON.stringify(l)} is not a Prometheus label name (dots become underscores: k8s.namespace is k8s_namespace)`);
   }
+  if (typeof p.runbookUrl !== 'string' || !/^https?:\/\/[^\s#]+$/.test(p.runbookUrl)) fail('runbookUrl must be an http(s) URL without a fragment (each alert adds #<its name>)');
+  if (p.groups?.recording === p.groups?.alerts || typeof p.groups?.recording !== 'string' || typeof p.groups?.alerts !== 'string') {
+    fail('groups.recording and groups.alerts must be two different names (Prometheus refuses two groups of one name)');
+  }
+  for (const d of [p.window, p.rangeWindow ?? p.window, p.comparison?.day, p.comparison?.week]) {
+    if (typeof d !== 'string' || !DURATION.test(d) || ZERO.test(d)) fail(`bad duration ${JSON.stringify(d)} (a positive Prometheus duration, e.g. 5m)`);
+  }
+  if (p.comparison.day === p.comparison.week) fail('comparison.day and comparison.week must differ');
   for (const q of p.quantiles) if (!(q > 0 && q < 1)) fail(`quantile ${q} not in (0,1)`);
   for (const [name, a] of Object.entries(p.alerts)) {
-    if (!DURATION.test(String(a.for))) fail(`alerts.${name}.for: bad duration ${a.for}`);
+    if (!DURATION.test(String(a.for)) || ZERO.test(String(a.for))) fail(`alerts.${name}.for: bad duration ${a.for} (a positive Prometheus duration)`);
     if (typeof a.severity !== 'string') fail(`alerts.${name}.severity missing`);
     for (const [k, v] of Object.entries(a)) {
       if (['for', 'severity', 'perModel', 'lookback', 'sustained', 'excludeOperations'].includes(k)) continue; // sustainedShare: a positive number
       if (typeof v !== 'number' || !(v > 0)) fail(`alerts.${name}.${k} must be a positive number`);
     }
   }
-  if (!GAP_BUCKETS.includes(p.alerts.stalls.gapSeconds)) {
-    fail(`alerts.stalls.gapSeconds=${p.alerts.stalls.gapSeconds} is not a gap histogram bucket boundary`);
+  // Shares are fractions: 5 meant as 5 % would never fire.
+  for (const key of ['errorRatio', 'cancellationRatio', 'stalls']) {
+    if (!(p.alerts[key].threshold < 1)) fail(`alerts.${key}.threshold=${p.alerts[key].threshold} must be below 1: it is a share (0.05 = 5 %)`);
   }
-  for (const [model, s] of Object.entries(p.alerts.itlObjective.perModel ?? {})) {
-    if (typeof s !== 'number' || !(s > 0)) fail(`alerts.itlObjective.perModel.${model} must be a positive number`);
+  // A factor of 1 or less fires on every normal day.
+  for (const key of ['itlRegression', 'ttftRegression']) {
+    if (!(p.alerts[key].factor > 1)) fail(`alerts.${key}.factor=${p.alerts[key].factor} must be above 1 (1.5 = 50 % slower than the baseline)`);
+  }
+  const gapBuckets = p.gapBuckets ?? GAP_BUCKETS;
+  if (!Array.isArray(gapBuckets) || gapBuckets.length === 0 || gapBuckets.some((b, i) => typeof b !== 'number' || !(b > 0) || (i > 0 && !(b > gapBuckets[i - 1])))) {
+    fail('gapBuckets must be the proxy\'s metrics.buckets.itl: positive numbers, ascending');
+  }
+  if (!gapBuckets.includes(p.alerts.stalls.gapSeconds)) {
+    fail(`alerts.stalls.gapSeconds=${p.alerts.stalls.gapSeconds} is not a gap histogram bucket boundary (gapBuckets: ${gapBuckets.join(', ')})`);
+  }
+  // A p95 cannot exceed the last finite bucket: an objective at or above it never fires.
+  const top = gapBuckets[gapBuckets.length - 1];
+  for (const [model, s] of Object.entries({ defaultSeconds: p.alerts.itlObjective.defaultSeconds, ...(p.alerts.itlObjective.perModel ?? {}) })) {
+    if (typeof s !== 'number' || !(s > 0) || !(s < top)) fail(`alerts.itlObjective ${model}=${s} must be seconds per token, above 0 and below the last finite gap bucket (${top} s)`);
   }
   if (!DURATION.test(String(p.alerts.noData.lookback))) fail('alerts.noData.lookback: bad duration');
   if (!DURATION.test(String(p.alerts.proxyDown?.lookback))) fail('alerts.proxyDown.lookback: bad duration');
@@ -254,6 +283,13 @@ export function recordingRules(p) {
   return rules;
 }
 
+/**
+ * Model names past the proxy's cap share one value: its traffic is a changing mix, so it has no
+ * baseline to regress from, and a model that moves into it is no outage of `_OTHER`'s.
+ * LLMProxyModelCapReached says when the cap is reached.
+ */
+const NOT_OTHER = '{gen_ai_request_model!="_OTHER"}';
+
 export function alertRules(p) {
   const n = names(p);
   const g = by(p.groupBy);
@@ -267,7 +303,7 @@ export function alertRules(p) {
     const name = 'LLMProxyITLRegression';
     rules.push({
       ...common(name, c),
-      expr: `${n.tpot.p95}\n  > ${on} ${c.factor} * ${n.tpotBaseline}\nand ${on}\n${n.tpotRate} >= ${c.minRequestRate}`,
+      expr: `${n.tpot.p95}${NOT_OTHER}\n  > ${on} ${c.factor} * ${n.tpotBaseline}\nand ${on}\n${n.tpotRate} >= ${c.minRequestRate}`,
       annotations: {
         summary: `ITL regression: p95 time per output token of ${who(p)} is ${c.factor}x+ slower than a day and a week earlier`,
         description:
@@ -304,7 +340,7 @@ export function alertRules(p) {
     const name = 'LLMProxyTTFTRegression';
     rules.push({
       ...common(name, c),
-      expr: `${n.ttft.p95}\n  > ${on} ${c.factor} * ${n.ttftBaseline}\nand ${on}\n${n.ttftRate} >= ${c.minRequestRate}`,
+      expr: `${n.ttft.p95}${NOT_OTHER}\n  > ${on} ${c.factor} * ${n.ttftBaseline}\nand ${on}\n${n.ttftRate} >= ${c.minRequestRate}`,
       annotations: {
         summary: `TTFT regression: p95 time to first token of ${who(p)} is ${c.factor}x+ slower than a day and a week earlier`,
         description:
@@ -381,7 +417,7 @@ export function alertRules(p) {
       // `lookback`: a short batch does not count, a brand-new series cannot reach the count in
       // less time, and short pauses do not reset it. Now none for the model, on this server or
       // another (traffic that moved to another endpoint is not lost).
-      expr: `max_over_time(sum_over_time((${n.streamsRate} >= bool ${c.minRequestRate})[${c.sustained}:${step}])[${c.lookback}:${p.rangeWindow ?? p.window}]) >= ${needed}\nunless on (${by(p.groupBy.filter((l) => l !== 'server_address'))})\n${n.streamsRate} > 0`,
+      expr: `max_over_time(sum_over_time((${n.streamsRate}${NOT_OTHER} >= bool ${c.minRequestRate})[${c.sustained}:${step}])[${c.lookback}:${p.rangeWindow ?? p.window}]) >= ${needed}\nunless on (${by(p.groupBy.filter((l) => l !== 'server_address'))})\n${n.streamsRate} > 0`,
       annotations: {
         summary: `No finished streams for ${who(p)}, which had traffic in the last ${c.lookback}`,
         description:
@@ -409,6 +445,57 @@ export function alertRules(p) {
         runbook_url: runbook(p, name),
       },
     });
+  }
+  {
+    const inst = p.instanceLabels;
+    const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
+    const w = p.rangeWindow ?? p.window;
+    {
+      const c = a.modelCapReached;
+      const name = 'LLMProxyModelCapReached';
+      rules.push({
+        ...common(name, c),
+        expr: `sum by (${by(inst)}) (rate(${METRICS.streams}${sel(p, 'gen_ai_request_model="_OTHER"')}[${w}])) > 0`,
+        annotations: {
+          summary: `Proxy ${instWho} counts requests under model _OTHER: its model-name cap is reached`,
+          description:
+            `{{ $value | printf "%.2f" }} finished streams per second of proxy ${instWho} were counted under gen_ai_request_model="_OTHER" over the last ${p.window}: ` +
+            `the proxy had already seen limits.maxModelValues other model names since it started (or the names were longer than 128 characters). ` +
+            `Their latency reaches no per-model alert, and a model that lands there after a restart pages as LLMProxyModelNoData.`,
+          runbook_url: runbook(p, name),
+        },
+      });
+    }
+    {
+      const c = a.labelOverflow;
+      const name = 'LLMProxyLabelOverflow';
+      rules.push({
+        ...common(name, c),
+        expr: `count by (${by(inst)}) (${sel(p, 'otel_metric_overflow="true"')}) > 0`,
+        annotations: {
+          summary: `Proxy ${instWho} merges new label sets into one overflow series: alerts cannot see them`,
+          description:
+            `{{ $value }} series of proxy ${instWho} carry otel_metric_overflow="true": an instrument reached 2,000 label sets, and every new one ` +
+            `(a model's first error, a new error type, a new server) is recorded there without its labels, so no per-model alert sees it. It lasts until the proxy restarts.`,
+          runbook_url: runbook(p, name),
+        },
+      });
+    }
+    {
+      const c = a.noMetrics;
+      const name = 'LLMProxyNoMetrics';
+      rules.push({
+        ...common(name, c),
+        expr: `absent(${METRICS.loopP99}${sel(p)})`,
+        annotations: {
+          summary: `No metrics of any proxy match the rules' selector: every other alert is blind`,
+          description:
+            `absent() has returned {{ $value }} for ${c.for}: Prometheus has no ${METRICS.loopP99} series matching ${p.selector.replaceAll('"', "'")}, ` +
+            `which every running proxy exports. Every proxy is down or unscraped, or the OTLP path drops the otel_scope_name label (see the runbook).`,
+          runbook_url: runbook(p, name),
+        },
+      });
+    }
   }
   return rules;
 }
@@ -606,7 +693,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Per-request ITL (TPOT) p50 / p95 / p99 by model (seconds per token)',
-    description: `Time per output token of one request: (last content event - first content event) / (output tokens - 1), recorded once per request with >= 2 output tokens (${METRICS.tpot}). The distribution is over requests.`,
+    description: `Time per output token of one request: (last content event - first content event) / (output tokens - 1), recorded once per successful request (outcome ok) with >= 2 output tokens (${METRICS.tpot}). The distribution is over requests.`,
     unit: 's',
     targets: quantiles(METRICS.tpot, pm, pmLegend),
   });

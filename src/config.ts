@@ -304,7 +304,7 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   const warnings: string[] = [];
   if (m.buckets?.itl !== undefined && !m.buckets.itl.includes(STALL_GAP_SECONDS)) {
     warnings.push(
-      `metrics.buckets.itl has no ${STALL_GAP_SECONDS} s boundary: the shipped stall alert (LLMProxyStreamStalls, grafana/params.yaml alerts.stalls.gapSeconds) counts the gaps above that bucket and will never fire; add it, or rebuild the rules with a gapSeconds that is one of your boundaries`,
+      `metrics.buckets.itl has no ${STALL_GAP_SECONDS} s boundary: the shipped stall alert (LLMProxyStreamStalls, grafana/params.yaml alerts.stalls.gapSeconds) counts the gaps above that bucket and will never fire; add it, or rebuild the rules with your boundaries as gapBuckets and a gapSeconds among them (grafana/params.yaml)`,
     );
   }
   return Object.freeze({

@@ -45,10 +45,37 @@ describe('grafana/ generated files', () => {
     );
   });
 
-  it('params.yaml is validated', () => {
-    const bad = structuredClone(params);
-    bad.alerts.stalls.gapSeconds = 0.9; // not a bucket boundary
-    expect(() => build.validateParams(bad)).toThrow(/bucket boundary/);
+  it('params.yaml is validated: what would render rules Prometheus refuses, or alerts that never or always fire, is an error naming the key', () => {
+    const refused = (edit: (p: build.Params) => void, message: RegExp) => {
+      const bad = structuredClone(params);
+      edit(bad);
+      expect(() => build.validateParams(bad), String(message)).toThrow(message);
+    };
+    refused((p) => (p.alerts.stalls.gapSeconds = 0.9), /alerts\.stalls\.gapSeconds=0\.9 is not a gap histogram bucket boundary/);
+    refused((p) => (p.selector = 'otel_scope_name=llm-latency-proxy'), /^grafana\/params\.yaml: selector must be label matchers/);
+    refused((p) => (p.selector = 'otel_scope_name="a",'), /selector must be label matchers/);
+    refused((p) => p.groupBy.push('k8s.namespace'), /groupBy: "k8s\.namespace" is not a Prometheus label name/);
+    refused((p) => (p.instanceLabels = ['pod-name']), /instanceLabels: "pod-name" is not a Prometheus label name/);
+    refused((p) => (p.groups.alerts = p.groups.recording), /groups\.recording and groups\.alerts must be two different names/);
+    refused((p) => (p.window = '0s'), /bad duration "0s"/);
+    refused((p) => (p.alerts.errorRatio.for = '0m'), /alerts\.errorRatio\.for: bad duration 0m/);
+    refused((p) => (p.comparison.week = p.comparison.day), /comparison\.day and comparison\.week must differ/);
+    refused((p) => (p.runbookUrl = 'runbook.md#x'), /runbookUrl must be an http\(s\) URL/);
+    refused((p) => (p.alerts.errorRatio.threshold = 5), /alerts\.errorRatio\.threshold=5 must be below 1/); // 5 meant as 5 %
+    refused((p) => (p.alerts.stalls.threshold = 1), /alerts\.stalls\.threshold=1 must be below 1/);
+    refused((p) => (p.alerts.itlRegression.factor = 0.5), /alerts\.itlRegression\.factor=0\.5 must be above 1/);
+    refused((p) => (p.alerts.ttftRegression.factor = 1), /alerts\.ttftRegression\.factor=1 must be above 1/);
+    // 20 meant as 20 ms: a p95 cannot pass the last finite gap bucket (2.5 s).
+    refused((p) => (p.alerts.itlObjective.perModel = { 'gpt-4o-mini': 20 }), /alerts\.itlObjective gpt-4o-mini=20 must be seconds per token/);
+    refused((p) => (p.alerts.itlObjective.defaultSeconds = 2.5), /alerts\.itlObjective defaultSeconds=2\.5/);
+    refused((p) => (p.gapBuckets = [0.5, 0.2]), /gapBuckets must be/);
+    // The proxy's own buckets, given: a stall threshold among them is taken, and read from the rules.
+    const custom = structuredClone(params);
+    custom.gapBuckets = [0.001, 0.01, 0.1, 0.5, 2, 5];
+    custom.alerts.stalls.gapSeconds = 2;
+    expect(() => build.validateParams(custom)).not.toThrow();
+    expect(build.recordingRules(custom).find((r) => r.record.startsWith('llm_proxy:chunk_gap_stall'))!.expr).toContain('le=~"2|2.0"');
+    expect(() => build.validateParams(params)).not.toThrow();
   });
 });
 

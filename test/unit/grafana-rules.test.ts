@@ -98,7 +98,7 @@ describe('grafana/alerts rules', () => {
   it('every alert has severity, for, summary, a description with figures, and a runbook anchor that exists', () => {
     const runbook = readFileSync(join(GRAFANA, 'alerts/runbook.md'), 'utf8');
     const anchors = new Set([...runbook.matchAll(/^#+\s+(.+)$/gm)].map((m) => m[1]!.trim().toLowerCase().replace(/[^a-z0-9 -]/g, '').replace(/ /g, '-')));
-    expect(alerts.length).toBe(9);
+    expect(alerts.length).toBe(12);
     for (const a of alerts) {
       expect(['critical', 'warning', 'info']).toContain(a.labels.severity);
       expect(a.for).toMatch(/^\d+[smhd]$/);
