@@ -76,6 +76,12 @@ class MessagesAdapter implements ResponseAdapter {
   readonly cumulativeOutputTokens = undefined;
   /** An audio delta holds many tokens: without usage, the number of messages is no count. */
   readonly multiTokenEvents = true;
+  /**
+   * Live: whether the turn streamed a thought part. Gemini Live models think by default without
+   * streaming the thoughts, which its usage counts as output; they came before the first streamed
+   * token (RequestMeter.finish leaves them out of TPOT, as for generateContent). Realtime: untracked.
+   */
+  reasoningStreamed: boolean | undefined;
   onEvent(): EventKind {
     return EventKind.None;
   }
@@ -321,7 +327,7 @@ function parseIfAny(data: Buffer | undefined, keys: readonly string[]): Record<s
   return parse(data);
 }
 const REALTIME_CLIENT_KEYS = ['"response.create"'];
-const LIVE_CLIENT_KEYS = ['"setup"', '"turnComplete"', '"turn_complete"', '"activityEnd"', '"activity_end"', '"audioStreamEnd"', '"audio_stream_end"', '"toolResponse"', '"tool_response"'];
+const LIVE_CLIENT_KEYS = ['"setup"', '"text"', '"turnComplete"', '"turn_complete"', '"activityEnd"', '"activity_end"', '"audioStreamEnd"', '"audio_stream_end"', '"toolResponse"', '"tool_response"'];
 
 /** Output deltas of the Realtime API (GA names, and the beta's). Transcripts of audio are not output of their own. */
 const REALTIME_CONTENT = new Set([
@@ -519,6 +525,8 @@ class GeminiLive {
   /** When the open turn's generation ended (`generationComplete`, `interrupted`): its end. */
   private ended: number | undefined;
   private interrupted = false;
+  /** An `interrupted` came after generationComplete: the turn is whole, its turnComplete may not come. */
+  private playbackCut = false;
   /** An `interrupted` came while no turn was open: the input that interrupted is `trigger`. */
   private triggerInterrupted = false;
   /** `trigger` replaced one still unanswered: an `interrupted` with no turn open is its doing. */
@@ -532,7 +540,12 @@ class GeminiLive {
     const model = obj(m.setup)?.model;
     if (typeof model === 'string' && model !== '') this.model = model.slice(model.lastIndexOf('models/') + (model.includes('models/') ? 7 : 0));
     const ri = obj(field(m, 'realtimeInput', 'realtime_input'));
-    const explicit = field(obj(field(m, 'clientContent', 'client_content')), 'turnComplete', 'turn_complete') === true || field(m, 'toolResponse', 'tool_response') !== undefined;
+    // realtimeInput.text always asks for an answer (models that refuse clientContent mid-session
+    // take text this way), as a completed clientContent turn does.
+    const explicit =
+      field(obj(field(m, 'clientContent', 'client_content')), 'turnComplete', 'turn_complete') === true ||
+      field(m, 'toolResponse', 'tool_response') !== undefined ||
+      (ri !== undefined && nonEmpty(ri.text));
     const audioEnd = ri !== undefined && (field(ri, 'activityEnd', 'activity_end') !== undefined || field(ri, 'audioStreamEnd', 'audio_stream_end') === true);
     if (explicit || (audioEnd && (this.turn === undefined || this.ended !== undefined))) {
       this.superseding = this.turn === undefined && this.trigger !== undefined;
@@ -558,7 +571,7 @@ class GeminiLive {
       }
     }
     // Content after an interruption whose turnComplete did not come: that turn ends first.
-    if (content && this.turn !== undefined && this.interrupted) this.end();
+    if (content && this.turn !== undefined && (this.interrupted || this.playbackCut)) this.end();
     const reason = sc?.turnCompleteReason;
     const failed = typeof reason === 'string' && !LIVE_OK_REASONS.has(reason);
     if (this.trigger !== undefined && at - this.trigger > STALE_TRIGGER_MS) this.trigger = undefined;
@@ -566,9 +579,11 @@ class GeminiLive {
       if (this.turn === undefined) {
         this.turn = this.begin(this.trigger, at, this.model);
         this.turn.adapter.responseModel = this.model;
+        this.turn.adapter.reasoningStreamed = false;
         this.trigger = undefined;
       }
       if (content) this.turn.meter.contentAt(at);
+      if (Array.isArray(parts) && parts.some((p) => obj(p)?.thought === true)) this.turn.adapter.reasoningStreamed = true;
     }
     const turn = this.turn;
     if (turn === undefined) {
@@ -602,8 +617,12 @@ class GeminiLive {
     }
     if (failed) turn.adapter.errorType = sanitizeErrorType(reason.toLowerCase());
     if (sc?.interrupted === true) {
-      this.interrupted = true;
-      this.ended ??= at;
+      // After generationComplete the answer was whole: the user spoke over its playback (the
+      // client's buffered audio), which OpenAI's Realtime records as a completed response too.
+      if (this.ended === undefined) {
+        this.interrupted = true;
+        this.ended = at;
+      } else this.playbackCut = true;
     }
     if (sc?.generationComplete === true) this.ended ??= at;
     if (sc?.turnComplete === true || call !== undefined) {
@@ -619,6 +638,7 @@ class GeminiLive {
     this.turn = undefined;
     this.ended = undefined;
     this.interrupted = false;
+    this.playbackCut = false;
     turn.finish(end, interrupted ? ERROR_TYPE.clientCancelled : undefined);
   }
 

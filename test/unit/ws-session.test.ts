@@ -163,7 +163,8 @@ describe('Gemini Live', () => {
     expect(ttft.count).toBe(2);
     expect(ttft.sum).toBeCloseTo(ms(30 + 20), 9);
     expect((await t.histogram(METRIC.chunkGap)).sum).toBeCloseTo(ms(20), 9);
-    expect((await t.histogram(METRIC.tpot)).sum).toBeCloseTo(ms(20 / 20), 9);
+    // 20 response tokens streamed over 20 ms; the 1 thought token was not streamed (before the span).
+    expect((await t.histogram(METRIC.tpot)).sum).toBeCloseTo(ms(20 / 19), 9);
     expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' })).sum).toBe(21);
     expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'reasoning' })).sum).toBe(1);
     // The second turn ends at generationComplete (95), not at turnComplete (99).
@@ -270,6 +271,63 @@ describe('review cases', () => {
     t.server(200, { serverContent: { interrupted: true } });
     t.server(210, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 5, responseTokenCount: 40 } });
     expect(t.summaries[0]).toMatchObject({ outputTokens: 40, outcome: 'cancelled', durationMs: 200 });
+  });
+
+  it('Live: thoughts the model did not stream are left out of TPOT; streamed ones stay in (review 117)', async () => {
+    for (const streamed of [false, true]) {
+      const t = session(LIVE);
+      t.client(0, { clientContent: { turnComplete: true } });
+      if (streamed) t.server(50, { serverContent: { modelTurn: { parts: [{ text: 'pondering', thought: true }] } } });
+      for (let k = 0; k < 11; k++) t.server(100 + 10 * k, audio);
+      t.server(210, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 5, responseTokenCount: 101, thoughtsTokenCount: 300 } });
+      const s = t.summaries[0]!;
+      expect(s.outputTokens).toBe(401);
+      // Hidden: 11 messages over 100 ms carried 101 tokens, 1 ms each (401 would say 0.25 ms).
+      // Streamed: the span from the thought (50 ms) to the last audio (200 ms) held all 401.
+      expect(s.tpotMs).toBeCloseTo(streamed ? 150 / 400 : 100 / 100, 9);
+    }
+  });
+
+  it('Live: realtimeInput.text asks for an answer: the turn has TTFT and duration from it (review 117)', async () => {
+    for (const key of ['realtimeInput', 'realtime_input']) {
+      const t = session(LIVE);
+      t.client(0, { [key]: { text: 'hello' } });
+      t.server(300, audio);
+      t.server(310, audio);
+      t.server(320, { serverContent: { turnComplete: true } });
+      expect(t.summaries[0], key).toMatchObject({ ttftMs: 300, durationMs: 320, outcome: 'ok' });
+    }
+    // A text of a large message is still seen (the client sniff keys include "text").
+    const t = session(LIVE);
+    t.client(0, { realtimeInput: { text: 'x'.repeat(5000) } });
+    t.server(100, audio);
+    t.server(110, { serverContent: { turnComplete: true } });
+    expect(t.summaries[0]).toMatchObject({ ttftMs: 100 });
+  });
+
+  it('Live: an interruption after generationComplete (the user spoke over the playback) leaves the answer whole (review 117)', async () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(100, audio);
+    t.server(200, audio);
+    t.server(210, { serverContent: { generationComplete: true } });
+    t.server(3000, { serverContent: { interrupted: true } });
+    t.server(3010, { serverContent: { turnComplete: true }, usageMetadata: { responseTokenCount: 11 } });
+    expect(t.summaries[0]).toMatchObject({ outcome: 'ok', durationMs: 210, outputTokens: 11 });
+    expect((await t.histogram(METRIC.tpot)).count).toBe(1);
+    // Its turnComplete need not come: the next answer's content ends it, still whole.
+    const u = session(LIVE);
+    u.client(0, { clientContent: { turnComplete: true } });
+    u.server(100, audio);
+    u.server(210, { serverContent: { generationComplete: true } });
+    u.server(3000, { serverContent: { interrupted: true } });
+    u.client(3005, { clientContent: { turnComplete: true } });
+    u.server(3100, audio);
+    u.server(3110, { serverContent: { turnComplete: true } });
+    expect(u.summaries.map((x) => [x.outcome, x.durationMs, x.ttftMs])).toEqual([
+      ['ok', 210, 100],
+      ['ok', 3110 - 3005, 3100 - 3005],
+    ]);
   });
 
   it('Live: a follow-up that interrupts a turn before its output begins the next turn (TTFT and duration from it)', async () => {
