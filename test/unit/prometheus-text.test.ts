@@ -81,6 +81,18 @@ const resourceMetrics = fc
     }),
   );
 
+/** Counts the event loop's turns (a setImmediate chain) until stopped. */
+function countTurns() {
+  const c = { turns: 0, running: true, stop: () => void (c.running = false) };
+  const spin = (): void => {
+    if (!c.running) return;
+    c.turns++;
+    setImmediate(spin);
+  };
+  setImmediate(spin);
+  return c;
+}
+
 describe('PrometheusText', () => {
   it('writes exactly what the OpenTelemetry exporter serializer writes (property), twice from its cache', async () => {
     await fc.assert(
@@ -130,19 +142,12 @@ describe('PrometheusText', () => {
     };
     const pieces: string[] = [];
     const turnsBefore: number[] = [];
-    let turns = 0;
-    let spinning = true;
-    const spin = (): void => {
-      if (!spinning) return;
-      turns++;
-      setImmediate(spin);
-    };
-    setImmediate(spin);
+    const loop = countTurns();
     for await (const piece of new PrometheusText(3).pieces(rm)) {
       pieces.push(piece);
-      turnsBefore.push(turns);
+      turnsBefore.push(loop.turns);
     }
-    spinning = false;
+    loop.stop();
     expect(pieces.join('')).toBe(reference.serialize(rm));
     // 12 points, 3 lines a slice: 4 full pieces, then what remains (the last metric's end).
     expect(pieces.map((p) => (p.match(/^[cg](_total)?\{/gm) ?? []).length)).toEqual([3, 3, 3, 3, 0]);
@@ -159,17 +164,11 @@ describe('PrometheusText', () => {
       ins.streams.add(1, labels);
     }
     // Event-loop turns that other work (the streams) gets while a scrape is written.
-    let turns = 0;
-    let spinning = true;
-    const spin = (): void => {
-      if (!spinning) return;
-      turns++;
-      setImmediate(spin);
-    };
-    setImmediate(spin);
+    const loop = countTurns();
     let text = '';
     for await (const piece of telemetry.scrape!()) text += piece;
-    spinning = false;
+    loop.stop();
+    const turns = loop.turns;
     expect(text).toContain(
       `gen_ai_client_operation_time_to_first_chunk_seconds_bucket{gen_ai_provider_name="openai",gen_ai_request_model="m1",error_type="x\\"y\\\\z",otel_scope_name="llm-latency-proxy",otel_scope_version="${VERSION}",le="0.02"} 1\n`,
     );
