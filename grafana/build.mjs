@@ -297,6 +297,9 @@ export function alertRules(p) {
   const on = `on (${g})`;
   const rules = [];
   const common = (name, cfg) => ({ alert: name, for: cfg.for, labels: { severity: cfg.severity } });
+  // The per-process alerts name their proxy by instanceLabels.
+  const inst = p.instanceLabels;
+  const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
 
   {
     const c = a.itlRegression;
@@ -388,8 +391,6 @@ export function alertRules(p) {
   {
     const c = a.proxySaturated;
     const name = 'LLMProxySaturated';
-    const inst = p.instanceLabels;
-    const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
     const instMatch = `{${inst.map((l) => `${l}=%q`).join(',')}}`;
     const instArgs = inst.map((l) => `$labels.${l}`).join(' ');
     rules.push({
@@ -447,55 +448,50 @@ export function alertRules(p) {
     });
   }
   {
-    const inst = p.instanceLabels;
-    const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
-    const w = p.rangeWindow ?? p.window;
-    {
-      const c = a.modelCapReached;
-      const name = 'LLMProxyModelCapReached';
-      rules.push({
-        ...common(name, c),
-        expr: `sum by (${by(inst)}) (rate(${METRICS.streams}${sel(p, 'gen_ai_request_model="_OTHER"')}[${w}])) > 0`,
-        annotations: {
-          summary: `Proxy ${instWho} counts requests under model _OTHER: its model-name cap is reached`,
-          description:
-            `{{ $value | printf "%.2f" }} finished streams per second of proxy ${instWho} were counted under gen_ai_request_model="_OTHER" over the last ${p.window}: ` +
-            `the proxy had already seen limits.maxModelValues other model names since it started (or the names were longer than 128 characters). ` +
-            `Their latency reaches no per-model alert, and a model that lands there after a restart pages as LLMProxyModelNoData.`,
-          runbook_url: runbook(p, name),
-        },
-      });
-    }
-    {
-      const c = a.labelOverflow;
-      const name = 'LLMProxyLabelOverflow';
-      rules.push({
-        ...common(name, c),
-        expr: `count by (${by(inst)}) (${sel(p, 'otel_metric_overflow="true"')}) > 0`,
-        annotations: {
-          summary: `Proxy ${instWho} merges new label sets into one overflow series: alerts cannot see them`,
-          description:
-            `{{ $value }} series of proxy ${instWho} carry otel_metric_overflow="true": an instrument reached 2,000 label sets, and every new one ` +
-            `(a model's first error, a new error type, a new server) is recorded there without its labels, so no per-model alert sees it. It lasts until the proxy restarts.`,
-          runbook_url: runbook(p, name),
-        },
-      });
-    }
-    {
-      const c = a.noMetrics;
-      const name = 'LLMProxyNoMetrics';
-      rules.push({
-        ...common(name, c),
-        expr: `absent(${METRICS.loopP99}${sel(p)})`,
-        annotations: {
-          summary: `No metrics of any proxy match the rules' selector: every other alert is blind`,
-          description:
-            `absent() has returned {{ $value }} for ${c.for}: Prometheus has no ${METRICS.loopP99} series matching ${p.selector.replaceAll('"', "'")}, ` +
-            `which every running proxy exports. Every proxy is down or unscraped, or the OTLP path drops the otel_scope_name label (see the runbook).`,
-          runbook_url: runbook(p, name),
-        },
-      });
-    }
+    const c = a.modelCapReached;
+    const name = 'LLMProxyModelCapReached';
+    rules.push({
+      ...common(name, c),
+      expr: `sum by (${by(inst)}) (rate(${METRICS.streams}${sel(p, 'gen_ai_request_model="_OTHER"')}[${p.rangeWindow ?? p.window}])) > 0`,
+      annotations: {
+        summary: `Proxy ${instWho} counts requests under model _OTHER: its model-name cap is reached`,
+        description:
+          `{{ $value | printf "%.2f" }} finished streams per second of proxy ${instWho} were counted under gen_ai_request_model="_OTHER" over the last ${p.window}: ` +
+          `the proxy had already seen limits.maxModelValues other model names since it started (or the names were longer than 128 characters). ` +
+          `Their latency reaches no per-model alert, and a model that lands there after a restart pages as LLMProxyModelNoData.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.labelOverflow;
+    const name = 'LLMProxyLabelOverflow';
+    rules.push({
+      ...common(name, c),
+      expr: `count by (${by(inst)}) (${sel(p, 'otel_metric_overflow="true"')}) > 0`,
+      annotations: {
+        summary: `Proxy ${instWho} merges new label sets into one overflow series: alerts cannot see them`,
+        description:
+          `{{ $value }} series of proxy ${instWho} carry otel_metric_overflow="true": an instrument reached 2,000 label sets, and every new one ` +
+          `(a model's first error, a new error type, a new server) is recorded there without its labels, so no per-model alert sees it. It lasts until the proxy restarts.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.noMetrics;
+    const name = 'LLMProxyNoMetrics';
+    rules.push({
+      ...common(name, c),
+      expr: `absent(${METRICS.loopP99}${sel(p)})`,
+      annotations: {
+        summary: `No metrics of any proxy match the rules' selector: every other alert is blind`,
+        description:
+          `absent() has returned {{ $value }} for ${c.for}: Prometheus has no ${METRICS.loopP99} series matching ${p.selector.replaceAll('"', "'")}, ` +
+          `which every running proxy exports. Every proxy is down or unscraped, or the OTLP path drops the otel_scope_name label (see the runbook).`,
+        runbook_url: runbook(p, name),
+      },
+    });
   }
   return rules;
 }

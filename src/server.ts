@@ -36,7 +36,7 @@ export const SCRAPE_DEADLINE_MS = 60_000;
 export function createMetricsApp(telemetry: Telemetry | undefined, health: Health, { scrapeDeadlineMs = SCRAPE_DEADLINE_MS } = {}): Hono {
   const app = new Hono();
   // Each scrape holds its collected snapshot and unsent text until its client has read it: a
-  // client that stops reading kept ~13.5 MB each at the series cap until timeouts.idle, and
+  // client that stops reading kept ~11-14 MB each at the series cap until timeouts.idle, and
   // nothing bounded how many (review 114). Prometheus scrapes one target at a time.
   let inFlight = 0;
   app.get('/metrics', async (c) => {

@@ -6,9 +6,9 @@ import { PendingBytes } from './pending-bytes.js';
  * Each non-empty line (LF-terminated, a trailing CR removed) becomes
  * `{type: '', data: line, id: undefined}`, the same callback shape as the SSE
  * parser; a UTF-8 BOM that starts the body is left out. Bytes are decoded only
- * per complete line, so a UTF-8 character split across reads is reassembled. Lines longer than `maxEventBytes` are
- * dropped (counted in `oversizeLines`). `end()` dispatches a final line that
- * has no newline.
+ * per complete line, so a UTF-8 character split across reads is reassembled.
+ * Lines longer than `maxEventBytes` are dropped (counted in `oversizeLines`).
+ * `end()` dispatches a final line that has no newline.
  */
 export interface NdjsonParserOptions {
   maxEventBytes?: number;
