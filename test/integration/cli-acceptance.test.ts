@@ -383,7 +383,7 @@ describe('acceptance: separate processes, official client', () => {
       const t = setInterval(() => res.write('.'), 50);
       res.on('close', () => clearInterval(t));
     });
-    const headTrickle = (await import('node:net')).createServer((s) => {
+    const headTrickle = (await import('node:net')).createServer({ noDelay: true }, (s) => {
       s.on('error', () => {});
       const at = performance.now();
       headHeld = new Promise((r) => s.on('close', () => r(performance.now() - at)));

@@ -361,7 +361,7 @@ const keptAlive = { asked: 0, reused: 0 };
 let current: { plan: Plan; got: number; writes: { at: number; end: number }[] } | undefined;
 
 beforeAll(async () => {
-  server = net.createServer((sock) => {
+  server = net.createServer({ noDelay: true }, (sock) => {
     sock.on('error', () => {});
     let buf = '';
     sock.on('data', async (d: Buffer) => {

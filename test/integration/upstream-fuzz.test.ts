@@ -87,7 +87,7 @@ let proxy: RunningProxy;
 const upSockets = new Set<net.Socket>();
 
 beforeAll(async () => {
-  up = net.createServer((sock) => {
+  up = net.createServer({ noDelay: true }, (sock) => {
     upSockets.add(sock);
     sock.on('close', () => upSockets.delete(sock));
     sock.on('error', () => {});

@@ -33,7 +33,7 @@ type Script = (sock: net.Socket, head: string, index: number) => void | Promise<
 async function wireUpstream(script: Script) {
   const state = { connections: 0, requests: [] as string[] };
   const sockets = new Set<net.Socket>();
-  const server = net.createServer((sock) => {
+  const server = net.createServer({ noDelay: true }, (sock) => {
     state.connections++;
     sockets.add(sock);
     sock.on('close', () => sockets.delete(sock));
