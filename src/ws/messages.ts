@@ -39,6 +39,11 @@ const enum State {
   Broken,
 }
 
+/** Payloads this long or longer are unmasked by 32-bit words; shorter ones byte by byte. */
+const WORDS_FROM = 256;
+const MASK_BYTES = new Uint8Array(4);
+const MASK_WORD = new Uint32Array(MASK_BYTES.buffer);
+
 /** Ends every permessage-deflate message (RFC 7692 §7.2.2). */
 const TRAILER = Buffer.from([0x00, 0x00, 0xff, 0xff]);
 
@@ -188,7 +193,27 @@ export class MessageReader {
       return;
     }
     let k = this.maskAt;
-    for (let j = 0; j < n; j++, k = (k + 1) & 3) out[at + j] = buf[i + j]! ^ m[k]!;
+    if (n < WORDS_FROM) {
+      for (let j = 0; j < n; j++, k = (k + 1) & 3) out[at + j] = buf[i + j]! ^ m[k]!;
+      this.maskAt = k;
+      return;
+    }
+    // Client audio comes as KiBs per message: a copy, then XOR by 32-bit words from the first
+    // aligned byte (64 KiB: 199 µs byte by byte, 35 this way; bench/micro/ws-unmask.mjs).
+    buf.copy(out, at, i, i + n);
+    const base = out.byteOffset + at;
+    let j = 0;
+    for (const lead = (4 - (base & 3)) & 3; j < lead; j++, k = (k + 1) & 3) out[at + j]! ^= m[k]!;
+    const words = (n - j) >>> 2;
+    // The mask as it lines up from here, read in the platform's byte order.
+    MASK_BYTES[0] = m[k]!;
+    MASK_BYTES[1] = m[(k + 1) & 3]!;
+    MASK_BYTES[2] = m[(k + 2) & 3]!;
+    MASK_BYTES[3] = m[(k + 3) & 3]!;
+    const word = MASK_WORD[0]!;
+    const view = new Uint32Array(out.buffer, base + j, words);
+    for (let w = 0; w < words; w++) view[w]! ^= word;
+    for (j += words * 4; j < n; j++, k = (k + 1) & 3) out[at + j]! ^= m[k]!;
     this.maskAt = k;
   }
 

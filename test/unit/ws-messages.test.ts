@@ -115,6 +115,19 @@ describe('MessageReader: frames', () => {
     expect(got.at(-1)!.at).toBe(bytes.length - 1);
   });
 
+  it('unmasks client payloads exactly for any length, fragments and split (by words from 256 bytes, at any alignment and mask offset)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.uint8Array({ maxLength: 3000, size: 'max' }), { minLength: 1, maxLength: 4 }), fc.array(fc.nat(), { maxLength: 12 }), (parts, cuts) => {
+        const frames = parts.map((p, i) => frame(Buffer.from(p), { opcode: i === 0 ? 2 : 0, fin: i === parts.length - 1, mask: true }));
+        const bytes = Buffer.concat(frames);
+        const { r, got } = reader();
+        feed(r, bytes, cuts.map((c) => c % (bytes.length + 1)));
+        expect(got.map((g) => g.data)).toEqual([Buffer.concat(parts).toString('latin1')]);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it('reports a message over the cap without its bytes, and goes on', () => {
     const { r, got } = reader(1000);
     r.push(Buffer.concat([frame('y'.repeat(1001), { opcode: 1 }), fragmented('z'.repeat(1500), 3, false), frame('ok', { opcode: 1 })]), 1);
