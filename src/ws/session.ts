@@ -208,9 +208,10 @@ export class WsSession {
     }
     this.held.push({ fromClient, data, at });
     this.heldBytes += (data?.length ?? 0) + HELD_OVERHEAD;
-    // zlib's thread pool stalled (other work holds it): the session gives up, not the memory.
-    if (this.heldBytes > 4 * this.deps.meter.maxEventBytes) return this.stop();
     this.drain();
+    // zlib's thread pool stalled (other work holds it): the session gives up, not the memory.
+    // Judged after the drain: the inflated message that frees the held ones is not waiting.
+    if (this.heldBytes > 4 * this.deps.meter.maxEventBytes) this.stop();
   }
 
   private drain(): void {

@@ -261,6 +261,39 @@ describe('MessageReader: permessage-deflate', () => {
     expect(got.map((g) => g.data)).toEqual(expected);
   });
 
+  it('bounds what waits behind a message in zlib at 4x the cap, 96 bytes counted per message: at the bound it goes on, past it it stops (review 117, N5, N6)', async () => {
+    const max = 1000;
+    // Stored (level 0) deflate: the payload is the text plus a constant, so sizes are exact.
+    const stored = (n: number) => zlib.deflateRawSync(Buffer.alloc(n, 0x61), { level: 0, finishFlush: zlib.constants.Z_SYNC_FLUSH }).subarray(0, -4);
+    const extra = stored(10).length - 10;
+    const compressedOf = (len: number) => frame(stored(len - extra), { opcode: 1, rsv1: true });
+    const plainOf = (len: number) => frame(Buffer.alloc(len, 0x62), { opcode: 1 });
+    // The first compressed message is in zlib while the rest of the read is taken; 4 x (904 + 96)
+    // is the bound exactly: compressed ones queue for zlib, uncompressed ones wait for their turn.
+    for (const [what, of] of [
+      ['compressed', compressedOf],
+      ['uncompressed', plainOf],
+    ] as const) {
+      for (const over of [false, true]) {
+        const { r, got } = reader(max, true);
+        const waiting = [904, 904, 904, 904, ...(over ? [10] : [])];
+        r.push(Buffer.concat([compressedOf(500), ...waiting.map((n) => of(n))]), 1);
+        expect([what, over, r.broken]).toEqual([what, over, over]);
+        if (!over) {
+          const lengths = [500 - extra, ...waiting.map((n) => (what === 'compressed' ? n - extra : n))];
+          await settle(got, 5);
+          expect(got.map((g) => g.data!.length)).toEqual(lengths);
+          // Delivered, they count no more: the same again is within the bound.
+          r.push(Buffer.concat([compressedOf(500), ...waiting.map((n) => of(n))]), 2);
+          expect(r.broken).toBe(false);
+          await settle(got, 10);
+          expect(got.map((g) => g.data!.length)).toEqual([...lengths, ...lengths]);
+        }
+        r.close();
+      }
+    }
+  });
+
   it('holds a message in tiny fragments in one buffer, bounded by the cap', async () => {
     const { r, got } = reader(64 * 1024, true);
     const { r: plain, got: gotPlain } = reader(64 * 1024, false);
@@ -293,5 +326,7 @@ describe('deflateAccepted', () => {
     expect(deflateAccepted('Permessage-Deflate; server_no_context_takeover; client_max_window_bits=10')).toBe(true);
     expect(deflateAccepted('x-webkit-deflate-frame')).toBeNull();
     expect(deflateAccepted('permessage-deflate, x-other')).toBeNull();
+    // Accepted twice: RFC 7692 §5.1 lets a server accept one offer only (review 117, N11).
+    expect(deflateAccepted('permessage-deflate, permessage-deflate; server_no_context_takeover')).toBeNull();
   });
 });

@@ -548,6 +548,30 @@ describe('second review cases', () => {
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
     expect((await t.histogram(METRIC.duration, { 'error.type': 'measurement_stopped' })).count).toBe(1);
   });
+
+  it('holds messages behind an inflation up to 4x the cap, 96 bytes counted per message, and counts them no more once measured (review 117, N5)', async () => {
+    for (const over of [false, true]) {
+      const t = testInstruments();
+      const s = new WsSession(detectWsApi(RT) as WsApiMatch, {
+        instruments: t.instruments,
+        labels: { provider: 'openai', operation: 'realtime', requestModel: 'm', serverAddress: 'up' },
+        meter: { maxEventBytes: 1000, maxBodyBytes: 1 << 20 },
+        deflate: true,
+        limitModel: (m) => m,
+      });
+      // 4 x (904 + 96) is the bound exactly.
+      const round = (at: number) => {
+        s.fromClient(compressed({ type: 'input_audio_buffer.append', audio: 'AAAA' }, true), at);
+        for (const n of [904, 904, 904, 904, ...(over ? [10] : [])]) s.fromUpstream(textFrame('x'.repeat(n), false), at + 1);
+      };
+      round(0);
+      expect([over, s.stopped]).toEqual([over, over]);
+      if (over) continue;
+      await new Promise((r) => setTimeout(r, 50));
+      round(100);
+      expect(s.stopped).toBe(false);
+    }
+  });
 });
 
 describe('broken and hostile messages', () => {
@@ -703,5 +727,127 @@ describe('quickDelta: a Realtime delta read from its bytes', () => {
     ]) {
       expect(quickDelta(Buffer.from(c)), c).toBeUndefined();
     }
+  });
+});
+
+describe('review 117: cases its surviving mutations showed untested', () => {
+  const RT = '/v1/realtime?model=gpt-realtime';
+  const LIVE = '/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent';
+  const audio = { serverContent: { modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm', data: 'AAAA' } }] } } };
+  const delta = (id: string) => ({ type: 'response.output_audio.delta', response_id: id, item_id: 'i', output_index: 0, content_index: 0, delta: 'AAAA' });
+  const created = (id: string) => ({ type: 'response.created', response: { id } });
+  const done = (id: string) => ({ type: 'response.done', response: { id, status: 'completed' } });
+
+  it('Realtime: a response.create after a manual commit starts the response, and the commit is spent (M3)', () => {
+    const t = session(RT);
+    t.client(0, { type: 'input_audio_buffer.commit' });
+    t.server(5, { type: 'input_audio_buffer.committed', item_id: 'u' });
+    t.client(50, { type: 'response.create' });
+    t.server(60, created('r1'));
+    t.server(80, delta('r1'));
+    t.server(90, done('r1'));
+    // Then one the server makes alone: nothing asked for it, and the commit began the first.
+    t.server(200, created('r2'));
+    t.server(210, delta('r2'));
+    t.server(220, done('r2'));
+    expect(t.summaries.map((s) => [s.ttftMs, s.durationMs])).toEqual([
+      [30, 40],
+      [undefined, undefined],
+    ]);
+  });
+
+  it('Realtime: an error naming one of three waiting response.creates removes that one only (M5, M6)', () => {
+    const t = session(RT);
+    t.client(0, { type: 'response.create', event_id: 'a' });
+    t.client(10, { type: 'response.create', event_id: 'b' });
+    t.client(20, { type: 'response.create', event_id: 'c' });
+    t.server(25, { type: 'error', error: { type: 'invalid_request_error', event_id: 'b' } });
+    t.server(30, created('r1'));
+    t.server(40, created('r2'));
+    t.server(50, delta('r1'));
+    t.server(60, delta('r2'));
+    t.server(70, done('r1'));
+    t.server(80, done('r2'));
+    // r1 from a (0 ms), r2 from c (20 ms): not b's.
+    expect(t.summaries.map((s) => s.ttftMs)).toEqual([50, 40]);
+  });
+
+  it('Realtime: at most 64 responses open and 16 response.creates waiting; the oldest waiting goes first (M26, M27)', () => {
+    const t = session(RT);
+    for (let k = 0; k < 65; k++) t.server(k, created(`r${k}`));
+    for (let k = 0; k < 65; k++) t.server(100 + k, delta(`r${k}`));
+    for (let k = 0; k < 65; k++) t.server(200 + k, done(`r${k}`));
+    expect(t.summaries).toHaveLength(64);
+    expect(t.summaries.every((s) => s.contentEvents === 1)).toBe(true);
+    for (const n of [16, 17]) {
+      const u = session(RT);
+      for (let k = 0; k < n; k++) u.client(k, { type: 'response.create' });
+      u.server(100, created('r'));
+      u.server(110, delta('r'));
+      u.server(120, done('r'));
+      // 17 asked: the first was forgotten, the response counts from the second (1 ms).
+      expect([n, u.summaries[0]!.ttftMs]).toEqual([n, n === 16 ? 110 : 109]);
+    }
+  });
+
+  it('Live: NEED_MORE_INPUT ends a turn normally (M11)', () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(50, audio);
+    t.server(60, { serverContent: { turnComplete: true, turnCompleteReason: 'NEED_MORE_INPUT' } });
+    expect(t.summaries[0]).toMatchObject({ outcome: 'ok', errorType: undefined, ttftMs: 50, durationMs: 60 });
+  });
+
+  it('Live: a turn end counts as the start until 60 s, not after (M13, M33)', () => {
+    for (const [first, ttft] of [
+      [60_000, 60_000],
+      [60_001, undefined],
+    ] as const) {
+      const t = session(LIVE);
+      t.client(0, { clientContent: { turnComplete: true } });
+      t.server(first, audio);
+      t.server(first + 10, { serverContent: { turnComplete: true } });
+      expect([first, t.summaries[0]!.ttftMs]).toEqual([first, ttft]);
+    }
+  });
+
+  it('Live: inline data with an empty payload is no output (M18)', () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(50, { serverContent: { modelTurn: { parts: [{ inlineData: { mimeType: 'audio/pcm', data: '' } }] } } });
+    t.server(80, audio);
+    t.server(90, { serverContent: { turnComplete: true } });
+    expect(t.summaries[0]).toMatchObject({ ttftMs: 80, contentEvents: 1 });
+  });
+
+  it('Live: cachedContentTokenCount is the cached input (M31)', async () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(50, audio);
+    t.server(60, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 90, cachedContentTokenCount: 64, responseTokenCount: 3 } });
+    const cached = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'cached_input' });
+    expect([cached.count, cached.sum]).toEqual([1, 64]);
+  });
+
+  it('Live: a turn whose generation completed ends whole when the tunnel closes before its turnComplete (M39)', async () => {
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(100, audio);
+    t.server(150, audio);
+    t.server(210, { serverContent: { generationComplete: true } });
+    t.s.close(500, undefined, true);
+    await new Promise((r) => setTimeout(r, 50));
+    expect(t.summaries[0]).toMatchObject({ outcome: 'ok', errorType: undefined, durationMs: 210 });
+  });
+
+  it('Live: a setup over 2 KiB without a "text" key still names the model (M41)', () => {
+    const t = session(LIVE);
+    const setup = { setup: { model: 'models/gemini-live-x', tools: [{ functionDeclarations: [{ name: 'f', description: 'd'.repeat(3000) }] }] } };
+    expect(JSON.stringify(setup).length).toBeGreaterThan(2048);
+    t.client(0, setup);
+    t.client(5, { clientContent: { turnComplete: true } });
+    t.server(50, audio);
+    t.server(60, { serverContent: { turnComplete: true } });
+    expect(t.summaries[0]).toMatchObject({ responseModel: 'gemini-live-x', ttftMs: 45 });
   });
 });
