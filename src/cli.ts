@@ -55,8 +55,14 @@ function num(name: string, v: string | undefined, opts: { int?: boolean; min?: n
   const n = Number(v);
   // Integers in decimal digits only, as the variables take them (Number() also reads "0x10", "1e3", " 80").
   if (v.trim() === '' || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
-    const range = opts.min !== undefined && opts.max !== undefined ? ` (expected ${opts.int ? 'an integer' : 'a number'} from ${opts.min} to ${opts.max})` : '';
-    throw new ConfigError(`--${name}: invalid value "${v}"${range}`);
+    const what = opts.int ? 'an integer' : 'a number';
+    const range =
+      opts.min !== undefined && opts.max !== undefined
+        ? ` from ${opts.min} to ${opts.max}`
+        : opts.min !== undefined
+          ? (opts.min === 0 ? ' of 0 or more' : ` of at least ${opts.min}`)
+          : '';
+    throw new ConfigError(`--${name}: invalid value "${v}" (expected ${what}${range})`);
   }
   return n;
 }
@@ -73,22 +79,20 @@ async function runSimulate(args: string[]): Promise<void> {
       jitter: { type: 'string' },
       seed: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
+      version: { type: 'boolean', short: 'v' },
     },
     strict: true,
   });
-  if (values.help) {
-    process.stdout.write(USAGE);
-    return;
-  }
+  if (infoOnly(values)) return;
   const [{ createLogger, exitAfterLogs }, { createSimulator }] = await Promise.all([import('./log.js'), import('./simulate/server.js')]);
   const log = createLogger(logLevelOf('LLM_PROXY_LOG_LEVEL', process.env.LLM_PROXY_LOG_LEVEL || undefined) ?? 'info');
   const plan = {
-    ttft: num('ttft', values.ttft, { min: 0 }) ?? 0.25,
-    itl: num('itl', values.itl, { min: 0 }) ?? 0.0014,
-    tokens: num('tokens', values.tokens, { int: true, min: 1 }) ?? 200,
-    jitter: num('jitter', values.jitter, { min: 0, max: 1 }) ?? 0.1,
+    ttft: num('ttft', values.ttft) ?? 0.25,
+    itl: num('itl', values.itl) ?? 0.0014,
+    tokens: num('tokens', values.tokens, { int: true }) ?? 200,
+    jitter: num('jitter', values.jitter) ?? 0.1,
   };
-  // The limits /_sim/config keeps (a timer past ~24.8 days would fire at once, again and again).
+  // The ranges /_sim/config keeps, in its words (a timer past ~24.8 days would fire at once, again and again).
   for (const k of PLAN_KEYS) {
     const problem = planValueError(k, plan[k]);
     if (problem !== undefined) throw new ConfigError(`--${k}: ${problem}`);

@@ -82,7 +82,7 @@ export class Instruments {
     this.tpot = hist(
       METRIC.tpot,
       's',
-      'Per-request inter-token latency (TPOT): (last content event - first content event) / (output tokens - 1), when output tokens >= 2.',
+      'Per-request inter-token latency (TPOT): (last content event - first content event) / (output tokens - 1), for successful requests with output tokens >= 2 and >= 2 content events; reasoning tokens the stream did not carry are left out of the output tokens.',
       buckets.itl,
     );
     this.duration = hist(
@@ -124,19 +124,19 @@ export class Instruments {
     this.serverTtft = hist(
       METRIC.serverTtft,
       's',
-      'Server-reported time to first token or prompt processing time (Bedrock firstByteLatency, Ollama load + prompt_eval_duration, llama.cpp prompt_ms).',
+      'Server-reported time to first token or prompt processing time (Bedrock firstByteLatency, Ollama load + prompt_eval_duration, llama.cpp prompt_ms, Groq queue + prompt time, LM Studio time_to_first_token).',
       buckets.ttft,
     );
     this.serverTpot = hist(
       METRIC.serverTpot,
       's',
-      'Server-reported time per output token (Ollama eval_duration / eval_count, llama.cpp predicted_per_token_ms).',
+      'Server-reported time per output token (Ollama eval_duration / eval_count, llama.cpp predicted_per_token_ms, Groq completion_time / completion_tokens, LM Studio 1 / tokens_per_second).',
       buckets.itl,
     );
     this.serverDuration = hist(
       METRIC.serverDuration,
       's',
-      'Server-reported request duration (Ollama total_duration, Bedrock invocationLatency / metrics.latencyMs).',
+      'Server-reported request duration (Ollama total_duration, Bedrock invocationLatency / metrics.latencyMs, Groq queue + total time).',
       buckets.duration,
     );
     const sum = (name: string, unit: string, description: string, monotonic: boolean): Adder => {
@@ -144,7 +144,7 @@ export class Instruments {
       return monotonic ? meter.createCounter(name, { unit, description }) : meter.createUpDownCounter(name, { unit, description });
     };
     this.streams = sum(METRIC.streams, '{stream}', 'Measured requests that finished, by outcome and by where the output token count came from.', true);
-    this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'Requests in flight to an API the proxy reads, from their arrival.', false);
+    this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'HTTP requests in flight, from their arrival (an API the proxy does not recognise under operation _OTHER), and Realtime or Live responses being answered.', false);
 
     this.runtime = new RuntimeMetrics(meter);
   }

@@ -10,6 +10,7 @@ import { startGroundTruth } from '../helpers/ground-truth.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, parseProm, scrape, total } from '../helpers/prom.js';
 import { tempDir } from '../helpers/temp-dir.js';
+import { VERSION } from '../../src/version.js';
 
 const procs: Spawned[] = [];
 const closers: (() => Promise<void>)[] = [];
@@ -222,6 +223,12 @@ describe('acceptance: separate processes, official client', () => {
       [['simulate', '--port', '0', '--tokens', '1000001'], {}, /^llm-latency-proxy: --tokens: expected an integer from 1 to 1000000/],
       [['simulate', '--port', '0', '--ttft', '3000000'], {}, /^llm-latency-proxy: --ttft: expected at most 2147483 seconds/],
       [['simulate', '--port', '0', '--tokens', '1000000', '--itl', '10'], {}, /^llm-latency-proxy: --ttft, --itl, --tokens, --jitter: the last token could be due after/],
+      // Each with what it expected (review 118: these said only "invalid value").
+      [['simulate', '--port', '0', '--tokens', '0'], {}, /^llm-latency-proxy: --tokens: expected an integer from 1 to 1000000\n/],
+      [['simulate', '--port', '0', '--tokens', '1.5'], {}, /^llm-latency-proxy: --tokens: invalid value "1\.5" \(expected an integer\)\n/],
+      [['simulate', '--port', '0', '--ttft=-1'], {}, /^llm-latency-proxy: --ttft: expected a non-negative number\n/],
+      [['simulate', '--port', '0', '--seed', 'x'], {}, /^llm-latency-proxy: --seed: invalid value "x" \(expected an integer\)\n/],
+      [['simulate', '--port', '0', '--jitter', '2'], {}, /^llm-latency-proxy: --jitter: expected a number from 0 to 1/],
     ];
     for (const [args, env, message] of cases) {
       const p = spawnCli(args, env);
@@ -229,6 +236,14 @@ describe('acceptance: separate processes, official client', () => {
       expect(await p.exited, args.join(' ')).toBe(2);
       expect(p.stderr, args.join(' ')).toMatch(message);
       expect(p.stderr).not.toMatch(/\n\s+at /);
+    }
+    // Every command takes --version and --help, as the usage says (review 118: simulate refused --version).
+    for (const args of [['--version'], ['-v'], ['simulate', '--version'], ['simulate', '-v'], ['simulate', '--help']]) {
+      const p = spawnCli(args);
+      procs.push(p);
+      expect(await p.exited, args.join(' ')).toBe(0);
+      if (args.includes('--help')) expect(p.lines.map((l) => l.raw), args.join(' ')).toContain('Usage:');
+      else expect(p.lines.map((l) => l.raw), args.join(' ')).toEqual([VERSION]);
     }
     const busy = net.createServer();
     await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
@@ -410,6 +425,7 @@ describe('acceptance: separate processes, official client', () => {
     expect((await check(['--metrics-port', '0'])).err).toMatch(/metrics port is 0/);
     expect((await check(['--bogus'])).code).toBe(1);
     expect((await check(['--version'])).out).toMatch(/^\d+\.\d+\.\d+/);
+    expect((await check(['--timeout', '0'])).err).toMatch(/--timeout: invalid value "0" \(expected a number of at least 0\.001\)/);
 
     // Once the proxy is gone: 1.
     proxy.child.kill('SIGTERM');
