@@ -39,11 +39,11 @@ function run(args: string[], cwd = ROOT): Promise<{ code: number; out: string }>
   });
 }
 
-/** grafana/ laid out in a temp dir with rules rendered from `params` and the committed promtool tests. */
-function sandbox(params: build.Params): string {
+/** grafana/ laid out in a temp dir with the given rule file and the committed promtool tests. */
+function sandbox(rules: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'grafana-rules-'));
   mkdirSync(join(dir, 'alerts/tests'), { recursive: true });
-  writeFileSync(join(dir, build.OUTPUT_FILES.rules), build.renderRulesFile(params));
+  writeFileSync(join(dir, build.OUTPUT_FILES.rules), rules);
   for (const f of TEST_FILES) copyFileSync(join(TESTS_DIR, f), join(dir, 'alerts/tests', f));
   return dir;
 }
@@ -159,18 +159,48 @@ describe('grafana/alerts rules', () => {
       f(p);
       return p;
     };
-    const mutations: Array<{ name: string; params: build.Params; file: string; expect: RegExp }> = [
+    /** The rules rendered from params changed by `f`, annotations and all. */
+    const rendered = (f: (p: build.Params) => void): string => build.renderRulesFile(mutate(f));
+    /**
+     * The committed rules with every expression rendered from params changed by `f`: the
+     * annotations still name the real threshold, so only a case near it can fail (a changed
+     * threshold in the expected annotations would fail every firing case of the alert).
+     */
+    const exprsOf = (f: (p: build.Params) => void): string => {
+      const groups = build.ruleGroups(params);
+      const changed = build.ruleGroups(mutate(f));
+      groups.forEach((g, i) => g.rules.forEach((r, j) => (r.expr = changed[i]!.rules[j]!.expr)));
+      return YAML.stringify({ groups }, { lineWidth: 0, indent: 2 });
+    };
+    /** The committed rules with one edit of an expression (a change params.yaml cannot make). */
+    const edited = (from: RegExp, to: string): string => {
+      const rules = build.renderRulesFile(params);
+      const out = rules.replace(from, to);
+      if (out === rules) throw new Error(`mutation ${from} matches nothing in the rules`);
+      return out;
+    };
+    // promtool's report of an alert_rule_test: `alertname: A, time: T,` then `exp:[...]` and
+    // `got:[...]` (alerts as Labels:{...} Annotations:{...}; no "]" inside them).
+    const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+    /** `alert` fired with `label` (name="value") where the case expected no such alert. */
+    const fires = (alert: string, label: string) =>
+      new RegExp(`alertname: ${alert}, [^\\n]*\\n\\s*exp:\\[(?![^\\]]*${esc(label)})[^\\]]*\\],\\s*got:\\[[^\\]]*${esc(label)}`);
+    /** `alert` with `label` was expected and did not fire. */
+    const misses = (alert: string, label: string) =>
+      new RegExp(`alertname: ${alert}, [^\\n]*\\n\\s*exp:\\[[^\\]]*${esc(label)}[^\\]]*\\],\\s*got:\\[(?![^\\]]*${esc(label)})`);
+    const model = (m: string) => `gen_ai_request_model="${m}"`;
+    const mutations: Array<{ name: string; rules: string; file: string; expect: RegExp }> = [
       {
         // the 1.4 -> 1.5 ms model (gpt-4.1, 1.17x) must then fire
         name: 'regression factor 1.1',
-        params: mutate((p) => (p.alerts.itlRegression.factor = 1.1)),
+        rules: rendered((p) => (p.alerts.itlRegression.factor = 1.1)),
         file: 'regression.test.yaml',
         expect: /LLMProxyITLRegression[\s\S]*gpt-4\.1"/,
       },
       {
         // every blip then outlasts for: (o4-mini is the blip model of each group, proxy-2 the blipping proxy)
         name: 'for: 1m everywhere',
-        params: mutate((p) => Object.values(p.alerts).forEach((a) => (a.for = '1m'))),
+        rules: rendered((p) => Object.values(p.alerts).forEach((a) => (a.for = '1m'))),
         file: 'alerts.test.yaml',
         expect: new RegExp(
           [
@@ -189,7 +219,7 @@ describe('grafana/alerts rules', () => {
       {
         // the low-traffic models then page
         name: 'minRequestRate 0.01',
-        params: mutate((p) =>
+        rules: rendered((p) =>
           Object.values(p.alerts).forEach((a) => {
             if ('minRequestRate' in a) a.minRequestRate = 0.01;
           }),
@@ -200,16 +230,116 @@ describe('grafana/alerts rules', () => {
       {
         // gpt-4o-mini's own 20 ms objective must be what makes it fire
         name: 'no per-model objectives',
-        params: mutate((p) => (p.alerts.itlObjective.perModel = {})),
+        rules: rendered((p) => (p.alerts.itlObjective.perModel = {})),
         file: 'alerts.test.yaml',
         expect: /LLMProxyITLAboveObjective/,
+      },
+      // The edges (bands.test.yaml, bands-regression.test.yaml): each change below passed every
+      // other case (review 116).
+      // Stall threshold 1 %: cases at 0.99 % and 1.01 %.
+      ...[0.0001, 0.0098].map((t) => ({
+        name: `stall threshold ${t}`,
+        rules: exprsOf((p) => (p.alerts.stalls.threshold = t)),
+        file: 'bands.test.yaml',
+        expect: fires('LLMProxyStreamStalls', model('gpt-4.1')),
+      })),
+      ...[0.0102, 0.019].map((t) => ({
+        name: `stall threshold ${t}`,
+        rules: exprsOf((p) => (p.alerts.stalls.threshold = t)),
+        file: 'bands.test.yaml',
+        expect: misses('LLMProxyStreamStalls', model('gpt-4o')),
+      })),
+      {
+        // the proxy exports le="1" (Prometheus 2 keeps it): a rule for Prometheus 3's "1.0" alone misses it
+        name: 'stall bucket matched as le="1.0" only',
+        rules: edited(/le=~"1\|1\.0"/, 'le="1.0"'),
+        file: 'bands.test.yaml',
+        expect: misses('LLMProxyStreamStalls', model('gpt-4o')),
+      },
+      // Event-loop p99 50 ms: proxies at 49 and 51 ms.
+      {
+        name: 'event-loop threshold 0.048',
+        rules: exprsOf((p) => (p.alerts.proxySaturated!.eventLoopP99Seconds = 0.048)),
+        file: 'bands.test.yaml',
+        expect: fires('LLMProxySaturated', 'instance="proxy-0:9464"'),
+      },
+      {
+        name: 'event-loop threshold 0.052',
+        rules: exprsOf((p) => (p.alerts.proxySaturated!.eventLoopP99Seconds = 0.052)),
+        file: 'bands.test.yaml',
+        expect: misses('LLMProxySaturated', 'instance="proxy-1:9464"'),
+      },
+      // No data, sustainedShare 0.8: models with traffic in 20 and 27 of 31 steps.
+      {
+        name: 'noData sustainedShare 0.5',
+        rules: exprsOf((p) => (p.alerts.noData.sustainedShare = 0.5)),
+        file: 'bands.test.yaml',
+        expect: fires('LLMProxyModelNoData', model('bursty')),
+      },
+      {
+        name: 'noData sustainedShare 0.9',
+        rules: exprsOf((p) => (p.alerts.noData.sustainedShare = 0.9)),
+        file: 'bands.test.yaml',
+        expect: misses('LLMProxyModelNoData', model('steady')),
+      },
+      {
+        // another job's failing target on the proxy's address
+        name: 'LLMProxyDown joined on instance only',
+        rules: edited(/and on \(job, instance\)\n(\s*)max_over_time\(/, 'and on (instance)\n$1max_over_time('),
+        file: 'bands.test.yaml',
+        expect: fires('LLMProxyDown', 'job="kubernetes-pods"'),
+      },
+      // Two providers of one model: each is its own group.
+      {
+        name: 'noData: traffic on another provider counts',
+        rules: edited(/unless on \(gen_ai_provider_name, /, 'unless on ('),
+        file: 'bands.test.yaml',
+        expect: misses('LLMProxyModelNoData', 'gen_ai_provider_name="sglang"'),
+      },
+      {
+        name: "stalls: another provider's traffic lifts the low-traffic gate",
+        rules: edited(/(chunk_gap_stall:ratio_rate5m > [\d.]+\n\s*and on \()gen_ai_provider_name, /, '$1'),
+        file: 'bands.test.yaml',
+        expect: fires('LLMProxyStreamStalls', 'gen_ai_provider_name="sglang"'),
+      },
+      // Regression factors 1.5: TPOT at 1.43x and 1.55x, TTFT at 1.41x and 1.54x.
+      {
+        name: 'ITL regression factor 1.6',
+        rules: exprsOf((p) => (p.alerts.itlRegression.factor = 1.6)),
+        file: 'bands-regression.test.yaml',
+        expect: misses('LLMProxyITLRegression', model('gpt-4o')),
+      },
+      {
+        name: 'ITL regression factor 1.4',
+        rules: exprsOf((p) => (p.alerts.itlRegression.factor = 1.4)),
+        file: 'bands-regression.test.yaml',
+        expect: fires('LLMProxyITLRegression', model('gpt-4.1')),
+      },
+      {
+        name: 'TTFT regression factor 1.6',
+        rules: exprsOf((p) => (p.alerts.ttftRegression.factor = 1.6)),
+        file: 'bands-regression.test.yaml',
+        expect: misses('LLMProxyTTFTRegression', model('gpt-4o')),
+      },
+      {
+        name: 'TTFT regression factor 1.35',
+        rules: exprsOf((p) => (p.alerts.ttftRegression.factor = 1.35)),
+        file: 'bands-regression.test.yaml',
+        expect: fires('LLMProxyTTFTRegression', model('gpt-4.1')),
+      },
+      {
+        // o3's past: 1 request every 3 minutes, no baseline
+        name: 'TTFT baselines without the past-traffic gate',
+        rules: edited(/(label_replace\(llm_proxy:ttft_seconds:p95_5m offset (\w+)) and on \([^)]*\) llm_proxy:ttft_requests:rate5m offset \2 >= [\d.]+/g, '$1'),
+        file: 'bands-regression.test.yaml',
+        expect: fires('LLMProxyTTFTRegression', model('o3')),
       },
     ];
     const dirs: string[] = [];
     try {
       const results = await Promise.all(
         mutations.map(async (m) => {
-          const dir = sandbox(m.params);
+          const dir = sandbox(m.rules);
           dirs.push(dir);
           return { m, r: await run(['test', 'rules', join(dir, 'alerts/tests', m.file)]) };
         }),
