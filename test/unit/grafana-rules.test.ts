@@ -302,31 +302,17 @@ describe('grafana/alerts rules', () => {
         file: 'bands.test.yaml',
         expect: fires('LLMProxyStreamStalls', 'gen_ai_provider_name="sglang"'),
       },
-      // Regression factors 1.5: TPOT at 1.43x and 1.55x, TTFT at 1.41x and 1.54x.
-      {
-        name: 'ITL regression factor 1.6',
-        rules: exprsOf((p) => (p.alerts.itlRegression.factor = 1.6)),
-        file: 'bands-regression.test.yaml',
-        expect: misses('LLMProxyITLRegression', model('gpt-4o')),
-      },
-      {
-        name: 'ITL regression factor 1.4',
-        rules: exprsOf((p) => (p.alerts.itlRegression.factor = 1.4)),
-        file: 'bands-regression.test.yaml',
-        expect: fires('LLMProxyITLRegression', model('gpt-4.1')),
-      },
-      {
-        name: 'TTFT regression factor 1.6',
-        rules: exprsOf((p) => (p.alerts.ttftRegression.factor = 1.6)),
-        file: 'bands-regression.test.yaml',
-        expect: misses('LLMProxyTTFTRegression', model('gpt-4o')),
-      },
-      {
-        name: 'TTFT regression factor 1.35',
-        rules: exprsOf((p) => (p.alerts.ttftRegression.factor = 1.35)),
-        file: 'bands-regression.test.yaml',
-        expect: fires('LLMProxyTTFTRegression', model('gpt-4.1')),
-      },
+      // Regression factors 1.5: TPOT at 1.43x and 1.55x, TTFT at 1.41x and 1.54x. A higher factor
+      // misses gpt-4o (1.55x, 1.54x), a lower one fires for gpt-4.1 (1.43x, 1.41x).
+      ...(
+        [
+          ['itlRegression', 'LLMProxyITLRegression', 1.6, 1.4],
+          ['ttftRegression', 'LLMProxyTTFTRegression', 1.6, 1.35],
+        ] as const
+      ).flatMap(([key, alert, higher, lower]) => [
+        { name: `${key} factor ${higher}`, rules: exprsOf((p) => (p.alerts[key].factor = higher)), file: 'bands-regression.test.yaml', expect: misses(alert, model('gpt-4o')) },
+        { name: `${key} factor ${lower}`, rules: exprsOf((p) => (p.alerts[key].factor = lower)), file: 'bands-regression.test.yaml', expect: fires(alert, model('gpt-4.1')) },
+      ]),
       {
         // o3's past: 1 request every 3 minutes, no baseline
         name: 'TTFT baselines without the past-traffic gate',
