@@ -95,7 +95,7 @@ async function runSimulate(args: string[]): Promise<void> {
   // The ranges /_sim/config keeps, in its words (a timer past ~24.8 days would fire at once, again and again).
   for (const k of PLAN_KEYS) {
     const problem = planValueError(k, plan[k]);
-    if (problem !== undefined) throw new ConfigError(`--${k}: ${problem}`);
+    if (problem !== undefined) throw new ConfigError(`--${k}: invalid value "${values[k]}" (${problem})`);
   }
   const tooLong = scheduleError(plan);
   if (tooLong !== undefined) throw new ConfigError(`--ttft, --itl, --tokens, --jitter: ${tooLong}`);
@@ -246,7 +246,7 @@ async function runHealthcheck(args: string[]): Promise<void> {
   let url: string;
   let timeoutMs: number;
   try {
-    timeoutMs = (num('timeout', own.timeout, { min: 0.001 }) ?? 2) * 1000;
+    timeoutMs = (num('timeout', own.timeout, { min: 0.001, max: MAX_TIMER_SECONDS }) ?? 2) * 1000;
     const flags = { ...running, ...defined(proxyFlags(own)) };
     const merged = { ...envOverrides(process.env), ...flags };
     // Without a config file the address comes from flags and variables alone: the file's schema

@@ -13,13 +13,11 @@ export interface Plan {
 export const PLAN_KEYS = ['ttft', 'itl', 'tokens', 'jitter'] as const;
 export const MAX_TOKENS = 1_000_000;
 
-/** What is wrong with one value of a plan, if anything. */
+/** What is wrong with one value of a plan, if anything: the key's whole range (review 119: a negative count read "expected a non-negative number", though 0 is refused too). */
 export function planValueError(key: (typeof PLAN_KEYS)[number], v: number): string | undefined {
-  if (!Number.isFinite(v) || v < 0) return 'expected a non-negative number';
-  if (key === 'tokens' && (!Number.isInteger(v) || v < 1 || v > MAX_TOKENS)) return `expected an integer from 1 to ${MAX_TOKENS}`;
-  if (key === 'jitter' && v > 1) return 'expected a number from 0 to 1 (a fraction of one ITL, which keeps the tokens in order)';
-  if ((key === 'ttft' || key === 'itl') && v > MAX_TIMER_SECONDS) return `expected at most ${MAX_TIMER_SECONDS} seconds`;
-  return undefined;
+  if (key === 'tokens') return Number.isInteger(v) && v >= 1 && v <= MAX_TOKENS ? undefined : `expected an integer from 1 to ${MAX_TOKENS}`;
+  if (key === 'jitter') return v >= 0 && v <= 1 ? undefined : 'expected a number from 0 to 1 (a fraction of one ITL, which keeps the tokens in order)';
+  return v >= 0 && v <= MAX_TIMER_SECONDS ? undefined : `expected a number of seconds from 0 to ${MAX_TIMER_SECONDS}`;
 }
 
 /** A delay longer than Node's longest timer fires after 1 ms, again and again. */

@@ -220,15 +220,17 @@ describe('acceptance: separate processes, official client', () => {
       [['--drain-timeout', '3000000', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --drain-timeout: invalid value "3000000" \(expected a number from 0 to 2147483\)/],
       [['simulate', '--port', '0'], { LLM_PROXY_LOG_LEVEL: 'bogus' }, /^llm-latency-proxy: LLM_PROXY_LOG_LEVEL: expected one of/],
       // The simulator's limits at its own flags, as /_sim/config keeps them.
-      [['simulate', '--port', '0', '--tokens', '1000001'], {}, /^llm-latency-proxy: --tokens: expected an integer from 1 to 1000000/],
-      [['simulate', '--port', '0', '--ttft', '3000000'], {}, /^llm-latency-proxy: --ttft: expected at most 2147483 seconds/],
+      [['simulate', '--port', '0', '--tokens', '1000001'], {}, /^llm-latency-proxy: --tokens: invalid value "1000001" \(expected an integer from 1 to 1000000\)/],
+      [['simulate', '--port', '0', '--ttft', '3000000'], {}, /^llm-latency-proxy: --ttft: invalid value "3000000" \(expected a number of seconds from 0 to 2147483\)/],
       [['simulate', '--port', '0', '--tokens', '1000000', '--itl', '10'], {}, /^llm-latency-proxy: --ttft, --itl, --tokens, --jitter: the last token could be due after/],
       // Each with what it expected (review 118: these said only "invalid value").
-      [['simulate', '--port', '0', '--tokens', '0'], {}, /^llm-latency-proxy: --tokens: expected an integer from 1 to 1000000\n/],
+      [['simulate', '--port', '0', '--tokens', '0'], {}, /^llm-latency-proxy: --tokens: invalid value "0" \(expected an integer from 1 to 1000000\)\n/],
+      [['simulate', '--port', '0', '--tokens=-5'], {}, /^llm-latency-proxy: --tokens: invalid value "-5" \(expected an integer from 1 to 1000000\)\n/],
       [['simulate', '--port', '0', '--tokens', '1.5'], {}, /^llm-latency-proxy: --tokens: invalid value "1\.5" \(expected an integer\)\n/],
-      [['simulate', '--port', '0', '--ttft=-1'], {}, /^llm-latency-proxy: --ttft: expected a non-negative number\n/],
+      [['simulate', '--port', '0', '--ttft=-1'], {}, /^llm-latency-proxy: --ttft: invalid value "-1" \(expected a number of seconds from 0 to 2147483\)\n/],
       [['simulate', '--port', '0', '--seed', 'x'], {}, /^llm-latency-proxy: --seed: invalid value "x" \(expected an integer\)\n/],
-      [['simulate', '--port', '0', '--jitter', '2'], {}, /^llm-latency-proxy: --jitter: expected a number from 0 to 1/],
+      [['simulate', '--port', '0', '--jitter', '2'], {}, /^llm-latency-proxy: --jitter: invalid value "2" \(expected a number from 0 to 1/],
+      [['simulate', '--port', '0', '--jitter=-0.5'], {}, /^llm-latency-proxy: --jitter: invalid value "-0.5" \(expected a number from 0 to 1/],
     ];
     for (const [args, env, message] of cases) {
       const p = spawnCli(args, env);
@@ -425,7 +427,8 @@ describe('acceptance: separate processes, official client', () => {
     expect((await check(['--metrics-port', '0'])).err).toMatch(/metrics port is 0/);
     expect((await check(['--bogus'])).code).toBe(1);
     expect((await check(['--version'])).out).toMatch(/^\d+\.\d+\.\d+/);
-    expect((await check(['--timeout', '0'])).err).toMatch(/--timeout: invalid value "0" \(expected a number of at least 0\.001\)/);
+    expect((await check(['--timeout', '0'])).err).toMatch(/--timeout: invalid value "0" \(expected a number from 0\.001 to 2147483\)/);
+    expect((await check(['--timeout', '5e6'])).err).toMatch(/--timeout: invalid value "5e6" \(expected a number from 0\.001 to 2147483\)/);
 
     // Once the proxy is gone: 1.
     proxy.child.kill('SIGTERM');
