@@ -111,8 +111,8 @@ const CLOSE_WAIT_MS = 200;
 /** What a held message costs beyond its bytes, counted against the bound. */
 const HELD_OVERHEAD = 96;
 
+/** A held message; its direction is the queue it waits in. */
 interface Held {
-  readonly fromClient: boolean;
   readonly data: Buffer | undefined;
   readonly at: number;
   /** Order of holding: of two messages that arrived at the same time, the first held goes first. */
@@ -241,7 +241,7 @@ export class WsSession {
       const other = (fromClient ? this.down : this.up).oldestPending;
       if (other === undefined || other > at) return this.measure(fromClient, data, at);
     }
-    (fromClient ? this.heldFromClient : this.heldFromUpstream).push({ fromClient, data, at, seq: this.heldSeq++ });
+    (fromClient ? this.heldFromClient : this.heldFromUpstream).push({ data, at, seq: this.heldSeq++ });
     this.heldBytes += (data?.length ?? 0) + HELD_OVERHEAD;
     this.drain();
     // zlib's thread pool stalled (other work holds it): the session gives up, not the memory.
@@ -253,13 +253,14 @@ export class WsSession {
     while (!this.done) {
       const c = this.heldFromClient.peek();
       const u = this.heldFromUpstream.peek();
-      const h = c === undefined ? u : u === undefined || c.at < u.at || (c.at === u.at && c.seq < u.seq) ? c : u;
+      const fromClient = c !== undefined && (u === undefined || c.at < u.at || (c.at === u.at && c.seq < u.seq));
+      const h = fromClient ? c : u;
       if (h === undefined) break;
-      const other = (h.fromClient ? this.down : this.up).oldestPending;
+      const other = (fromClient ? this.down : this.up).oldestPending;
       if (other !== undefined && other <= h.at) return;
-      (h.fromClient ? this.heldFromClient : this.heldFromUpstream).shift();
+      (fromClient ? this.heldFromClient : this.heldFromUpstream).shift();
       this.heldBytes -= (h.data?.length ?? 0) + HELD_OVERHEAD;
-      this.measure(h.fromClient, h.data, h.at);
+      this.measure(fromClient, h.data, h.at);
     }
     if (this.closing !== undefined && !this.done && !this.finalizing && this.pending() === undefined) this.finalize();
   }
