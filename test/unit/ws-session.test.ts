@@ -550,30 +550,59 @@ describe('second review cases', () => {
   });
 
   it('holds messages behind an inflation up to 4x the cap, 96 bytes counted per message, and counts them no more once measured (review 117, N5)', async () => {
+    /** `o` as JSON of exactly `n` bytes. */
+    const padded = (o: Record<string, unknown>, n: number) => {
+      const bare = JSON.stringify({ ...o, pad: '' });
+      return textFrame(JSON.stringify({ ...o, pad: 'x'.repeat(n - bare.length) }), false);
+    };
     for (const over of [false, true]) {
       const t = testInstruments();
+      const summaries: MeterSummary[] = [];
       const s = new WsSession(detectWsApi(RT) as WsApiMatch, {
         instruments: t.instruments,
         labels: { provider: 'openai', operation: 'realtime', requestModel: 'm', serverAddress: 'up' },
         meter: { maxEventBytes: 1000, maxBodyBytes: 1 << 20 },
         deflate: true,
         limitModel: (m) => m,
+        onResponse: (x) => summaries.push(x),
       });
-      // 4 x (904 + 96) is the bound exactly; one byte more is past it.
-      const round = (at: number) => {
-        s.fromClient(compressed({ type: 'input_audio_buffer.append', audio: 'AAAA' }, true), at);
-        for (const n of [904, 904, 904, over ? 905 : 904]) s.fromUpstream(textFrame('x'.repeat(n), false), at + 1);
+      // A response open, then a client message in zlib with three deltas and the response's end
+      // behind it: 4 x (904 + 96) is the bound exactly; one byte more is past it.
+      const round = (at: number, id: string) => {
+        s.fromClient(frame({ type: 'response.create' }, true), at);
+        s.fromUpstream(frame({ type: 'response.created', response: { id } }, false), at + 1);
+        s.fromClient(compressed({ type: 'input_audio_buffer.append', audio: 'AAAA' }, true), at + 2);
+        for (const n of [904, 904, 904]) s.fromUpstream(padded({ type: 'response.output_text.delta', response_id: id, delta: 'x' }, n), at + 3);
+        s.fromUpstream(padded({ type: 'response.done', response: { id, status: 'completed' } }, over ? 905 : 904), at + 4);
       };
-      round(0);
+      round(0, 'r1');
       expect([over, s.stopped]).toEqual([over, over]);
       if (over) continue;
       // Until zlib gave the client message back and the held ones were measured (not a fixed wait).
-      const held = () => (s as unknown as { heldBytes: number }).heldBytes;
-      for (let i = 0; i < 400 && held() > 0; i++) await new Promise((r) => setTimeout(r, 5));
-      expect(held()).toBe(0);
-      round(100);
+      for (let i = 0; i < 400 && summaries.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      expect(summaries[0]).toMatchObject({ outcome: 'ok', contentEvents: 3, durationMs: 4 });
+      round(100, 'r2');
       expect(s.stopped).toBe(false);
     }
+  });
+});
+
+describe('messages held behind an inflation, ties', () => {
+  it('of two held messages of both sides that arrived at the same time, measures the one held first (review 119)', async () => {
+    const t = session('/v1/realtime?model=gpt-realtime', true);
+    // The client's compressed message in zlib; behind it the reader keeps its plain create (at 7),
+    // and the session holds the server's response.created (at 7 too, held first).
+    t.s.fromClient(compressed({ type: 'input_audio_buffer.append', audio: 'AAAA' }, true), 5);
+    t.server(7, { type: 'response.created', response: { id: 'r1' } });
+    t.client(7, { type: 'response.create' });
+    t.server(10, { type: 'response.output_text.delta', response_id: 'r1', delta: 'x' });
+    t.server(12, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+    expect(t.summaries).toHaveLength(0); // all held until zlib gives the client's message back
+    for (let i = 0; i < 400 && t.summaries.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    // The server's message first: its response.created found no create waiting, so no TTFT.
+    // The other way round the create would start it at 7 (a TTFT of 3 ms).
+    expect(t.summaries).toHaveLength(1);
+    expect(t.summaries[0]).toMatchObject({ outcome: 'ok', ttftMs: undefined, contentEvents: 1 });
   });
 });
 
@@ -719,16 +748,22 @@ describe('quickDelta: a Realtime delta read from its bytes', () => {
         fc.constantFrom(...CONTENT, ...OTHER),
         text,
         text,
+        text,
         fc.oneof(
           fc.constant(['event_id', 'response_id', 'item_id', 'output_index', 'content_index', 'delta']), // the API's order
           fc.shuffledSubarray(['event_id', 'response_id', 'item_id', 'output_index', 'delta', 'response_id', 'type', 'delta'], { minLength: 0 }),
+          // The fast path's own shape with the id repeated: the delta last.
+          fc.shuffledSubarray(['event_id', 'response_id', 'item_id', 'response_id'], { minLength: 1 }).map((k) => [...k, 'delta']),
         ),
         fc.boolean(),
         fc.boolean(),
-        (type, id, delta, keys, typeFirst, spaced) => {
-          // Written by hand: JSON.stringify would keep one of each repeated key.
+        (type, id, id2, delta, keys, typeFirst, spaced) => {
+          // Written by hand: JSON.stringify would keep one of each repeated key. A repeated
+          // response_id gets a value of its own (review 117, M8: with one value for both, a
+          // reader taking the first would pass).
           const pairs: string[] = typeFirst ? [`"type":${JSON.stringify(type)}`] : [];
-          for (const k of keys) pairs.push(`${JSON.stringify(k)}:${JSON.stringify(k === 'response_id' ? id : k === 'delta' ? delta : k === 'type' ? 'session.update' : k.endsWith('index') ? 0 : 'x')}`);
+          let ids = 0;
+          for (const k of keys) pairs.push(`${JSON.stringify(k)}:${JSON.stringify(k === 'response_id' ? (ids++ === 0 ? id : id2) : k === 'delta' ? delta : k === 'type' ? 'session.update' : k.endsWith('index') ? 0 : 'x')}`);
           if (!typeFirst) pairs.push(`"type":${JSON.stringify(type)}`);
           const b = Buffer.from(`{${pairs.join(spaced ? ', ' : ',')}}`);
           const got = quickDelta(b);
@@ -756,6 +791,7 @@ describe('quickDelta: a Realtime delta read from its bytes', () => {
     for (const c of [
       '{"type":"response.text.delta","response_id":"a","delta":"x","type":"session.update"}',
       '{"type":"response.text.delta","response_id":"a","delta":"x","response_id":"b"}',
+      '{"type":"response.text.delta","response_id":"a","response_id":"b","delta":"x"}',
       '{"type":"response.text.delta","meta":{"response_id":"a","delta":"x"}}',
       '{"type":"response.text.delta","k\\"response_id":"a","delta":"xxxxxxx"}',
       '{"type":"response.text.delta","response_id":"a","m":{"delta":"x"},"delta":""}',
