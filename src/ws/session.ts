@@ -65,6 +65,8 @@ const MAX_OPEN = 64;
 const MAX_WAITING = 16;
 /** A `response.create` unanswered this long was refused in a way we did not see (ms); a commit this old began nothing. */
 const STALE_CREATE_MS = 10_000;
+/** Realtime error codes about a message other than `response.create` (seen from real servers). */
+const OTHER_MESSAGE_ERRORS: ReadonlySet<string> = new Set(['input_audio_buffer_commit_empty', 'response_cancel_not_active']);
 /** A Live turn end older than this when the model starts answering began something else (ms). */
 const STALE_TRIGGER_MS = 60_000;
 
@@ -434,8 +436,9 @@ export function quickDelta(b: Buffer): string | undefined {
  * client's `response.create` (matched in order to the server's `response.created`), or, when
  * the server made it by itself (voice activity detection), at its `input_audio_buffer.committed`.
  * A `response.create` the server rejects gets an `error` and no response: the one the error
- * names by `event_id`, or else the newest waiting, is dropped, and any waiting longer than
- * STALE_CREATE_MS is too. Content: non-empty `delta`s of text, audio and tool-call (and MCP
+ * names by `event_id`, or else the newest waiting, is dropped (not for an error whose code
+ * names another message's failure: an empty commit, a cancel with nothing to cancel), and any
+ * waiting longer than STALE_CREATE_MS is too. Content: non-empty `delta`s of text, audio and tool-call (and MCP
  * call) arguments, by `response_id`. End: `response.done`, with `usage` (output tokens include
  * audio tokens) and `status`: `cancelled` (the user spoke over it, or the client cancelled) is
  * recorded as cancelled, `failed` as an error with `status_details.error`'s code or type.
@@ -518,7 +521,11 @@ class OpenAiRealtime {
         // A rejected `response.create` gets no `response.created`: forget the one the error
         // names, or, when it names none (the SDKs send no event_id), the newest. At worst a
         // later response then has no TTFT, rather than one counted from a refused request.
-        const id = obj(m.error)?.event_id;
+        // Errors whose code names another message's failure forget nothing (a push-to-talk
+        // tap commits an empty buffer, then asks for a response that does come).
+        const err = obj(m.error);
+        if (typeof err?.code === 'string' && OTHER_MESSAGE_ERRORS.has(err.code)) return;
+        const id = err?.event_id;
         if (typeof id === 'string' && id !== '') {
           const i = this.waiting.findIndex((w) => w.id === id);
           if (i >= 0) this.waiting.splice(i, 1);

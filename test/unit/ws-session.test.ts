@@ -413,6 +413,20 @@ describe('review cases', () => {
     expect((await t.histogram(METRIC.ttft)).sum).toBeCloseTo(ms(20 + 300), 9);
   });
 
+  it("Realtime: an error about another message (an empty commit, a cancel with nothing to cancel) keeps the waiting response.create", () => {
+    for (const code of ['input_audio_buffer_commit_empty', 'response_cancel_not_active']) {
+      const t = session(RT);
+      // A push-to-talk tap: the commit of an empty buffer fails, the response it asked for comes.
+      t.client(0, { type: 'input_audio_buffer.commit' });
+      t.client(1, { type: 'response.create' });
+      t.server(3, { type: 'error', error: { type: 'invalid_request_error', code, message: 'x', param: null, event_id: null } });
+      t.server(5, { type: 'response.created', response: { id: 'r1' } });
+      t.server(20, delta('r1'));
+      t.server(30, { type: 'response.done', response: { id: 'r1', status: 'completed' } });
+      expect(t.summaries[0], code).toMatchObject({ outcome: 'ok', ttftMs: 19, durationMs: 29 });
+    }
+  });
+
   it('Realtime: MCP call argument deltas are output', async () => {
     const t = session(RT);
     t.client(0, { type: 'response.create' });
