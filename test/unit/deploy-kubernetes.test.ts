@@ -3,7 +3,7 @@
 //   merge or JSON 6902, images, namespace) renders the base, the base + operator component, and
 //   the production overlay, failing on anything it does not understand;
 // - every rendered object is validated against the Kubernetes OpenAPI schemas (kubernetes-models),
-//   ServiceMonitor/PrometheusRule against the Prometheus Operator CRD schemas
+//   PodMonitor/PrometheusRule against the Prometheus Operator CRD schemas
 //   (@kubernetes-models/prometheus-operator) plus a few checks the schemas leave out, and the
 //   PrometheusRule's groups go through `promtool check rules`;
 // - deployment invariants (drain vs grace period, probes, security context, ports) are checked by
@@ -19,7 +19,7 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { HorizontalPodAutoscaler } from 'kubernetes-models/autoscaling/v2';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Namespace, Service } from 'kubernetes-models/v1';
-import { PrometheusRule, ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
+import { PodMonitor, PrometheusRule } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1';
 import { buildConfig, envOverrides, type Config } from '../../src/config.js';
 
 type Obj = Record<string, any>;
@@ -290,8 +290,8 @@ function validateObject(o: Obj): string[] {
       return run(() => new PodDisruptionBudget(o as any).validate());
     case 'autoscaling/v2 HorizontalPodAutoscaler':
       return run(() => new HorizontalPodAutoscaler(o as any).validate());
-    case 'monitoring.coreos.com/v1 ServiceMonitor':
-      return [...run(() => new ServiceMonitor(o as any).validate()), ...checkServiceMonitor(o)];
+    case 'monitoring.coreos.com/v1 PodMonitor':
+      return [...run(() => new PodMonitor(o as any).validate()), ...checkPodMonitor(o)];
     case 'monitoring.coreos.com/v1 PrometheusRule':
       return [...run(() => new PrometheusRule(o as any).validate()), ...checkPrometheusRule(o)];
     default:
@@ -301,16 +301,16 @@ function validateObject(o: Obj): string[] {
 
 // What the Prometheus Operator CRD schemas do not say but the operator or Prometheus needs
 // (a selector and endpoints to scrape; one of record/alert; unique group names).
-function checkServiceMonitor(o: Obj): string[] {
+function checkPodMonitor(o: Obj): string[] {
   const errs: string[] = [];
-  if (typeof o.metadata?.name !== 'string') errs.push('ServiceMonitor: metadata.name required');
-  if (!isObj(o.spec)) return [...errs, 'ServiceMonitor: spec required'];
-  if (!isObj(o.spec.selector)) errs.push('ServiceMonitor: spec.selector required');
-  if (!Array.isArray(o.spec.endpoints) || o.spec.endpoints.length === 0) errs.push('ServiceMonitor: spec.endpoints required');
-  for (const ep of o.spec.endpoints ?? []) {
-    if (typeof ep.port !== 'string' && ep.targetPort === undefined) errs.push('ServiceMonitor endpoint: port (name) or targetPort required');
+  if (typeof o.metadata?.name !== 'string') errs.push('PodMonitor: metadata.name required');
+  if (!isObj(o.spec)) return [...errs, 'PodMonitor: spec required'];
+  if (!isObj(o.spec.selector)) errs.push('PodMonitor: spec.selector required');
+  if (!Array.isArray(o.spec.podMetricsEndpoints) || o.spec.podMetricsEndpoints.length === 0) errs.push('PodMonitor: spec.podMetricsEndpoints required');
+  for (const ep of o.spec.podMetricsEndpoints ?? []) {
+    if (typeof ep.port !== 'string' && ep.portNumber === undefined) errs.push('PodMonitor endpoint: port (name) or portNumber required');
     for (const d of ['interval', 'scrapeTimeout']) {
-      if (ep[d] !== undefined && !/^(\d+(ms|s|m|h))+$/.test(ep[d])) errs.push(`ServiceMonitor endpoint: bad ${d} ${ep[d]}`);
+      if (ep[d] !== undefined && !/^(\d+(ms|s|m|h))+$/.test(ep[d])) errs.push(`PodMonitor endpoint: bad ${d} ${ep[d]}`);
     }
   }
   return errs;
@@ -352,9 +352,9 @@ function drainSeconds(c: Obj): number {
 }
 
 /**
- * Seconds the process may still need after the drain deadline: the last OTLP push (the OTLP
- * exporter's own 10 s request timeout, measured against a collector that never answers) and the
- * log flush (exitAfterLogs waits at most 2 s).
+ * Seconds the process may still need after the drain deadline: the last OTLP push (the proxy
+ * waits for it at most SHUTDOWN_PUSH_MS, 5 s, shorter than the exporter's own 10 s request
+ * timeout) and the log flush (exitAfterLogs waits at most 2 s), with 5 s to spare.
  */
 const EXIT_MARGIN = 12;
 
@@ -489,13 +489,16 @@ function checkInvariants(objs: Obj[]): string[] {
     if (d.spec.replicas !== undefined) errs.push('Deployment sets replicas while an HPA owns it');
   }
 
-  // ServiceMonitor (when the component is in): selects the Service, uses its metrics port.
-  for (const sm of byKind(objs, 'ServiceMonitor')) {
-    const svc = svcs.find((s) => selects(sm.spec.selector, s.metadata.labels));
-    if (!svc) errs.push('ServiceMonitor selects no Service');
-    for (const ep of sm.spec.endpoints ?? []) {
-      if (!svc?.spec.ports.some((p: Obj) => p.name === ep.port)) errs.push(`ServiceMonitor port ${ep.port} not on the Service`);
-      if ((ep.path ?? '/metrics') !== '/metrics') errs.push('ServiceMonitor path');
+  // PodMonitor (when the component is in): selects the pods, scrapes the container's metrics
+  // port by name, names the job after a label the pods carry.
+  for (const pm of byKind(objs, 'PodMonitor')) {
+    if (!selects(pm.spec.selector, podLabels)) errs.push('PodMonitor does not select the pods');
+    if (pm.spec.jobLabel !== undefined && podLabels?.[pm.spec.jobLabel] === undefined) errs.push(`PodMonitor jobLabel ${pm.spec.jobLabel} is not a pod label`);
+    for (const ep of pm.spec.podMetricsEndpoints ?? []) {
+      const port = (c?.ports ?? []).find((p: Obj) => p.name === ep.port);
+      if (port === undefined) errs.push(`PodMonitor port ${ep.port} not on the container`);
+      else if (port.containerPort !== metrics) errs.push(`PodMonitor port ${ep.port} is not the metrics port`);
+      if ((ep.path ?? '/metrics') !== '/metrics') errs.push('PodMonitor path');
     }
   }
 
@@ -707,7 +710,7 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
     expect(checkInvariants(objs).join('\n')).toMatch(/terminationGracePeriodSeconds 30/);
   });
   it('grace period with no room for the last OTLP push and the log flush after the drain', () => {
-    // The base's 45 s before the exporter's 10 s timeout was counted: SIGKILL during a hung push.
+    // The base had 45 s before the last push's wait was counted: SIGKILL during a hung push.
     const objs = mutate((o) => (dep(o).spec.template.spec.terminationGracePeriodSeconds = 45));
     expect(checkInvariants(objs).join('\n')).toMatch(/terminationGracePeriodSeconds 45 < drain 30 \+ preStop 5 \+ 12/);
   });
@@ -735,6 +738,14 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
     const objs = mutate((o) => (byKind(o, 'Service')[0]!.spec.ports[1].targetPort = 9999));
     expect(checkInvariants(objs).join('\n')).toMatch(/targets 9999/);
   });
+  it('PodMonitor that misses the pods, scrapes another port or names the job after a label they lack', () => {
+    const pm = (o: Obj[]) => byKind(o, 'PodMonitor')[0]!;
+    expect(checkInvariants(mutate((o) => (pm(o).spec.selector.matchLabels['app.kubernetes.io/component'] = 'other'))).join('\n')).toMatch(/PodMonitor does not select the pods/);
+    expect(checkInvariants(mutate((o) => (pm(o).spec.podMetricsEndpoints[0].port = 'http'))).join('\n')).toMatch(/PodMonitor port http is not the metrics port/);
+    expect(checkInvariants(mutate((o) => (pm(o).spec.podMetricsEndpoints[0].port = 'prom'))).join('\n')).toMatch(/PodMonitor port prom not on the container/);
+    expect(checkInvariants(mutate((o) => (pm(o).spec.jobLabel = 'app'))).join('\n')).toMatch(/PodMonitor jobLabel app is not a pod label/);
+    expect(checkInvariants(good())).toEqual([]);
+  });
   it('schema violations are caught by kubernetes-models', () => {
     const objs = mutate((o) => (ctr(o).ports[0].containerPort = '8080'));
     expect(objs.flatMap(validateObject).join('\n')).toMatch(/containerPort must be integer/);
@@ -744,15 +755,15 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
   it('Prometheus Operator schema violations are caught by @kubernetes-models/prometheus-operator', () => {
     const render = () => baseWithComponent().objects.map((o) => structuredClone(o));
     const clean = render();
-    expect(clean.filter((o) => o.apiVersion === 'monitoring.coreos.com/v1').map((o) => o.kind).sort()).toEqual(['PrometheusRule', 'ServiceMonitor']);
+    expect(clean.filter((o) => o.apiVersion === 'monitoring.coreos.com/v1').map((o) => o.kind).sort()).toEqual(['PodMonitor', 'PrometheusRule']);
     expect(clean.flatMap(validateObject)).toEqual([]);
     const badFor = render();
     const rule = badFor.find((o) => o.kind === 'PrometheusRule')!.spec.groups.flatMap((g: Obj) => g.rules).find((r: Obj) => r.for !== undefined);
     rule.for = '5 minutes';
     expect(badFor.flatMap(validateObject).join('\n')).toMatch(/rules\/\d+\/for must match pattern/);
     const numericPort = render();
-    numericPort.find((o) => o.kind === 'ServiceMonitor')!.spec.endpoints[0].port = 9464;
-    expect(numericPort.flatMap(validateObject).join('\n')).toMatch(/endpoints\/0\/port must be string/);
+    numericPort.find((o) => o.kind === 'PodMonitor')!.spec.podMetricsEndpoints[0].port = 9464;
+    expect(numericPort.flatMap(validateObject).join('\n')).toMatch(/podMetricsEndpoints\/0\/port must be string/);
   });
   it("the image's ENV is read from the Dockerfile (hosts set, ports left to the config)", () => {
     const env = imageEnv();
