@@ -2,6 +2,7 @@
 import { parseArgs } from 'node:util';
 import {
   ConfigError,
+  DECIMAL,
   DEFAULT_METRICS_HOST,
   DEFAULT_METRICS_PORT,
   envOverrides,
@@ -53,8 +54,9 @@ function fail(message: string): never {
 function num(name: string, v: string | undefined, opts: { int?: boolean; min?: number; max?: number } = {}): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  // Integers in decimal digits only, as the variables take them (Number() also reads "0x10", "1e3", " 80").
-  if (v.trim() === '' || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
+  // Decimal only, as the variables take them (Number() also reads "0x10", "0b1", " 80"); integers
+  // in digits only ("1e3" is a number of seconds, not a port).
+  if (!DECIMAL.test(v) || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
     const what = opts.int ? 'an integer' : 'a number';
     const range =
       opts.min !== undefined && opts.max !== undefined
@@ -134,9 +136,14 @@ const PROXY_OPTIONS = {
 
 type ProxyValues = ReturnType<typeof parseArgs<{ options: typeof PROXY_OPTIONS; strict: true }>>['values'];
 
+function configPath(v: string | undefined): string | undefined {
+  if (v !== undefined && v.trim() === '') throw new ConfigError('--config: must not be empty (a YAML file)');
+  return v;
+}
+
 function proxyFlags(values: ProxyValues): Overrides {
   return {
-    config: values.config,
+    config: configPath(values.config),
     upstream: upstreamOf('--upstream', values.upstream),
     host: hostOf('--host', values.host),
     port: num('port', values.port, { int: true, min: 0, max: 65535 }),

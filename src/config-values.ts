@@ -105,6 +105,52 @@ export interface Overrides {
   egressProxy?: string;
   /** The standard proxy variables, read when the egress proxy is `env`: [variable name, value]. */
   proxyEnv?: ProxyEnv;
+  /** What the variables' reading has to say at start (an `LLM_PROXY_*` name the proxy does not read). */
+  warnings?: readonly string[];
+}
+
+/** The `LLM_PROXY_*` variables the proxy reads. */
+export const ENV_NAMES: readonly string[] = [
+  'LLM_PROXY_CONFIG',
+  'LLM_PROXY_UPSTREAM',
+  'LLM_PROXY_HOST',
+  'LLM_PROXY_PORT',
+  'LLM_PROXY_METRICS',
+  'LLM_PROXY_METRICS_HOST',
+  'LLM_PROXY_METRICS_PORT',
+  'LLM_PROXY_LOG_LEVEL',
+  'LLM_PROXY_DRAIN_TIMEOUT',
+  'LLM_PROXY_EGRESS_PROXY',
+];
+
+/** Edit distance, for the nearest known name of a misspelt one. */
+function distance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/**
+ * `LLM_PROXY_*` variables the proxy does not read: a misspelt name would otherwise leave its
+ * setting at the default without a word (an upstream's: the built-in simulator).
+ */
+export function unknownEnvWarnings(env: NodeJS.ProcessEnv): string[] {
+  const out: string[] = [];
+  for (const name of Object.keys(env).sort()) {
+    if (!name.startsWith('LLM_PROXY_') || ENV_NAMES.includes(name)) continue;
+    let near: string | undefined;
+    let best = 4;
+    for (const known of ENV_NAMES) {
+      const d = distance(name, known);
+      if (d < best) [near, best] = [known, d];
+    }
+    out.push(`${name} is not a variable of this proxy and is ignored${near === undefined ? '' : `; did you mean ${near}?`}`);
+  }
+  return out;
 }
 
 /** http_proxy, https_proxy and no_proxy as undici reads them (lower case first), and NODE_USE_ENV_PROXY. */
@@ -141,11 +187,14 @@ function envInt(env: NodeJS.ProcessEnv, name: string, max = 65535): number | und
   return Number(v);
 }
 
+/** A number as people write one (`30`, `0.5`, `1e3`): Number() also reads `0x10`, `0b1` and blanks. */
+export const DECIMAL = /^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/;
+
 function envSeconds(env: NodeJS.ProcessEnv, name: string): number | undefined {
   const v = env[name];
   if (v === undefined || v === '') return undefined;
   const n = Number(v);
-  if (!Number.isFinite(n) || n < 0 || n > MAX_TIMER_SECONDS) {
+  if (!DECIMAL.test(v) || !Number.isFinite(n) || n < 0 || n > MAX_TIMER_SECONDS) {
     throw new ConfigError(`${name}: expected a number of seconds from 0 to ${MAX_TIMER_SECONDS} (~24.8 days), got "${v}"`);
   }
   return n;
@@ -158,7 +207,11 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
     if (v !== undefined) o[k] = v;
   };
   set('config', env.LLM_PROXY_CONFIG || undefined);
-  set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM || undefined));
+  // Set and empty is a secret or a template left unfilled, not a request for the built-in simulator.
+  if (env.LLM_PROXY_UPSTREAM !== undefined && env.LLM_PROXY_UPSTREAM.trim() === '') {
+    throw new ConfigError('LLM_PROXY_UPSTREAM: set but empty (unset it to use the built-in simulator)');
+  }
+  set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM));
   set('host', hostOf('LLM_PROXY_HOST', env.LLM_PROXY_HOST || undefined));
   set('port', envInt(env, 'LLM_PROXY_PORT'));
   set('metricsHost', hostOf('LLM_PROXY_METRICS_HOST', env.LLM_PROXY_METRICS_HOST || undefined));
@@ -167,6 +220,8 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
   set('egressProxy', env.LLM_PROXY_EGRESS_PROXY || undefined);
   o.proxyEnv = proxyEnvOf(env);
+  const unknown = unknownEnvWarnings(env);
+  if (unknown.length > 0) o.warnings = unknown;
   // The standard OpenTelemetry variables: OTEL_METRICS_EXPORTER=otlp,prometheus|none, OTEL_METRIC_EXPORT_INTERVAL (ms).
   const exp = env.OTEL_METRICS_EXPORTER;
   if (exp !== undefined && exp.trim() !== '') {
@@ -179,8 +234,8 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   const interval = env.OTEL_METRIC_EXPORT_INTERVAL;
   if (interval !== undefined && interval !== '') {
     const n = Number(interval);
-    if (!Number.isInteger(n) || n <= 0 || n > MAX_TIMER_SECONDS * 1000) {
-      throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 1 to ${MAX_TIMER_SECONDS * 1000}, got "${interval}"`);
+    if (!Number.isInteger(n) || n < 100 || n > MAX_TIMER_SECONDS * 1000) {
+      throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 100 to ${MAX_TIMER_SECONDS * 1000}, got "${interval}"`);
     }
     o.otlpIntervalMs = n;
   }

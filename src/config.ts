@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
+import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS, STALL_GAP_SECONDS } from './metrics/semconv.js';
 import { API_BY_NAME } from './providers/detect.js';
@@ -45,7 +45,12 @@ const boundaries = z
 
 const routeSchema = z
   .object({
-    prefix: z.string().startsWith('/', 'must start with "/"'),
+    // Matched against the request's path as it arrives: a query, a fragment, white space or a
+    // glob would make a route no request reaches.
+    prefix: z
+      .string()
+      .startsWith('/', 'must start with "/"')
+      .refine((p) => !/[?#*\s]/.test(p), 'a path prefix without "?", "#", "*" or white space (it is matched against the path as sent, without wildcards)'),
     upstream: httpUrl,
     /**
      * Forces the wire format / adapter (e.g. `openai`) on every path of the route, instead of
@@ -91,7 +96,8 @@ const simulatorSchema = z
 const fileSchema = z
   .object({
     upstream: httpUrl.optional(),
-    routes: z.array(routeSchema).optional(),
+    // Empty is a mistake (a template left unfilled), not a request for the built-in simulator.
+    routes: z.array(routeSchema).min(1, 'must list at least one route (remove the key to use the built-in simulator)').optional(),
     listen: z.object({ host: listenHost.optional(), port: port.optional() }).strict().optional(),
     metrics: z
       .object({
@@ -126,7 +132,8 @@ const fileSchema = z
         connect: seconds.optional(),
         response: seconds.optional(),
         idle: seconds.optional(),
-        keepAlive: seconds.optional(),
+        // Node's server times an idle connection out 1 s after keepAliveTimeout: one second less.
+        keepAlive: seconds.max(MAX_TIMER_SECONDS - 1, `must be at most ${MAX_TIMER_SECONDS - 1} s (Node waits 1 s more, and its timers cannot be longer than ${MAX_TIMER_SECONDS} s)`).optional(),
         upstreamKeepAlive: seconds.max(3600).optional(),
         upstreamKeepAliveMax: seconds.max(3600).optional(),
         upstreamConnectionMaxAge: seconds.optional(),
@@ -148,7 +155,8 @@ const fileSchema = z
         enabled: z.boolean().optional(),
         /** Full metrics URL, e.g. http://collector:4318/v1/metrics (else the OTEL_EXPORTER_OTLP_* variables). */
         endpoint: httpUrl.optional(),
-        intervalSeconds: seconds.optional(),
+        // Below 0.1 s each push times out before it is sent, and the log fills with the warnings.
+        intervalSeconds: seconds.min(0.1, 'must be at least 0.1 s').optional(),
         /** Base-2 exponential histograms over OTLP (they become Prometheus native histograms). */
         exponentialHistograms: z.boolean().optional(),
       })
@@ -254,13 +262,27 @@ export function loadFile(path: string): FileConfig {
   } catch (e) {
     throw new ConfigError(`cannot read config file ${path}: ${(e as Error).message}`);
   }
-  let raw: unknown;
+  return (yamlValue(text, path) as FileConfig | null) ?? {};
+}
+
+/**
+ * The YAML's value, or one line on what is wrong with it (line and column, without the
+ * excerpt). A tag the proxy cannot take is an error, not a warning on stderr: YAML 1.1's
+ * `!!omap`, `!!set`, `!!timestamp` and `!!binary` would otherwise become a Map, Set, Date or
+ * Buffer, which the schema takes for an empty section (its keys, and their checks, gone).
+ */
+function yamlValue(text: string, path: string): unknown {
+  let problem: string;
   try {
-    raw = parseYaml(text);
+    const doc = parseDocument(text, { logLevel: 'silent', resolveKnownTags: false });
+    const first = doc.errors[0] ?? doc.warnings[0];
+    if (first === undefined) return doc.toJS();
+    problem = first.message.split('\n')[0]!.replace(/:$/, '');
+    if (first.code === 'TAG_RESOLVE_FAILED') problem += ' (write it without a tag: plain mappings, lists and values only)';
   } catch (e) {
-    throw new ConfigError(`config file ${path} is not valid YAML: ${(e as Error).message}`);
+    problem = (e as Error).message;
   }
-  return raw ?? {};
+  throw new ConfigError(`config file ${path} is not valid YAML: ${problem.split('\n')[0]!.replace(/:$/, '')}`);
 }
 
 /** Validates a config object (from YAML) merged with overrides into the runtime config. */
@@ -301,7 +323,15 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   const useSimulator = routes.length === 0;
 
   const m = f.metrics ?? {};
-  const warnings: string[] = [];
+  const warnings: string[] = [...(overrides.warnings ?? [])];
+  // Settings that would do nothing: said, since their author expects them to.
+  if (f.simulator !== undefined && !useSimulator) warnings.push(`simulator (${source}) is ignored: an upstream is configured, and the built-in simulator runs only without one`);
+  const otlpOn = overrides.exporters?.otlp ?? f.otlp?.enabled ?? false;
+  const otlpKeys = Object.keys(f.otlp ?? {}).filter((k) => k !== 'enabled');
+  if (!otlpOn && otlpKeys.length > 0) {
+    const why = overrides.exporters !== undefined ? 'OTEL_METRICS_EXPORTER leaves OTLP out' : 'otlp.enabled is not true';
+    warnings.push(`otlp.${otlpKeys.join(', otlp.')} (${source}) ignored: ${why}, so nothing is pushed`);
+  }
   if (m.buckets?.itl !== undefined && !m.buckets.itl.includes(STALL_GAP_SECONDS)) {
     warnings.push(
       `metrics.buckets.itl has no ${STALL_GAP_SECONDS} s boundary: the shipped stall alert (LLMProxyStreamStalls, grafana/params.yaml alerts.stalls.gapSeconds) counts the gaps above that bucket and will never fire; add it, or rebuild the rules with your boundaries as gapBuckets and a gapSeconds among them (grafana/params.yaml)`,
@@ -407,6 +437,11 @@ function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, so
       return NO_EGRESS;
     }
     return Object.freeze({ http, https, noProxy: Object.freeze([...noProxy]) });
+  }
+  // A word that is not a keyword (`enve`, `off`, `direct`) is a typo, not a proxy named so on
+  // port 80: without a scheme, only host:port is taken as a proxy (the variables keep curl's rule).
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(mode) && !/:\d+$/.test(mode)) {
+    throw new ConfigError(`${modeKey}: expected env, none or a proxy URL such as http://proxy.example:3128 (got "${withoutCredentials(mode)}")`);
   }
   const proxy = parse(modeKey, mode);
   return Object.freeze({ http: proxy, https: proxy, noProxy: Object.freeze([...noProxy]) });

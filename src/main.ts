@@ -43,8 +43,9 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     simulator = createSimulator(config.simulator);
     simulatorUrl = await simulator.listen(0, '127.0.0.1');
     const s = config.simulator;
-    // The first log line says what the proxy is pointed at.
-    log.info(
+    // The first log line says what the proxy is pointed at; at warn, so that a production log
+    // level still shows a proxy answering with the simulator's made-up completions.
+    log.warn(
       { simulatorUrl, ttft: s.ttft, itl: s.itl, tokens: s.tokens, jitter: s.jitter },
       `no upstream configured: using the built-in simulator at ${simulatorUrl} as the default upstream (no API key needed)`,
     );
@@ -75,11 +76,13 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   await forwarder.warmUp();
   let draining = false;
 
-  // Which of the two could not listen, for the message (both may be given the same port).
+  // Which of the two could not listen, on what address, and where that was set (both may be
+  // given the same port; a host that is no address fails here, not at the config's check).
   const which = (what: string) => (e: Error): never => {
     e.message = `${what}: ${e.message}`;
     throw e;
   };
+  const at = (host: string, port: number, keys: string) => `${host.includes(':') ? `[${host}]` : host}:${port} (${keys})`;
   const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, {
     keepAliveSeconds: cfg.timeouts.keepAlive,
     onUpgrade: (req, socket, head) => forwarder.upgrade(req, socket, head),
@@ -89,12 +92,12 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     onExpectation: (req, res) => forwarder.refuseExpectation(req, res),
     deferContinue: true,
   }).catch(
-    which('proxy port'),
+    which(`proxy on ${at(cfg.host, cfg.port, '--host/--port, LLM_PROXY_HOST/_PORT, listen.host/.port')}`),
   );
   const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive }).catch(
     async (e: Error) => {
       await new Promise((r) => proxy.server.close(r)); // not left listening while main() reports the error
-      return which('metrics port')(e);
+      return which(`metrics on ${at(cfg.metrics.host, cfg.metrics.port, '--metrics-host/--metrics-port, LLM_PROXY_METRICS_HOST/_PORT, metrics.host/.port')}`)(e);
     },
   );
   // A scraper that stops reading holds its paused exposition (a few MB at the series cap) for

@@ -231,6 +231,15 @@ describe('acceptance: separate processes, official client', () => {
       [['simulate', '--port', '0', '--seed', 'x'], {}, /^llm-latency-proxy: --seed: invalid value "x" \(expected an integer\)\n/],
       [['simulate', '--port', '0', '--jitter', '2'], {}, /^llm-latency-proxy: --jitter: invalid value "2" \(expected a number from 0 to 1/],
       [['simulate', '--port', '0', '--jitter=-0.5'], {}, /^llm-latency-proxy: --jitter: invalid value "-0.5" \(expected a number from 0 to 1/],
+      // Review 121: hexadecimal is no number of seconds; an empty config path, an empty upstream variable and a misspelt egress keyword are errors.
+      [['--drain-timeout', '0x10', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --drain-timeout: invalid value "0x10" \(expected a number from 0 to 2147483\)/],
+      [['simulate', '--port', '0', '--ttft', '0x10'], {}, /^llm-latency-proxy: --ttft: invalid value "0x10" \(expected a number/],
+      [['-c', '', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --config: must not be empty/],
+      [['--port', '0', '--metrics-port', '0'], { LLM_PROXY_UPSTREAM: '' }, /^llm-latency-proxy: LLM_PROXY_UPSTREAM: set but empty \(unset it to use the built-in simulator\)\n/],
+      [['--upstream', 'http://127.0.0.1:9', '--port', '0', '--metrics-port', '0'], { LLM_PROXY_EGRESS_PROXY: 'off' }, /^llm-latency-proxy: LLM_PROXY_EGRESS_PROXY: expected env, none or a proxy URL/],
+      // An address this host does not have fails at listen, named with the address and its keys
+      // (192.0.2.0/24 is documentation space: no lookup, no interface).
+      [['--host', '192.0.2.1', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: cannot listen: proxy on 192\.0\.2\.1:0 \(--host\/--port, LLM_PROXY_HOST\/_PORT, listen\.host\/\.port\): listen EADDRNOTAVAIL/],
     ];
     for (const [args, env, message] of cases) {
       const p = spawnCli(args, env);
@@ -254,7 +263,7 @@ describe('acceptance: separate processes, official client', () => {
       const p6 = spawnCli(['--port', '0', '--metrics-port', port]);
       procs.push(p6);
       expect(await p6.exited).toBe(2);
-      expect(p6.stderr).toMatch(/^llm-latency-proxy: cannot listen: metrics port: listen EADDRINUSE/);
+      expect(p6.stderr).toMatch(/^llm-latency-proxy: cannot listen: metrics on 127\.0\.0\.1:\d+ \(--metrics-host\/--metrics-port, [^)]*\): listen EADDRINUSE/);
     } finally {
       busy.close();
     }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI from 'openai';
 import { describe, expect, it } from 'vitest';
-import { buildConfig, ConfigError, envOverrides, hostOf, loadConfig, logLevelOf, upstreamOf } from '../../src/config.js';
+import { buildConfig, ConfigError, ENV_NAMES, envOverrides, hostOf, loadConfig, logLevelOf, unknownEnvWarnings, upstreamOf } from '../../src/config.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 function errorOf(fn: () => unknown): string {
@@ -153,8 +153,10 @@ describe('config', () => {
 
   it('refuses timeouts longer than a Node timer can hold (which would fire after 1 ms)', () => {
     for (const key of ['connect', 'response', 'idle', 'keepAlive']) {
-      expect(errorOf(() => buildConfig({ timeouts: { [key]: 3_000_000 } }))).toMatch(new RegExp(`timeouts\\.${key}: must be at most 2147483 s`));
-      expect(buildConfig({ timeouts: { [key]: 2_147_483 } }).timeouts[key as 'connect']).toBe(2_147_483);
+      // keepAlive one second less: Node's server waits a second past it (below).
+      const max = key === 'keepAlive' ? 2_147_482 : 2_147_483;
+      expect(errorOf(() => buildConfig({ timeouts: { [key]: 3_000_000 } }))).toMatch(new RegExp(`timeouts\\.${key}: must be at most ${max} s`));
+      expect(buildConfig({ timeouts: { [key]: max } }).timeouts[key as 'connect']).toBe(max);
     }
     expect(errorOf(() => buildConfig({ drainTimeout: 3_000_000 }))).toMatch(/drainTimeout: must be at most/);
     expect(errorOf(() => buildConfig({}, { drainTimeout: 3_000_000 }))).toMatch(/drain timeout: must be at most/);
@@ -162,7 +164,7 @@ describe('config', () => {
     expect(errorOf(() => envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: '3000000' }))).toMatch(/^LLM_PROXY_DRAIN_TIMEOUT: expected a number of seconds from 0 to 2147483/);
     expect(envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: '2147483' }).drainTimeout).toBe(2_147_483);
     expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 3_000_000 } }))).toMatch(/otlp\.intervalSeconds: must be at most/);
-    expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '3000000000' }))).toMatch(/OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 1 to 2147483000/);
+    expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '3000000000' }))).toMatch(/OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 100 to 2147483000/);
     expect(envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '2147483000' }).otlpIntervalMs).toBe(2_147_483_000);
   });
 
@@ -214,6 +216,91 @@ describe('config', () => {
     const file = join(dir, 'bad.yaml');
     writeFileSync(file, 'routes: [\n');
     expect(errorOf(() => loadConfig({ config: file }, {}))).toMatch(/not valid YAML/);
+  });
+
+  it('refuses an upstream that is there but empty instead of falling back to the simulator (review 121)', () => {
+    expect(errorOf(() => loadConfig({}, { LLM_PROXY_UPSTREAM: '' }))).toBe('LLM_PROXY_UPSTREAM: set but empty (unset it to use the built-in simulator)');
+    expect(errorOf(() => loadConfig({}, { LLM_PROXY_UPSTREAM: '  ' }))).toMatch(/^LLM_PROXY_UPSTREAM: set but empty/);
+    expect(errorOf(() => buildConfig({ routes: [] }, {}, 'r.yaml'))).toMatch(/routes: must list at least one route \(remove the key/);
+    expect(loadConfig({}, {}).useSimulator).toBe(true); // nothing given at all: the simulator
+  });
+
+  it('refuses route prefixes no request path can match: a query, a fragment, a glob, white space (review 121)', () => {
+    for (const prefix of ['/v1/*', '/a?x=1', '/a#b', '/a b', '/a\tb']) {
+      expect(errorOf(() => buildConfig({ routes: [{ prefix, upstream: 'http://u:1' }] })), prefix).toMatch(/routes\[0\]\.prefix: a path prefix without "\?", "#", "\*" or white space/);
+    }
+    expect(buildConfig({ routes: [{ prefix: '/v1/chat-completions_2.x~', upstream: 'http://u:1' }] }).routes[0]!.prefix).toBe('/v1/chat-completions_2.x~');
+  });
+
+  it('warns of LLM_PROXY_* variables it does not read, with the nearest it does (review 121)', () => {
+    expect(unknownEnvWarnings({ LLM_PROXY_UPSTREAMS: 'http://u:1', LLM_PROXY_LOGLEVEL: 'debug', LLM_PROXY_DRAIN_TIME: '5', LLM_PROXY_XYZZY: '1', OTHER: '1', ...Object.fromEntries(ENV_NAMES.map((n) => [n, ''])) })).toEqual([
+      'LLM_PROXY_DRAIN_TIME is not a variable of this proxy and is ignored; did you mean LLM_PROXY_DRAIN_TIMEOUT?', // 3 edits
+      'LLM_PROXY_LOGLEVEL is not a variable of this proxy and is ignored; did you mean LLM_PROXY_LOG_LEVEL?',
+      'LLM_PROXY_UPSTREAMS is not a variable of this proxy and is ignored; did you mean LLM_PROXY_UPSTREAM?',
+      'LLM_PROXY_XYZZY is not a variable of this proxy and is ignored',
+    ]);
+    // Every variable the README's table names is one it reads.
+    expect(loadConfig({ upstream: 'http://u:1' }, { LLM_PROXY_UPSTREAMS: 'x' }).warnings).toEqual([expect.stringMatching(/^LLM_PROXY_UPSTREAMS is not/)]);
+    expect(loadConfig({ upstream: 'http://u:1' }, { LLM_PROXY_PORT: '1', LLM_PROXY_METRICS: 'true' }).warnings).toEqual([]);
+  });
+
+  it('warns of settings that do nothing: a simulator plan beside an upstream, OTLP settings without OTLP (review 121)', () => {
+    expect(buildConfig({ upstream: 'http://u:1', simulator: { ttft: 0.1 } }, {}, 's.yaml').warnings).toEqual([
+      'simulator (s.yaml) is ignored: an upstream is configured, and the built-in simulator runs only without one',
+    ]);
+    expect(buildConfig({ simulator: { ttft: 0.1 } }).warnings).toEqual([]);
+    const otlp = { endpoint: 'http://c:4318/v1/metrics', intervalSeconds: 5 };
+    expect(buildConfig({ upstream: 'http://u:1', otlp }, {}, 'o.yaml').warnings).toEqual([
+      'otlp.endpoint, otlp.intervalSeconds (o.yaml) ignored: otlp.enabled is not true, so nothing is pushed',
+    ]);
+    expect(buildConfig({ upstream: 'http://u:1', otlp }, { exporters: { prometheus: true, otlp: false } }, 'o.yaml').warnings).toEqual([
+      'otlp.endpoint, otlp.intervalSeconds (o.yaml) ignored: OTEL_METRICS_EXPORTER leaves OTLP out, so nothing is pushed',
+    ]);
+    expect(buildConfig({ upstream: 'http://u:1', otlp: { ...otlp, enabled: true } }).warnings).toEqual([]);
+    expect(buildConfig({ upstream: 'http://u:1', otlp }, { exporters: { prometheus: true, otlp: true } }).warnings).toEqual([]);
+  });
+
+  it('refuses a client keep-alive Node would overflow, and OTLP intervals shorter than a push (review 121)', () => {
+    expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 2_147_483 } }))).toMatch(/timeouts\.keepAlive: must be at most 2147482 s/);
+    expect(buildConfig({ timeouts: { keepAlive: 2_147_482 } }).timeouts.keepAlive).toBe(2_147_482);
+    expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 0.0001 } }))).toMatch(/otlp\.intervalSeconds: must be at least 0\.1 s/);
+    expect(buildConfig({ otlp: { intervalSeconds: 0.1 } }).otlp.intervalMs).toBe(100);
+    expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '99' }))).toMatch(/expected milliseconds from 100/);
+    expect(envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '100' }).otlpIntervalMs).toBe(100);
+  });
+
+  it('takes numbers in decimal only: 0x10 is not 16 seconds (review 121)', () => {
+    for (const v of ['0x10', '0b1', '0o7', 'Infinity', ' 5', '5 ']) expect(errorOf(() => envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: v })), v).toMatch(/^LLM_PROXY_DRAIN_TIMEOUT: expected a number of seconds/);
+    for (const [v, n] of [['30', 30], ['0.5', 0.5], ['1e1', 10], ['.5', 0.5]] as const) expect(envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: v }).drainTimeout).toBe(n);
+  });
+
+  it('refuses YAML tags that would turn a section into a Map, Set, Date or Buffer (its checks gone), in one line (review 121)', () => {
+    const dir = tempDir('cfg-');
+    const cases: [string, RegExp][] = [
+      ['listen: !!omap [ port: 39105 ]\n', /Unresolved tag: tag:yaml\.org,2002:omap at line 1, column 9 \(write it without a tag/],
+      ['timeouts: !!omap [ connect: -5 ]\n', /omap at line 1/],
+      ['metrics: !!set {enabled}\n', /2002:set at line 1/],
+      ['listen: !!timestamp 2001-12-14\n', /2002:timestamp at line 1/],
+      ['!!omap [ upstream: "ftp://bad" ]\n', /2002:omap at line 1, column 1/],
+      ['listen: !local {port: 1}\n', /Unresolved tag: !local/],
+      ['listen:\n  port: 1\n  port: 2\n', /Map keys must be unique at line 3, column 3$/],
+    ];
+    for (const [text, want] of cases) {
+      const file = join(dir, 'tag.yaml');
+      writeFileSync(file, text);
+      const message = errorOf(() => loadConfig({ config: file }, {}));
+      expect(message, text).toMatch(/^config file .* is not valid YAML: /);
+      expect(message, text).toMatch(want);
+      expect(message, text).not.toContain('\n');
+    }
+    // Plain YAML still reads: anchors, a BOM, an empty file.
+    for (const [text, port] of [['listen: {host: &h 127.0.0.2, port: 39105}\nmetrics: {host: *h}\n', 39105], ['\ufefflisten: {port: 39106}\n', 39106], ['', 8080]] as const) {
+      const file = join(dir, 'ok.yaml');
+      writeFileSync(file, text);
+      expect(loadConfig({ config: file }, {}).port).toBe(port);
+    }
+    writeFileSync(join(dir, 'alias.yaml'), 'listen: {host: &h 127.0.0.2}\nmetrics: {host: *h}\n');
+    expect(loadConfig({ config: join(dir, 'alias.yaml') }, {}).metrics.host).toBe('127.0.0.2');
   });
 
   it('returns a frozen object', () => {
@@ -268,6 +355,19 @@ describe('egress configuration', () => {
       expect(message).not.toMatch(/hunter2|hun|ter2/);
     }
     expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'http://p:99999' }))).toMatch(/^LLM_PROXY_EGRESS_PROXY: expected a proxy URL/);
+  });
+
+  it('takes a word that is no keyword for a typo, not for a proxy of that name on port 80 (review 121)', () => {
+    for (const v of ['enve', 'off', 'direct', 'no', 'disabled', 'env,none', 'proxy.example']) {
+      expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: v })), v).toBe(`LLM_PROXY_EGRESS_PROXY: expected env, none or a proxy URL such as http://proxy.example:3128 (got "${v}")`);
+      expect(errorOf(() => buildConfig({ upstream: u, egressProxy: v }, {}, 'e.yaml')), v).toMatch(/^invalid configuration in e\.yaml:\n {2}egressProxy: expected env, none or a proxy URL/);
+    }
+    // host:port without a scheme is a proxy, as are URLs and the keywords in any case.
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'proxy.example:3128' }).egress.https).toMatchObject({ host: 'proxy.example', port: 3128 });
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'https://p' }).egress.https).toMatchObject({ host: 'p', port: 443 });
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'NONE' }).egress.https).toBeUndefined();
+    // The standard variables keep curl's rule: a bare name is a proxy on port 80.
+    expect(loadConfig({ upstream: u }, { NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: 'squid' }).egress.https).toMatchObject({ host: 'squid', port: 80 });
   });
 });
 
