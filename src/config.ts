@@ -3,7 +3,7 @@ import { parseDocument } from 'yaml';
 import { z } from 'zod';
 import { DEFAULT_BUCKETS, DEFAULT_LOOP_RESOLUTION_MS, STALL_GAP_SECONDS } from './metrics/semconv.js';
 import { API_BY_NAME } from './providers/detect.js';
-import { NO_EGRESS, parseProxyUrl, splitNoProxy, type EgressProxy, type EgressSettings } from './proxy/egress.js';
+import { NO_EGRESS, noProxyEntryProblem, parseProxyUrl, splitNoProxy, type EgressProxy, type EgressSettings } from './proxy/egress.js';
 import { PLAN_KEYS, planValueError, scheduleError } from './simulate/schedule.js';
 import {
   ConfigError,
@@ -166,7 +166,16 @@ const fileSchema = z
     /** How upstreams are reached: `none` (direct, the default), `env` (HTTPS_PROXY, HTTP_PROXY, NO_PROXY) or a proxy URL. */
     egressProxy: z.string().min(1).optional(),
     /** Hosts reached directly despite egressProxy (else NO_PROXY's list): names (with subdomains), host:port, IPs, CIDR ranges, `*`. */
-    noProxy: z.union([z.string(), z.array(z.string().min(1))]).optional(),
+    noProxy: z
+      .union([z.string(), z.array(z.string().min(1))], { error: 'expected a list of hosts, or one string of them separated by commas' })
+      .superRefine((v, ctx) => {
+        const entries = typeof v === 'string' ? splitNoProxy(v) : v;
+        entries.forEach((e, i) => {
+          const problem = noProxyEntryProblem(e, entries.length === 1);
+          if (problem !== undefined) ctx.addIssue({ code: 'custom', message: `${problem} (got "${e}")`, path: typeof v === 'string' ? [] : [i] });
+        });
+      })
+      .optional(),
   })
   .strict();
 

@@ -62,6 +62,7 @@ export function parseProxyUrl(value: string): EgressProxy {
   }
   const host = u.hostname.replace(/^\[|\]$/g, '');
   const port = u.port === '' ? (u.protocol === 'https:' ? 443 : 80) : Number(u.port);
+  if (port === 0) throw new Error('port 0 cannot be connected to');
   let authorization: string | undefined;
   if (u.username !== '' || u.password !== '') {
     const user = decodeURIComponent(u.username);
@@ -74,6 +75,35 @@ export function parseProxyUrl(value: string): EgressProxy {
 /** NO_PROXY's entries (comma or white-space separated). */
 export function splitNoProxy(value: string): string[] {
   return value.split(/[,\s]+/).filter((e) => e !== '');
+}
+
+const validPort = (p: string | undefined) => p === undefined || (/^\d{1,5}$/.test(p) && Number(p) <= 65535);
+
+/**
+ * What is wrong with an entry of the file's `noProxy`, if anything: NoProxy below skips what it
+ * cannot read (as undici does for the variable, which is left that way), so a mistyped range or
+ * address would exempt nothing without a word.
+ */
+export function noProxyEntryProblem(entry: string, alone: boolean): string | undefined {
+  if (entry === '*') return alone ? undefined : '"*" means every host only as the whole value; in a list it matches none';
+  if (entry.includes('://')) return 'a host, not a URL (example.com, example.com:8443)';
+  if (entry.includes('/')) {
+    const cidr = /^([0-9a-f:.]+)\/(\d{1,3})$/i.exec(entry);
+    const family = cidr === null ? 0 : net.isIP(cidr[1]!);
+    if (family === 0 || Number(cidr![2]) > (family === 4 ? 32 : 128)) return 'a range is an IP address, "/" and a prefix length of at most 32 (IPv4) or 128 (IPv6), such as 10.0.0.0/8';
+    return undefined;
+  }
+  if (entry.startsWith('[')) {
+    const v6 = /^\[([^\]]+)\](?::(\d+))?$/.exec(entry);
+    if (v6 === null || !net.isIPv6(v6[1]!) || !validPort(v6[2])) return 'a bracketed IPv6 address, with an optional port: [::1] or [::1]:8000';
+    return undefined;
+  }
+  const colons = (entry.match(/:/g) ?? []).length;
+  if (colons > 1) return net.isIPv6(entry) ? undefined : 'not an IPv6 address (with a port, write [::1]:8000)';
+  const [host, port] = colons === 1 ? entry.split(':') : [entry, undefined];
+  if (!validPort(port)) return 'a port is a number from 0 to 65535';
+  if (!/^(\*\.|\.)?[\p{L}\p{N}_-]+(\.[\p{L}\p{N}_-]+)*\.?$/u.test(host!)) return 'a host name, .domain, *.domain, IP address or range';
+  return undefined;
 }
 
 interface HostRule {

@@ -357,6 +357,35 @@ describe('egress configuration', () => {
     expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'http://p:99999' }))).toMatch(/^LLM_PROXY_EGRESS_PROXY: expected a proxy URL/);
   });
 
+  it("checks the file's noProxy entries, which would otherwise exempt nothing without a word (review 121)", () => {
+    const ok = ['localhost', '.internal', '*.example.com', 'example.com.', 'host:8443', '[::1]:8000', '::1', '127.0.0.1', '10.0.0.0/8', '2001:db8::/32', '1.2.3.4/32', '::1/128', 'bücher.de', 'my_host'];
+    expect(buildConfig({ upstream: u, noProxy: ok }).egress).toMatchObject({ http: undefined }); // no proxy, and no error
+    expect(buildConfig({ upstream: u, egressProxy: 'http://p:1', noProxy: ok }).egress.noProxy).toEqual(ok);
+    expect(buildConfig({ upstream: u, egressProxy: 'http://p:1', noProxy: '*' }).egress.noProxy).toEqual(['*']);
+    for (const [entry, want] of [
+      ['10.0.0.0/99', /noProxy\[1\]: a range is an IP address/],
+      ['1.2.3.4/-1', /noProxy\[1\]: a range/],
+      ['1.2.3.4/33', /noProxy\[1\]: a range/],
+      ['::1/129', /noProxy\[1\]: a range/],
+      ['[::1', /noProxy\[1\]: a bracketed IPv6 address/],
+      ['[::1]:70000', /noProxy\[1\]: a bracketed IPv6 address/],
+      ['a:b:c', /noProxy\[1\]: not an IPv6 address/],
+      ['h:99999', /noProxy\[1\]: a port is a number/],
+      ['h:', /noProxy\[1\]: a port is a number/],
+      ['exa mple', /noProxy\[1\]: a host name/],
+      ['http://x', /noProxy\[1\]: a host, not a URL/],
+      ['*', /noProxy\[1\]: "\*" means every host only as the whole value/],
+    ] as const) {
+      expect(errorOf(() => buildConfig({ upstream: u, noProxy: ['ok.test', entry] })), entry).toMatch(want);
+    }
+    expect(errorOf(() => buildConfig({ upstream: u, noProxy: 'a.test, 10.0.0.0/99' }))).toMatch(/noProxy: a range .* \(got "10\.0\.0\.0\/99"\)/);
+    expect(errorOf(() => buildConfig({ upstream: u, noProxy: 5 }))).toMatch(/noProxy: expected a list of hosts, or one string of them separated by commas/);
+    // The variable is read as undici reads it: what it cannot use is skipped, not an error.
+    expect(loadConfig({ upstream: u }, { NODE_USE_ENV_PROXY: '1', HTTPS_PROXY: 'http://p:1', NO_PROXY: 'a.test,10.0.0.0/99' }).egress.noProxy).toEqual(['a.test', '10.0.0.0/99']);
+    // A proxy on port 0 is refused, as an upstream there is.
+    expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'http://p:0' }))).toMatch(/^LLM_PROXY_EGRESS_PROXY: port 0 cannot be connected to/);
+  });
+
   it('takes a word that is no keyword for a typo, not for a proxy of that name on port 80 (review 121)', () => {
     for (const v of ['enve', 'off', 'direct', 'no', 'disabled', 'env,none', 'proxy.example']) {
       expect(errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: v })), v).toBe(`LLM_PROXY_EGRESS_PROXY: expected env, none or a proxy URL such as http://proxy.example:3128 (got "${v}")`);
