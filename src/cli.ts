@@ -56,7 +56,7 @@ function num(name: string, v: string | undefined, opts: { int?: boolean; min?: n
   const n = Number(v);
   // Decimal only, as the variables take them (Number() also reads "0x10", "0b1", " 80"); integers
   // in digits only ("1e3" is a number of seconds, not a port).
-  if (!DECIMAL.test(v) || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v)) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
+  if (!DECIMAL.test(v.trim()) || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v.trim())) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
     const what = opts.int ? 'an integer' : 'a number';
     const range =
       opts.min !== undefined && opts.max !== undefined
@@ -64,7 +64,7 @@ function num(name: string, v: string | undefined, opts: { int?: boolean; min?: n
         : opts.min !== undefined
           ? (opts.min === 0 ? ' of 0 or more' : ` of at least ${opts.min}`)
           : '';
-    throw new ConfigError(`--${name}: invalid value "${v}" (expected ${what}${range})`);
+    throw new ConfigError(`--${name}: invalid value ${JSON.stringify(v)} (expected ${what}${range})`);
   }
   return n;
 }

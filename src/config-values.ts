@@ -105,6 +105,8 @@ export interface Overrides {
   egressProxy?: string;
   /** The standard proxy variables, read when the egress proxy is `env`: [variable name, value]. */
   proxyEnv?: ProxyEnv;
+  /** LLM_PROXY_UPSTREAM is set but empty (a secret or template left unfilled). */
+  upstreamEmpty?: boolean;
   /** What the variables' reading has to say at start (an `LLM_PROXY_*` name the proxy does not read). */
   warnings?: readonly string[];
 }
@@ -142,6 +144,7 @@ export function unknownEnvWarnings(env: NodeJS.ProcessEnv): string[] {
   const out: string[] = [];
   for (const name of Object.keys(env).sort()) {
     if (!name.startsWith('LLM_PROXY_') || ENV_NAMES.includes(name)) continue;
+    if (/^LLM_PROXY_(SERVICE_(HOST|PORT)|PORT_\d+_)/.test(name)) continue; // a Kubernetes service link's
     let near: string | undefined;
     let best = 4;
     for (const known of ENV_NAMES) {
@@ -183,6 +186,10 @@ function proxyEnvOf(env: NodeJS.ProcessEnv): ProxyEnv {
 function envInt(env: NodeJS.ProcessEnv, name: string, max = 65535): number | undefined {
   const v = env[name];
   if (v === undefined || v === '') return undefined;
+  if (/^tcp:\/\//.test(v)) {
+    // Kubernetes sets <SERVICE>_PORT=tcp://ip:port for every Service in the namespace.
+    throw new ConfigError(`${name}: "${v}" is a Kubernetes service link (a Service named llm-proxy sets it): set enableServiceLinks: false in the pod spec, or name the Service otherwise`);
+  }
   if (!/^\d+$/.test(v) || Number(v) > max) throw new ConfigError(`${name}: expected an integer from 0 to ${max}, got "${v}"`);
   return Number(v);
 }
@@ -194,8 +201,8 @@ function envSeconds(env: NodeJS.ProcessEnv, name: string): number | undefined {
   const v = env[name];
   if (v === undefined || v === '') return undefined;
   const n = Number(v);
-  if (!DECIMAL.test(v) || !Number.isFinite(n) || n < 0 || n > MAX_TIMER_SECONDS) {
-    throw new ConfigError(`${name}: expected a number of seconds from 0 to ${MAX_TIMER_SECONDS} (~24.8 days), got "${v}"`);
+  if (!DECIMAL.test(v.trim()) || !Number.isFinite(n) || n < 0 || n > MAX_TIMER_SECONDS) {
+    throw new ConfigError(`${name}: expected a number of seconds from 0 to ${MAX_TIMER_SECONDS} (~24.8 days), got ${JSON.stringify(v)}`);
   }
   return n;
 }
@@ -207,11 +214,10 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
     if (v !== undefined) o[k] = v;
   };
   set('config', env.LLM_PROXY_CONFIG || undefined);
-  // Set and empty is a secret or a template left unfilled, not a request for the built-in simulator.
-  if (env.LLM_PROXY_UPSTREAM !== undefined && env.LLM_PROXY_UPSTREAM.trim() === '') {
-    throw new ConfigError('LLM_PROXY_UPSTREAM: set but empty (unset it to use the built-in simulator)');
-  }
-  set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM));
+  // Set and empty: an error only where it would leave the built-in simulator (buildConfig);
+  // beside a routes file or --upstream it is a template's blank, and ignored.
+  if (env.LLM_PROXY_UPSTREAM !== undefined && env.LLM_PROXY_UPSTREAM.trim() === '') o.upstreamEmpty = true;
+  else set('upstream', upstreamOf('LLM_PROXY_UPSTREAM', env.LLM_PROXY_UPSTREAM));
   set('host', hostOf('LLM_PROXY_HOST', env.LLM_PROXY_HOST || undefined));
   set('port', envInt(env, 'LLM_PROXY_PORT'));
   set('metricsHost', hostOf('LLM_PROXY_METRICS_HOST', env.LLM_PROXY_METRICS_HOST || undefined));
@@ -234,8 +240,8 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   const interval = env.OTEL_METRIC_EXPORT_INTERVAL;
   if (interval !== undefined && interval !== '') {
     const n = Number(interval);
-    if (!Number.isInteger(n) || n < 100 || n > MAX_TIMER_SECONDS * 1000) {
-      throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 100 to ${MAX_TIMER_SECONDS * 1000}, got "${interval}"`);
+    if (!DECIMAL.test(interval.trim()) || !Number.isInteger(n) || n < 100 || n > MAX_TIMER_SECONDS * 1000) {
+      throw new ConfigError(`OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 100 to ${MAX_TIMER_SECONDS * 1000}, got ${JSON.stringify(interval)}`);
     }
     o.otlpIntervalMs = n;
   }

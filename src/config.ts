@@ -50,7 +50,7 @@ const routeSchema = z
     prefix: z
       .string()
       .startsWith('/', 'must start with "/"')
-      .refine((p) => !/[?#*\s]/.test(p), 'a path prefix without "?", "#", "*" or white space (it is matched against the path as sent, without wildcards)'),
+      .refine((p) => !/[?#*\s]|[^\x21-\x7e]/.test(p), 'a path prefix without "?", "#", "*", white space or characters outside ASCII (it is matched against the path as sent, percent-encoded, without wildcards)'),
     upstream: httpUrl,
     /**
      * Forces the wire format / adapter (e.g. `openai`) on every path of the route, instead of
@@ -96,8 +96,7 @@ const simulatorSchema = z
 const fileSchema = z
   .object({
     upstream: httpUrl.optional(),
-    // Empty is a mistake (a template left unfilled), not a request for the built-in simulator.
-    routes: z.array(routeSchema).min(1, 'must list at least one route (remove the key to use the built-in simulator)').optional(),
+    routes: z.array(routeSchema).optional(),
     listen: z.object({ host: listenHost.optional(), port: port.optional() }).strict().optional(),
     metrics: z
       .object({
@@ -133,7 +132,7 @@ const fileSchema = z
         response: seconds.optional(),
         idle: seconds.optional(),
         // Node's server times an idle connection out 1 s after keepAliveTimeout: one second less.
-        keepAlive: seconds.max(MAX_TIMER_SECONDS - 1, `must be at most ${MAX_TIMER_SECONDS - 1} s (Node waits 1 s more, and its timers cannot be longer than ${MAX_TIMER_SECONDS} s)`).optional(),
+        keepAlive: z.number().positive().max(MAX_TIMER_SECONDS - 1, `must be at most ${MAX_TIMER_SECONDS - 1} s (Node waits 1 s more, and its timers cannot be longer than ${MAX_TIMER_SECONDS} s)`).optional(),
         upstreamKeepAlive: seconds.max(3600).optional(),
         upstreamKeepAliveMax: seconds.max(3600).optional(),
         upstreamConnectionMaxAge: seconds.optional(),
@@ -156,7 +155,7 @@ const fileSchema = z
         /** Full metrics URL, e.g. http://collector:4318/v1/metrics (else the OTEL_EXPORTER_OTLP_* variables). */
         endpoint: httpUrl.optional(),
         // Below 0.1 s each push times out before it is sent, and the log fills with the warnings.
-        intervalSeconds: seconds.min(0.1, 'must be at least 0.1 s').optional(),
+        intervalSeconds: z.number().min(0.1, 'must be at least 0.1 s').max(MAX_TIMER_SECONDS, TIMER_LIMIT).optional(),
         /** Base-2 exponential histograms over OTLP (they become Prometheus native histograms). */
         exponentialHistograms: z.boolean().optional(),
       })
@@ -281,17 +280,46 @@ export function loadFile(path: string): FileConfig {
  * Buffer, which the schema takes for an empty section (its keys, and their checks, gone).
  */
 function yamlValue(text: string, path: string): unknown {
+  const plain = ' (write it without a tag: plain mappings, lists and values only)';
   let problem: string;
   try {
-    const doc = parseDocument(text, { logLevel: 'silent', resolveKnownTags: false });
+    // Not logLevel 'silent': it also drops the error for a second document (review 123).
+    // parseDocument logs nothing itself.
+    const doc = parseDocument(text, { resolveKnownTags: false });
     const first = doc.errors[0] ?? doc.warnings[0];
-    if (first === undefined) return doc.toJS();
-    problem = first.message.split('\n')[0]!.replace(/:$/, '');
-    if (first.code === 'TAG_RESOLVE_FAILED') problem += ' (write it without a tag: plain mappings, lists and values only)';
+    if (first === undefined) {
+      const value = doc.toJS() as unknown;
+      // Under a `%YAML 1.1` directive those tags are the schema's own, so the values are checked.
+      const where = notPlain(value, '');
+      if (where === undefined) return value;
+      problem = `${where || '(root)'} is a YAML !!omap, !!set, !!timestamp or !!binary value${plain}`;
+    } else {
+      problem = first.message.split('\n')[0]!.replace(/:$/, '');
+      if (first.code === 'TAG_RESOLVE_FAILED') problem += plain;
+      if (first.code === 'MULTIPLE_DOCS') problem = `a second document begins at line ${first.linePos?.[0].line}: the file holds one`;
+    }
   } catch (e) {
     problem = (e as Error).message;
   }
   throw new ConfigError(`config file ${path} is not valid YAML: ${problem.split('\n')[0]!.replace(/:$/, '')}`);
+}
+
+/** The path of the first value in `v` that is not a plain object, array or scalar, if any. */
+function notPlain(v: unknown, at: string): string | undefined {
+  if (v === null || typeof v !== 'object') return undefined;
+  if (Array.isArray(v)) {
+    for (let i = 0; i < v.length; i++) {
+      const w = notPlain(v[i], `${at}[${i}]`);
+      if (w !== undefined) return w;
+    }
+    return undefined;
+  }
+  if (Object.getPrototypeOf(v) !== Object.prototype) return at;
+  for (const [k, x] of Object.entries(v)) {
+    const w = notPlain(x, at === '' ? k : `${at}.${k}`);
+    if (w !== undefined) return w;
+  }
+  return undefined;
 }
 
 /** Validates a config object (from YAML) merged with overrides into the runtime config. */
@@ -329,6 +357,14 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     if (seen.has(p)) throw new ConfigError(`invalid configuration in ${source}:\n  routes[${i}].prefix: duplicate prefix "${r.prefix}"`);
     seen.add(p);
   });
+  // An upstream that is there but empty (a template or secret left unfilled) is a mistake, not a
+  // request for the built-in simulator's made-up answers; with another upstream it is moot.
+  if (routes.length === 0 && f.routes !== undefined) {
+    throw new ConfigError(`invalid configuration in ${source}:\n  routes: must list at least one route (remove the key to use the built-in simulator)`);
+  }
+  if (routes.length === 0 && overrides.upstreamEmpty === true) {
+    throw new ConfigError('LLM_PROXY_UPSTREAM: set but empty, and no other upstream is given (unset it to use the built-in simulator)');
+  }
   const useSimulator = routes.length === 0;
 
   const m = f.metrics ?? {};
@@ -337,7 +373,8 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   if (f.simulator !== undefined && !useSimulator) warnings.push(`simulator (${source}) is ignored: an upstream is configured, and the built-in simulator runs only without one`);
   const otlpOn = overrides.exporters?.otlp ?? f.otlp?.enabled ?? false;
   const otlpKeys = Object.keys(f.otlp ?? {}).filter((k) => k !== 'enabled');
-  if (!otlpOn && otlpKeys.length > 0) {
+  // Not when OTLP was turned off on purpose in the file (the settings kept for later).
+  if (!otlpOn && otlpKeys.length > 0 && (f.otlp?.enabled !== false || overrides.exporters !== undefined)) {
     const why = overrides.exporters !== undefined ? 'OTEL_METRICS_EXPORTER leaves OTLP out' : 'otlp.enabled is not true';
     warnings.push(`otlp.${otlpKeys.join(', otlp.')} (${source}) ignored: ${why}, so nothing is pushed`);
   }
@@ -449,7 +486,7 @@ function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, so
   }
   // A word that is not a keyword (`enve`, `off`, `direct`) is a typo, not a proxy named so on
   // port 80: without a scheme, only host:port is taken as a proxy (the variables keep curl's rule).
-  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(mode) && !/:\d+$/.test(mode)) {
+  if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(mode) && !/:\d+\/?$/.test(mode)) {
     throw new ConfigError(`${modeKey}: expected env, none or a proxy URL such as http://proxy.example:3128 (got "${withoutCredentials(mode)}")`);
   }
   const proxy = parse(modeKey, mode);

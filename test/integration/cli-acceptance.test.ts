@@ -158,6 +158,7 @@ describe('acceptance: separate processes, official client', () => {
     procs.push(p);
     const first = await p.waitFor(() => true);
     expect(String(first.msg)).toMatch(/built-in simulator/);
+    expect(first.level).toBe(40); // warn: a production log level still shows made-up answers (review 120)
     const listening = await p.waitFor((l) => l.msg === 'listening');
     const r = await fetch(`${listening.proxyUrl as string}/v1/chat/completions`, {
       method: 'POST',
@@ -235,11 +236,12 @@ describe('acceptance: separate processes, official client', () => {
       [['--drain-timeout', '0x10', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --drain-timeout: invalid value "0x10" \(expected a number from 0 to 2147483\)/],
       [['simulate', '--port', '0', '--ttft', '0x10'], {}, /^llm-latency-proxy: --ttft: invalid value "0x10" \(expected a number/],
       [['-c', '', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --config: must not be empty/],
-      [['--port', '0', '--metrics-port', '0'], { LLM_PROXY_UPSTREAM: '' }, /^llm-latency-proxy: LLM_PROXY_UPSTREAM: set but empty \(unset it to use the built-in simulator\)\n/],
+      [['--port', '0', '--metrics-port', '0'], { LLM_PROXY_UPSTREAM: '' }, /^llm-latency-proxy: LLM_PROXY_UPSTREAM: set but empty, and no other upstream is given \(unset it to use the built-in simulator\)\n/],
       [['--upstream', 'http://127.0.0.1:9', '--port', '0', '--metrics-port', '0'], { LLM_PROXY_EGRESS_PROXY: 'off' }, /^llm-latency-proxy: LLM_PROXY_EGRESS_PROXY: expected env, none or a proxy URL/],
       // An address this host does not have fails at listen, named with the address and its keys
       // (192.0.2.0/24 is documentation space: no lookup, no interface).
       [['--host', '192.0.2.1', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: cannot listen: proxy on 192\.0\.2\.1:0 \(--host\/--port, LLM_PROXY_HOST\/_PORT, listen\.host\/\.port\): listen EADDRNOTAVAIL/],
+      [['--port', '0', '--metrics-host', '2001:db8::1', '--metrics-port', '0'], {}, /^llm-latency-proxy: cannot listen: metrics on \[2001:db8::1\]:0 \(--metrics-host\/--metrics-port, LLM_PROXY_METRICS_HOST\/_PORT, metrics\.host\/\.port\): listen (EADDRNOTAVAIL|EAFNOSUPPORT)/],
     ];
     for (const [args, env, message] of cases) {
       const p = spawnCli(args, env);

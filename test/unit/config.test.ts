@@ -218,18 +218,28 @@ describe('config', () => {
     expect(errorOf(() => loadConfig({ config: file }, {}))).toMatch(/not valid YAML/);
   });
 
-  it('refuses an upstream that is there but empty instead of falling back to the simulator (review 121)', () => {
-    expect(errorOf(() => loadConfig({}, { LLM_PROXY_UPSTREAM: '' }))).toBe('LLM_PROXY_UPSTREAM: set but empty (unset it to use the built-in simulator)');
+  it('refuses an upstream that is there but empty instead of falling back to the simulator, and ignores it beside another (reviews 121, 123)', () => {
+    expect(errorOf(() => loadConfig({}, { LLM_PROXY_UPSTREAM: '' }))).toBe('LLM_PROXY_UPSTREAM: set but empty, and no other upstream is given (unset it to use the built-in simulator)');
     expect(errorOf(() => loadConfig({}, { LLM_PROXY_UPSTREAM: '  ' }))).toMatch(/^LLM_PROXY_UPSTREAM: set but empty/);
-    expect(errorOf(() => buildConfig({ routes: [] }, {}, 'r.yaml'))).toMatch(/routes: must list at least one route \(remove the key/);
+    expect(errorOf(() => buildConfig({ routes: [] }, {}, 'r.yaml'))).toBe('invalid configuration in r.yaml:\n  routes: must list at least one route (remove the key to use the built-in simulator)');
     expect(loadConfig({}, {}).useSimulator).toBe(true); // nothing given at all: the simulator
+    // A template that always renders the variable, beside a routes file or a flag: ignored.
+    const dir = tempDir('cfg-');
+    const file = join(dir, 'routes.yaml');
+    writeFileSync(file, 'routes: [{prefix: /, upstream: "http://file:1"}]\n');
+    expect(loadConfig({ config: file }, { LLM_PROXY_UPSTREAM: '' }).routes[0]!.upstream).toBe('http://file:1');
+    expect(loadConfig({ upstream: 'http://flag:1' }, { LLM_PROXY_UPSTREAM: '' }).routes[0]!.upstream).toBe('http://flag:1');
+    // routes: [] with an upstream from a flag or variable: that upstream's "/" route.
+    expect(buildConfig({ routes: [] }, { upstream: 'http://flag:1' }).routes).toEqual([{ prefix: '/', upstream: 'http://flag:1', stripPrefix: true }]);
   });
 
   it('refuses route prefixes no request path can match: a query, a fragment, a glob, white space (review 121)', () => {
-    for (const prefix of ['/v1/*', '/a?x=1', '/a#b', '/a b', '/a\tb']) {
-      expect(errorOf(() => buildConfig({ routes: [{ prefix, upstream: 'http://u:1' }] })), prefix).toMatch(/routes\[0\]\.prefix: a path prefix without "\?", "#", "\*" or white space/);
+    for (const prefix of ['/v1/*', '/a?x=1', '/a#b', '/a b', '/a\tb', '/ünicode', '/a\u0000']) {
+      expect(errorOf(() => buildConfig({ routes: [{ prefix, upstream: 'http://u:1' }] })), prefix).toMatch(/routes\[0\]\.prefix: a path prefix without "\?", "#", "\*", white space or characters outside ASCII/);
     }
-    expect(buildConfig({ routes: [{ prefix: '/v1/chat-completions_2.x~', upstream: 'http://u:1' }] }).routes[0]!.prefix).toBe('/v1/chat-completions_2.x~');
+    for (const prefix of ['/v1/chat-completions_2.x~', '/%C3%BCnicode', '/a+b@c:d;e', '/%20']) {
+      expect(buildConfig({ routes: [{ prefix, upstream: 'http://u:1' }] }).routes[0]!.prefix).toBe(prefix);
+    }
   });
 
   it('warns of LLM_PROXY_* variables it does not read, with the nearest it does (review 121)', () => {
@@ -239,9 +249,14 @@ describe('config', () => {
       'LLM_PROXY_UPSTREAMS is not a variable of this proxy and is ignored; did you mean LLM_PROXY_UPSTREAM?',
       'LLM_PROXY_XYZZY is not a variable of this proxy and is ignored',
     ]);
-    // Every variable the README's table names is one it reads.
     expect(loadConfig({ upstream: 'http://u:1' }, { LLM_PROXY_UPSTREAMS: 'x' }).warnings).toEqual([expect.stringMatching(/^LLM_PROXY_UPSTREAMS is not/)]);
-    expect(loadConfig({ upstream: 'http://u:1' }, { LLM_PROXY_PORT: '1', LLM_PROXY_METRICS: 'true' }).warnings).toEqual([]);
+    // Every variable the README's table names is one it reads (listed here, not taken from ENV_NAMES).
+    const readme = { LLM_PROXY_UPSTREAM: 'http://u:1', LLM_PROXY_CONFIG: '', LLM_PROXY_HOST: '127.0.0.1', LLM_PROXY_PORT: '1', LLM_PROXY_METRICS_HOST: '127.0.0.1', LLM_PROXY_METRICS_PORT: '2', LLM_PROXY_METRICS: 'true', LLM_PROXY_DRAIN_TIMEOUT: '3', LLM_PROXY_LOG_LEVEL: 'info', LLM_PROXY_EGRESS_PROXY: 'none' };
+    expect(unknownEnvWarnings(readme)).toEqual([]);
+    expect(loadConfig({}, readme).warnings).toEqual([]);
+    // A Kubernetes Service named llm-proxy: its link names are left alone, its _PORT is refused with the reason.
+    expect(unknownEnvWarnings({ LLM_PROXY_SERVICE_HOST: '10.0.0.1', LLM_PROXY_SERVICE_PORT: '8080', LLM_PROXY_SERVICE_PORT_HTTP: '8080', LLM_PROXY_PORT_8080_TCP: 'tcp://10.0.0.1:8080', LLM_PROXY_PORT_8080_TCP_ADDR: '10.0.0.1' })).toEqual([]);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_PORT: 'tcp://10.0.0.1:8080' }))).toMatch(/^LLM_PROXY_PORT: "tcp:\/\/10\.0\.0\.1:8080" is a Kubernetes service link .* enableServiceLinks: false/);
   });
 
   it('warns of settings that do nothing: a simulator plan beside an upstream, OTLP settings without OTLP (review 121)', () => {
@@ -257,21 +272,32 @@ describe('config', () => {
       'otlp.endpoint, otlp.intervalSeconds (o.yaml) ignored: OTEL_METRICS_EXPORTER leaves OTLP out, so nothing is pushed',
     ]);
     expect(buildConfig({ upstream: 'http://u:1', otlp: { ...otlp, enabled: true } }).warnings).toEqual([]);
+    // Turned off on purpose in the file, the settings kept for later: no warning (review 123); a
+    // file with only enabled: no warning either.
+    expect(buildConfig({ upstream: 'http://u:1', otlp: { ...otlp, enabled: false } }).warnings).toEqual([]);
+    expect(buildConfig({ upstream: 'http://u:1', otlp: { enabled: true } }, { exporters: { prometheus: true, otlp: false } }).warnings).toEqual([]);
     expect(buildConfig({ upstream: 'http://u:1', otlp }, { exporters: { prometheus: true, otlp: true } }).warnings).toEqual([]);
   });
 
   it('refuses a client keep-alive Node would overflow, and OTLP intervals shorter than a push (review 121)', () => {
     expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 2_147_483 } }))).toMatch(/timeouts\.keepAlive: must be at most 2147482 s/);
+    // One line per problem (review 123: two, contradicting each other).
+    expect(errorOf(() => buildConfig({ timeouts: { keepAlive: 3e6 } })).split('\n')).toHaveLength(2);
+    expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 0 } })).split('\n')).toEqual(['invalid configuration in config:', '  otlp.intervalSeconds: must be at least 0.1 s']);
     expect(buildConfig({ timeouts: { keepAlive: 2_147_482 } }).timeouts.keepAlive).toBe(2_147_482);
     expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 0.0001 } }))).toMatch(/otlp\.intervalSeconds: must be at least 0\.1 s/);
     expect(buildConfig({ otlp: { intervalSeconds: 0.1 } }).otlp.intervalMs).toBe(100);
     expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '99' }))).toMatch(/expected milliseconds from 100/);
+    expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '0x3e8' }))).toMatch(/expected milliseconds from 100/);
+    expect(envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: ' 1000 ' }).otlpIntervalMs).toBe(1000);
     expect(envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '100' }).otlpIntervalMs).toBe(100);
   });
 
   it('takes numbers in decimal only: 0x10 is not 16 seconds (review 121)', () => {
-    for (const v of ['0x10', '0b1', '0o7', 'Infinity', ' 5', '5 ']) expect(errorOf(() => envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: v })), v).toMatch(/^LLM_PROXY_DRAIN_TIMEOUT: expected a number of seconds/);
-    for (const [v, n] of [['30', 30], ['0.5', 0.5], ['1e1', 10], ['.5', 0.5]] as const) expect(envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: v }).drainTimeout).toBe(n);
+    for (const v of ['0x10', '0b1', '0o7', 'Infinity', '1_000']) expect(errorOf(() => envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: v })), v).toMatch(/^LLM_PROXY_DRAIN_TIMEOUT: expected a number of seconds/);
+    // Surrounding white space is forgiven, as before (review 123); a stray CR is shown escaped.
+    for (const [v, n] of [['30', 30], ['0.5', 0.5], ['1e1', 10], ['.5', 0.5], ['+5', 5], ['5.', 5], [' 5', 5], ['30\r', 30]] as const) expect(envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: v }).drainTimeout, v).toBe(n);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: '0x10\r' }))).toMatch(/got "0x10\\r"$/);
   });
 
   it('refuses YAML tags that would turn a section into a Map, Set, Date or Buffer (its checks gone), in one line (review 121)', () => {
@@ -284,6 +310,11 @@ describe('config', () => {
       ['!!omap [ upstream: "ftp://bad" ]\n', /2002:omap at line 1, column 1/],
       ['listen: !local {port: 1}\n', /Unresolved tag: !local/],
       ['listen:\n  port: 1\n  port: 2\n', /Map keys must be unique at line 3, column 3$/],
+      // A second document is not silently dropped (review 123: 'silent' logging dropped that error).
+      ['upstream: http://a:1\n---\nupstream: http://b:1\nlisten: {port: -5}\n', /a second document begins at line 2: the file holds one$/],
+      // Under a %YAML 1.1 directive those tags are the schema's own: caught by the values they make.
+      ['%YAML 1.1\n---\ntimeouts: !!omap [connect: -5]\n', /timeouts is a YAML !!omap, !!set, !!timestamp or !!binary value/],
+      ['%YAML 1.1\n---\nroutes: [{prefix: /, upstream: "http://u:1"}, !!set {a}]\n', /routes\[1\] is a YAML/],
     ];
     for (const [text, want] of cases) {
       const file = join(dir, 'tag.yaml');
@@ -299,6 +330,8 @@ describe('config', () => {
       writeFileSync(file, text);
       expect(loadConfig({ config: file }, {}).port).toBe(port);
     }
+    writeFileSync(join(dir, 'v11.yaml'), '%YAML 1.1\n---\nlisten: {port: 39107}\n...\n');
+    expect(loadConfig({ config: join(dir, 'v11.yaml') }, {}).port).toBe(39107);
     writeFileSync(join(dir, 'alias.yaml'), 'listen: {host: &h 127.0.0.2}\nmetrics: {host: *h}\n');
     expect(loadConfig({ config: join(dir, 'alias.yaml') }, {}).metrics.host).toBe('127.0.0.2');
   });
@@ -393,6 +426,8 @@ describe('egress configuration', () => {
     }
     // host:port without a scheme is a proxy, as are URLs and the keywords in any case.
     expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'proxy.example:3128' }).egress.https).toMatchObject({ host: 'proxy.example', port: 3128 });
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'proxy.example:3128/' }).egress.https).toMatchObject({ host: 'proxy.example', port: 3128 });
+    expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: '[::1]:3128' }).egress.https).toMatchObject({ host: '::1', port: 3128 });
     expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'https://p' }).egress.https).toMatchObject({ host: 'p', port: 443 });
     expect(loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: 'NONE' }).egress.https).toBeUndefined();
     // The standard variables keep curl's rule: a bare name is a proxy on port 80.

@@ -116,12 +116,14 @@ describe('deploy/compose/compose.yaml', () => {
     const upstream = new URL(interpolateDefaults(upstreamRaw));
     expect(upstream.hostname).toBe('simulator');
     expect(Number(upstream.port)).toBe(simPort);
-    // simulator and proxy are the same image, built once (by the proxy service: two builds of
-    // one tag can fail under Compose's parallel builds) from the repository root with deploy/Dockerfile
-    expect(sim.image).toBe(c.services.proxy.image);
-    expect(sim.build).toBeUndefined();
-    expect(resolve(composeDir, c.services.proxy.build.context)).toBe(repo);
-    expect(existsSync(join(repo, c.services.proxy.build.dockerfile))).toBe(true);
+    // simulator and proxy are the same image, built once (two builds of one tag can fail under
+    // Compose's parallel builds) from the repository root with deploy/Dockerfile, by the
+    // simulator, which the proxy depends on: `up proxy` and `up simulator` both build it.
+    expect(c.services.proxy.image).toBe(sim.image);
+    expect(c.services.proxy.build).toBeUndefined();
+    expect(Object.keys(c.services.proxy.depends_on)).toContain('simulator');
+    expect(resolve(composeDir, sim.build.context)).toBe(repo);
+    expect(existsSync(join(repo, sim.build.dockerfile))).toBe(true);
     const built = Object.values<Obj>(c.services).filter((s) => s.build !== undefined);
     expect(new Set(built.map((s) => s.image)).size).toBe(built.length);
     // the image's health check probes the metrics port, which the simulator does not serve

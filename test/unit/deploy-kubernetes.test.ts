@@ -388,6 +388,8 @@ function checkInvariants(objs: Obj[]): string[] {
   const podLabels = d.spec.template.metadata?.labels;
   const c = (pod.containers as Obj[]).find((x) => x.name === 'proxy');
   if (!c) return ['no container named proxy'];
+  // A Service named llm-proxy in the namespace would otherwise set LLM_PROXY_PORT=tcp://...
+  if (pod.enableServiceLinks !== false) errs.push('enableServiceLinks not false: service links can set LLM_PROXY_* variables');
 
   // Termination: grace period must cover the preStop sleep, the drain and what the process does
   // after it (EXIT_MARGIN).
@@ -493,7 +495,8 @@ function checkInvariants(objs: Obj[]): string[] {
   // port by name, names the job after a label the pods carry.
   for (const pm of byKind(objs, 'PodMonitor')) {
     if (!selects(pm.spec.selector, podLabels)) errs.push('PodMonitor does not select the pods');
-    if (pm.spec.jobLabel !== undefined && podLabels?.[pm.spec.jobLabel] === undefined) errs.push(`PodMonitor jobLabel ${pm.spec.jobLabel} is not a pod label`);
+    // Without it the job is <namespace>/<PodMonitor name>, not the llm-latency-proxy it was.
+    if (pm.spec.jobLabel === undefined || podLabels?.[pm.spec.jobLabel] !== 'llm-latency-proxy') errs.push(`PodMonitor jobLabel ${pm.spec.jobLabel} does not name the job llm-latency-proxy`);
     for (const ep of pm.spec.podMetricsEndpoints ?? []) {
       const port = (c?.ports ?? []).find((p: Obj) => p.name === ep.port);
       if (port === undefined) errs.push(`PodMonitor port ${ep.port} not on the container`);
@@ -727,6 +730,9 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
     expect(errs).toMatch(/livenessProbe port http/);
     expect(errs).toMatch(/readinessProbe path \/healthz/);
   });
+  it('service links left on', () => {
+    expect(checkInvariants(mutate((o) => delete dep(o).spec.template.spec.enableServiceLinks)).join('\n')).toMatch(/enableServiceLinks not false/);
+  });
   it('security context weakened', () => {
     const objs = mutate((o) => {
       ctr(o).securityContext.readOnlyRootFilesystem = false;
@@ -743,7 +749,9 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
     expect(checkInvariants(mutate((o) => (pm(o).spec.selector.matchLabels['app.kubernetes.io/component'] = 'other'))).join('\n')).toMatch(/PodMonitor does not select the pods/);
     expect(checkInvariants(mutate((o) => (pm(o).spec.podMetricsEndpoints[0].port = 'http'))).join('\n')).toMatch(/PodMonitor port http is not the metrics port/);
     expect(checkInvariants(mutate((o) => (pm(o).spec.podMetricsEndpoints[0].port = 'prom'))).join('\n')).toMatch(/PodMonitor port prom not on the container/);
-    expect(checkInvariants(mutate((o) => (pm(o).spec.jobLabel = 'app'))).join('\n')).toMatch(/PodMonitor jobLabel app is not a pod label/);
+    expect(checkInvariants(mutate((o) => (pm(o).spec.jobLabel = 'app'))).join('\n')).toMatch(/PodMonitor jobLabel app does not name the job/);
+    expect(checkInvariants(mutate((o) => delete pm(o).spec.jobLabel)).join('\n')).toMatch(/PodMonitor jobLabel undefined does not name the job/);
+    expect(checkInvariants(mutate((o) => (pm(o).spec.jobLabel = 'app.kubernetes.io/component'))).join('\n')).toMatch(/does not name the job/);
     expect(checkInvariants(good())).toEqual([]);
   });
   it('schema violations are caught by kubernetes-models', () => {
