@@ -21,7 +21,7 @@ const USAGE = `llm-latency-proxy ${VERSION}: a transparent streaming proxy that 
 Usage:
   llm-latency-proxy [options]            proxy (built-in simulator as upstream when none is given)
   llm-latency-proxy simulate [options]   run the ground-truth simulator only
-  llm-latency-proxy healthcheck [proxy options] [--timeout S]
+  llm-latency-proxy healthcheck [proxy options] [--timeout S (2)]
                                          exit 0 if the proxy so configured answers /healthz
                                          on its metrics port, else 1 (for a container's
                                          HEALTHCHECK; a proxy running as PID 1 lends its flags)
@@ -56,7 +56,8 @@ function num(name: string, v: string | undefined, opts: { int?: boolean; min?: n
   const n = Number(v);
   // Decimal only, as the variables take them (Number() also reads "0x10", "0b1", " 80"); integers
   // in digits only ("1e3" is a number of seconds, not a port).
-  if (!DECIMAL.test(v.trim()) || !Number.isFinite(n) || (opts.int && !/^-?\d+$/.test(v.trim())) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
+  // An integer past 2^53 would be taken rounded (--seed 99999999999999999999999 as 1e23).
+  if (!DECIMAL.test(v.trim()) || !Number.isFinite(n) || (opts.int && (!/^-?\d+$/.test(v.trim()) || !Number.isSafeInteger(n))) || (opts.min !== undefined && n < opts.min) || (opts.max !== undefined && n > opts.max)) {
     const what = opts.int ? 'an integer' : 'a number';
     const range =
       opts.min !== undefined && opts.max !== undefined

@@ -230,6 +230,8 @@ describe('acceptance: separate processes, official client', () => {
       [['simulate', '--port', '0', '--tokens', '1.5'], {}, /^llm-latency-proxy: --tokens: invalid value "1\.5" \(expected an integer\)\n/],
       [['simulate', '--port', '0', '--ttft=-1'], {}, /^llm-latency-proxy: --ttft: invalid value "-1" \(expected a number of seconds from 0 to 2147483\)\n/],
       [['simulate', '--port', '0', '--seed', 'x'], {}, /^llm-latency-proxy: --seed: invalid value "x" \(expected an integer\)\n/],
+      // Past 2^53 it would be taken rounded (review 121), as the simulator.seed key refuses it.
+      [['simulate', '--port', '0', '--seed', '99999999999999999999999'], {}, /^llm-latency-proxy: --seed: invalid value "99999999999999999999999" \(expected an integer\)\n/],
       [['simulate', '--port', '0', '--jitter', '2'], {}, /^llm-latency-proxy: --jitter: invalid value "2" \(expected a number from 0 to 1/],
       [['simulate', '--port', '0', '--jitter=-0.5'], {}, /^llm-latency-proxy: --jitter: invalid value "-0.5" \(expected a number from 0 to 1/],
       // Review 121: hexadecimal is no number of seconds; an empty config path, an empty upstream variable and a misspelt egress keyword are errors.
