@@ -79,31 +79,46 @@ export function splitNoProxy(value: string): string[] {
 
 const validPort = (p: string | undefined) => p === undefined || (/^\d{1,5}$/.test(p) && Number(p) <= 65535);
 
+type NoProxyRule = { readonly range: readonly [string, number, 'ipv4' | 'ipv6'] } | HostRule;
+
 /**
- * What is wrong with an entry of the file's `noProxy`, if anything: NoProxy below skips what it
- * cannot read (as undici does for the variable, which is left that way), so a mistyped range or
- * address would exempt nothing without a word.
+ * One NO_PROXY entry (not `*`) as curl reads it: a range, or a host with an optional port; or
+ * what is wrong with it. The file's `noProxy` reports the problem; NoProxy skips the entry (as
+ * undici does for the variable), since such an entry matches no host.
  */
-export function noProxyEntryProblem(entry: string, alone: boolean): string | undefined {
-  if (entry === '*') return alone ? undefined : '"*" means every host only as the whole value; in a list it matches none';
+function readNoProxyEntry(entry: string): NoProxyRule | string {
   if (entry.includes('://')) return 'a host, not a URL (example.com, example.com:8443)';
   if (entry.includes('/')) {
     const cidr = /^([0-9a-f:.]+)\/(\d{1,3})$/i.exec(entry);
     const family = cidr === null ? 0 : net.isIP(cidr[1]!);
-    if (family === 0 || Number(cidr![2]) > (family === 4 ? 32 : 128)) return 'a range is an IP address, "/" and a prefix length of at most 32 (IPv4) or 128 (IPv6), such as 10.0.0.0/8';
-    return undefined;
+    const bits = Number(cidr?.[2]);
+    if (family === 0 || bits > (family === 4 ? 32 : 128)) return 'a range is an IP address, "/" and a prefix length of at most 32 (IPv4) or 128 (IPv6), such as 10.0.0.0/8';
+    return { range: [cidr![1]!, bits, family === 4 ? 'ipv4' : 'ipv6'] };
   }
+  let host: string;
+  let port: string | undefined;
   if (entry.startsWith('[')) {
     const v6 = /^\[([^\]]+)\](?::(\d+))?$/.exec(entry);
     if (v6 === null || !net.isIPv6(v6[1]!) || !validPort(v6[2])) return 'a bracketed IPv6 address, with an optional port: [::1] or [::1]:8000';
-    return undefined;
+    [host, port] = [v6[1]!, v6[2]];
+  } else {
+    const colons = (entry.match(/:/g) ?? []).length;
+    if (colons > 1 && !net.isIPv6(entry)) return 'not an IPv6 address (with a port, write [::1]:8000)';
+    [host, port] = colons === 1 ? (entry.split(':') as [string, string]) : [entry, undefined];
+    if (!validPort(port)) return 'a port is a number from 0 to 65535';
+    if (colons <= 1 && !/^(\*\.|\.)?[\p{L}\p{N}_-]+(\.[\p{L}\p{N}_-]+)*\.?$/u.test(host)) return 'a host name, .domain, *.domain, IP address or range';
   }
-  const colons = (entry.match(/:/g) ?? []).length;
-  if (colons > 1) return net.isIPv6(entry) ? undefined : 'not an IPv6 address (with a port, write [::1]:8000)';
-  const [host, port] = colons === 1 ? entry.split(':') : [entry, undefined];
-  if (!validPort(port)) return 'a port is a number from 0 to 65535';
-  if (!/^(\*\.|\.)?[\p{L}\p{N}_-]+(\.[\p{L}\p{N}_-]+)*\.?$/u.test(host!)) return 'a host name, .domain, *.domain, IP address or range';
-  return undefined;
+  host = host.replace(/^\*?\./, '').replace(/^(.+)\.$/, '$1').toLowerCase();
+  // An IPv6 address as URLs write it (`0:0::1` is `::1`), as the upstream's host is.
+  if (net.isIPv6(host)) host = new URL(`http://[${host}]`).hostname.slice(1, -1);
+  return { host, port: port === undefined ? 0 : Number(port) };
+}
+
+/** What is wrong with an entry of the file's `noProxy` (`alone`: the list's only one), if anything. */
+export function noProxyEntryProblem(entry: string, alone: boolean): string | undefined {
+  if (entry === '*') return alone ? undefined : '"*" means every host only as the whole value; in a list it matches none';
+  const r = readNoProxyEntry(entry);
+  return typeof r === 'string' ? r : undefined;
 }
 
 interface HostRule {
@@ -122,33 +137,12 @@ export class NoProxy {
     // `*` as the whole value, as undici and Node 24 take it (in a list it matches no host).
     this.all = entries.length === 1 && entries[0] === '*';
     for (const entry of entries) {
-      const cidr = /^([0-9a-f:.]+)\/(\d{1,3})$/i.exec(entry);
-      if (cidr !== null) {
-        const family = net.isIP(cidr[1]!);
-        const bits = Number(cidr[2]);
-        if (family !== 0 && bits <= (family === 4 ? 32 : 128)) {
-          this.ranges.addSubnet(cidr[1]!, bits, family === 4 ? 'ipv4' : 'ipv6');
-          this.hasRanges = true;
-          continue;
-        }
-      }
-      let host = entry;
-      let port = 0;
-      const v6 = /^\[(.+)\](?::(\d+))?$/.exec(entry);
-      if (v6 !== null) {
-        host = v6[1]!;
-        port = v6[2] === undefined ? 0 : Number(v6[2]);
-      } else if ((entry.match(/:/g) ?? []).length === 1) {
-        const m = /^(.+):(\d+)$/.exec(entry);
-        if (m !== null) {
-          host = m[1]!;
-          port = Number(m[2]);
-        }
-      }
-      host = host.replace(/^\*?\./, '').replace(/^(.+)\.$/, '$1').toLowerCase();
-      // An IPv6 address as URLs write it (`0:0::1` is `::1`), as the upstream's host is.
-      if (net.isIPv6(host)) host = new URL(`http://[${host}]`).hostname.slice(1, -1);
-      this.hosts.push({ host, port });
+      const r = entry === '*' ? undefined : readNoProxyEntry(entry);
+      if (r === undefined || typeof r === 'string') continue;
+      if ('range' in r) {
+        this.ranges.addSubnet(...r.range);
+        this.hasRanges = true;
+      } else this.hosts.push(r);
     }
   }
 
