@@ -15,6 +15,11 @@ export interface GroundTruthOptions {
   tokens: number;
   /** Send a usage chunk even when the client did not ask for it. */
   alwaysUsage?: boolean;
+  /**
+   * Answer CORS as vLLM's default does: `OPTIONS` with 204 and the requested method and headers,
+   * `Access-Control-Allow-Origin: *` on every answer (for pages on another origin).
+   */
+  cors?: boolean;
 }
 
 export interface SentStream {
@@ -36,8 +41,23 @@ export interface CutStream {
 export async function startGroundTruth(opts: GroundTruthOptions) {
   const sent: SentStream[] = [];
   const cut: CutStream[] = [];
+  /** The request headers of each CORS preflight answered (with `cors`). */
+  const preflights: http.IncomingHttpHeaders[] = [];
   const server = http.createServer((req, res) => {
     const t0 = performance.now();
+    if (opts.cors) {
+      res.setHeader('Access-Control-Allow-Origin', '*');
+      if (req.method === 'OPTIONS') {
+        preflights.push(req.headers);
+        res.writeHead(204, {
+          'Access-Control-Allow-Methods': req.headers['access-control-request-method'] ?? 'POST',
+          'Access-Control-Allow-Headers': req.headers['access-control-request-headers'] ?? '',
+          'Access-Control-Max-Age': '600',
+        });
+        res.end();
+        return;
+      }
+    }
     let body = '';
     let requestBytes = 0;
     req.on('data', (d: Buffer) => {
@@ -94,6 +114,7 @@ export async function startGroundTruth(opts: GroundTruthOptions) {
     url,
     sent,
     cut,
+    preflights,
     close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }),
   };
 }
