@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, count, obj, parseObject, sent, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, count, countUpdate, obj, parseObject, sent, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Anthropic Messages streams (`POST /v1/messages`), also reused for Bedrock
@@ -16,8 +16,9 @@ import { EventKind, modelInPath, nonEmpty, count, obj, parseObject, sent, sumDef
  *
  * Usage: `message_start.message.usage` (input, cache, an initial output count)
  * and `message_delta.usage` (cumulative; the last one is the final count;
- * with `usage.iterations`, their sum). A `fallback` block start (server-side
- * fallback) names the model that answers.
+ * with `usage.iterations`, their sum, advisor passes left out);
+ * `output_tokens_details.thinking_tokens` is the reasoning in it. A `fallback` block
+ * start (server-side fallback) names the model that answers.
  * Finish reason: `message_delta.delta.stop_reason` (`end_turn`, `max_tokens`, `tool_use`, ...).
  * In-band error: `event: error` with `{"type":"error","error":{"type":...}}`.
  */
@@ -28,6 +29,12 @@ export class AnthropicAdapter implements ResponseAdapter {
   responseModel: string | undefined;
   errorType: string | undefined;
   complete = false;
+  /**
+   * A non-empty `thinking_delta` was streamed. Thinking with `display: "omitted"` streams only
+   * its signature, and redacted thinking arrives whole after it was generated: both came before
+   * the span TPOT divides, and its tokens are left out there (see RequestMeter.finish).
+   */
+  reasoningStreamed = false;
   readonly finishReasons = new FinishReasons();
   /** Raw usage fields as last reported (BAD: sent, but no count); `usage` is derived from them. */
   private input: number | undefined;
@@ -56,8 +63,12 @@ export class AnthropicAdapter implements ResponseAdapter {
       case 'message_stop': // without an `event:` name, or in a Bedrock chunk
         this.complete = true;
         return EventKind.None;
-      case 'content_block_delta':
-        return deltaHasContent(obj(o.delta)) ? EventKind.Content : EventKind.None;
+      case 'content_block_delta': {
+        const d = obj(o.delta);
+        if (!deltaHasContent(d)) return EventKind.None;
+        if (d!.type === 'thinking_delta') this.reasoningStreamed = true;
+        return EventKind.Content;
+      }
       case 'content_block_start': {
         const b = obj(o.content_block);
         // Thinking the safety systems encrypted arrives whole here, with no deltas: it is output.
@@ -125,6 +136,8 @@ export class AnthropicAdapter implements ResponseAdapter {
     if (this.cacheRead !== undefined) this.usage.cachedInputTokens = this.cacheRead === BAD ? undefined : this.cacheRead;
     if (this.cacheCreation !== undefined) this.usage.cacheCreationInputTokens = this.cacheCreation === BAD ? undefined : this.cacheCreation;
     if (!final) return;
+    const details = obj(u.output_tokens_details);
+    if (details !== undefined) this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, details.thinking_tokens);
     if (Array.isArray(u.iterations) && u.iterations.length > 0) {
       // Sent iterations are the count: one unusable leaves it unreported, as output_tokens
       // counts only the last pass.
@@ -157,14 +170,17 @@ function field(v: unknown, last: number | undefined): number | undefined {
 }
 
 /**
- * With compaction or a server-side fallback (betas), `usage.iterations` lists
- * every sampling pass of the response and the top-level `output_tokens`
- * counts only the last: the streamed output is their sum (undefined when one
- * pass has no count, or the sum passes 2^53 − 1).
+ * With compaction, server-side tool loops or a fallback (betas), `usage.iterations` lists every
+ * sampling pass of the response, and the top-level `output_tokens` leaves the compaction passes
+ * out, although their summary is streamed (`compaction_delta`): the streamed output is the sum
+ * (undefined when one pass has no count, or the sum passes 2^53 − 1). An advisor pass (another
+ * model consulted mid-answer) is not: its result arrives whole in a block of its own, and its
+ * tokens are that model's.
  */
 function iterationsOutput(v: unknown[]): number | undefined {
   let sum = 0;
   for (const it of v) {
+    if (obj(it)?.type === 'advisor_message') continue;
     const n = count(obj(it)?.output_tokens);
     if (n === undefined) return undefined;
     sum += n;

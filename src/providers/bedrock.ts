@@ -2,6 +2,7 @@ import type { EventStreamEvent } from '../sse/eventstream.js';
 import type { SseEvent } from '../sse/parser.js';
 import { AnthropicAdapter } from './anthropic.js';
 import { FinishReasons } from './finish-reasons.js';
+import { choiceHasContent } from './openai-chat.js';
 import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, num, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage, countUpdate } from './types.js';
 
 /**
@@ -166,9 +167,12 @@ export class BedrockAdapter implements ResponseAdapter {
   }
 }
 
-/** A ConverseStream `delta` (also Nova's own invoke events): text, reasoning, tool input, or a generated image. */
+/**
+ * A ConverseStream `delta` (also Nova's own invoke events): text, reasoning, tool input, or a
+ * generated image's source (an image delta may carry only the `error` of one that failed).
+ */
 function converseDeltaHasContent(d: Record<string, unknown>): boolean {
-  return nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input) || nonEmptyObject(d.image);
+  return nonEmpty(d.text) || nonEmpty(obj(d.reasoningContent)?.text) || nonEmpty(obj(d.toolUse)?.input) || nonEmptyObject(obj(d.image)?.source);
 }
 
 function otherModelHasContent(o: Record<string, unknown>): boolean {
@@ -183,15 +187,9 @@ function otherModelHasContent(o: Record<string, unknown>): boolean {
   const nova = obj(obj(o.contentBlockDelta)?.delta); // Amazon Nova
   if (nova && converseDeltaHasContent(nova)) return true;
   const choices = o.choices;
-  if (Array.isArray(choices)) {
-    // OpenAI-shaped models (gpt-oss, Jamba): `delta`; DeepSeek-R1: completion-style `text`.
-    for (const c of choices) {
-      if (nonEmpty(obj(c)?.text)) return true;
-      const d = obj(obj(c)?.delta);
-      if (d && (nonEmpty(d.content) || nonEmpty(d.reasoning_content))) return true;
-    }
-  }
-  return false;
+  // OpenAI-shaped models (gpt-oss, Jamba): a Chat `delta` (text, reasoning, tool-call arguments);
+  // DeepSeek-R1: completion-style `text`.
+  return Array.isArray(choices) && choices.some(choiceHasContent);
 }
 
 /** Why another model family's invoke stream stopped (null on the chunks before its last). */

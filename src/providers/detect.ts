@@ -54,7 +54,7 @@ export const API_BY_NAME: Readonly<Record<string, ApiDescriptor>> = {
   'gcp.vertex_ai.anthropic': anthropicVertex,
   gemini: geminiStream,
   'gcp.gemini': geminiStream,
-  'gcp.vertex_ai': geminiStream,
+  'gcp.vertex_ai': named(geminiStream, 'gcp.vertex_ai'),
   'gemini-interactions': geminiInteractions,
   ollama: ollamaChat,
   'ollama-chat': ollamaChat,

@@ -33,6 +33,12 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  /**
+   * A thought summary was streamed. Without one (`thinking_summaries: "none"`, or a thought
+   * step that holds only its signature) the thoughts came before the first streamed token,
+   * outside the span TPOT divides (see RequestMeter.finish).
+   */
+  reasoningStreamed = false;
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
@@ -45,13 +51,18 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
       case 'content.delta': {
         const u = obj(obj(o.metadata)?.total_usage);
         if (u) this.readUsage(u);
-        return deltaHasContent(obj(o.delta)) ? EventKind.Content : EventKind.None;
+        const d = obj(o.delta);
+        if (!deltaHasContent(d)) return EventKind.None;
+        if (d!.type === 'thought_summary') this.reasoningStreamed = true;
+        return EventKind.Content;
       }
       case 'step.start': {
         const step = obj(o.step);
         const failed = obj(step?.error);
         if (failed) return this.fail(rpcCodeName(failed.code) ?? 'model_output_error');
-        return step && stepHasContent(step) ? EventKind.Content : EventKind.None;
+        if (!step || !stepHasContent(step)) return EventKind.None;
+        if (step.type === 'thought') this.reasoningStreamed = true;
+        return EventKind.Content;
       }
       case 'step.stop':
       case 'interaction.status_update': {
@@ -156,15 +167,20 @@ function deltaHasContent(d: Record<string, unknown> | undefined): boolean {
   if (MEDIA.has(t)) return nonEmpty(d.data) || nonEmpty(d.uri);
   // Tool calls the model writes (`code_execution_call`, `google_search_call`, `mcp_server_tool_call`, …);
   // a `*_result` is the tool's.
-  if (t.endsWith('_call')) return nonEmptyObject(d.arguments);
+  if (t.endsWith('_call')) return callHasOutput(d);
   return false;
+}
+
+/** A tool call's arguments, or a function call's name (a function without parameters has `arguments: {}`). */
+function callHasOutput(c: Record<string, unknown>): boolean {
+  return nonEmptyObject(c.arguments) || (c.type === 'function_call' && nonEmpty(c.name));
 }
 
 function stepHasContent(s: Record<string, unknown>): boolean {
   const t = s.type;
   if (t === 'model_output') return Array.isArray(s.content) && s.content.some(contentHasOutput);
   if (t === 'thought') return Array.isArray(s.summary) && s.summary.some(contentHasOutput);
-  return typeof t === 'string' && t.endsWith('_call') && nonEmptyObject(s.arguments);
+  return typeof t === 'string' && t.endsWith('_call') && callHasOutput(s);
 }
 
 /** google.rpc.Code numbers (a `Status.code`) by name. */

@@ -236,7 +236,8 @@ function toolCallHasArguments(c: unknown): boolean {
   return nonEmpty(obj(obj(c)?.function)?.arguments) || nonEmpty(args) || nonEmptyObject(args);
 }
 
-function choiceHasContent(choice: unknown): boolean {
+/** A Chat choice (or a completions one) that carries output; also read in Bedrock invoke chunks of OpenAI-shaped models. */
+export function choiceHasContent(choice: unknown): boolean {
   if (!choice || typeof choice !== 'object') return false;
   const c = choice as Record<string, unknown>;
   if (nonEmpty(c.text)) return true; // legacy /v1/completions

@@ -29,7 +29,7 @@ const READ_EVENTS = new Set(['response.created', 'response.completed', 'response
  * Content-bearing: the `*.delta` events in CONTENT_EVENTS with a non-empty
  * `delta` (answer text, refusal, reasoning summary / text, tool-call
  * arguments and inputs, shell commands, patch diffs, audio). About one token
- * per event.
+ * per event, except audio: a `response.audio.delta` carries many (see multiTokenEvents).
  * Usage: `response.completed` (or `response.incomplete`) → `response.usage`.
  * Finish reason: `incomplete_details.reason` of an incomplete response (`max_output_tokens`,
  * `content_filter`), else its `status` (`completed`).
@@ -44,6 +44,8 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   errorType: string | undefined;
   complete = false;
   reasoningStreamed = false;
+  /** Set by the first audio delta, as in Chat: its base64 holds many tokens. */
+  multiTokenEvents = false;
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
@@ -62,6 +64,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       o ??= parseObject(ev.data);
       if (!o || !nonEmpty(o.delta)) return EventKind.None;
       if (REASONING_EVENTS.has(type)) this.reasoningStreamed = true;
+      else if (type === 'response.audio.delta') this.multiTokenEvents = true;
       return EventKind.Content;
     }
     if (!READ_EVENTS.has(type)) return EventKind.None;

@@ -8,8 +8,9 @@ import { EventKind, addParts, modelInPath, nonEmpty, count, parseObject, sent, t
  * SSE `data:` events `{"model_name", "model_version", "text_output", …}`, one a step.
  *
  * Content-bearing: non-empty `text_output` (a string, or with several sequences an
- * array of them). Usage: the sum of `num_output_tokens` and `num_input_tokens`, which
- * vLLM's backend adds on request; otherwise output tokens are the content events.
+ * array of them). Usage: the sum of `num_output_tokens` (with several sequences, an array of
+ * one count each) and `num_input_tokens`, which vLLM's backend adds on request; otherwise output
+ * tokens are the content events.
  * In-band error: `{"error":"…"}`.
  */
 export class TritonGenerateAdapter implements ResponseAdapter {
@@ -41,7 +42,7 @@ export class TritonGenerateAdapter implements ResponseAdapter {
     this.usage.inputTokens = countUpdate(this.usage.inputTokens, o.num_input_tokens);
     if (!sent(o.num_output_tokens) || this.sumLost) return;
     // One bad response's count makes the running sum wrong for good: no output count then.
-    const sum = addParts(this.usage.outputTokens ?? 0, count(o.num_output_tokens));
+    const sum = addParts(this.usage.outputTokens ?? 0, outputCount(o.num_output_tokens));
     this.usage.outputTokens = sum;
     this.cumulativeOutputTokens = sum;
     if (sum === undefined) this.sumLost = true;
@@ -54,6 +55,14 @@ export class TritonGenerateAdapter implements ResponseAdapter {
     if (nonEmpty(o.model_name)) this.responseModel = o.model_name as string;
     this.readCounts(o);
   }
+}
+
+/** A response's added tokens: a count, or one per sequence (vLLM's backend with `n` > 1); undefined when one is bad. */
+function outputCount(v: unknown): number | undefined {
+  if (!Array.isArray(v)) return count(v);
+  let sum: number | undefined = 0;
+  for (const n of v) sum = addParts(sum, count(n));
+  return v.length > 0 ? sum : undefined;
 }
 
 const TRITON_MODEL = /\/v2\/models\/([^/]+)\//;

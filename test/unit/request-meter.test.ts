@@ -6,6 +6,7 @@ import { METRIC } from '../../src/metrics/semconv.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
 import { GeminiAdapter } from '../../src/providers/gemini.js';
+import { GeminiInteractionsAdapter } from '../../src/providers/gemini-interactions.js';
 import { AnthropicAdapter } from '../../src/providers/anthropic.js';
 import { OllamaAdapter } from '../../src/providers/ollama.js';
 import { BedrockAdapter } from '../../src/providers/bedrock.js';
@@ -383,6 +384,18 @@ describe('RequestMeter with a controllable clock', () => {
     expect(audio).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none' });
   });
 
+  it('counts no tokens from events once a Responses stream carried audio; its transcript alone is one token an event', async () => {
+    t = testInstruments();
+    const run = (types: string[]) => {
+      const m = new RequestMeter(t.instruments, new OpenAIResponsesAdapter(), { ...labels }, 0, opts);
+      m.responseStart(200, 'text/event-stream', undefined);
+      types.forEach((type, i) => m.chunk(Buffer.from(`event: ${type}\ndata: ${JSON.stringify({ type, delta: 'AAAA' })}\n\n`), 10 + i));
+      return m.finish(50, 'client_cancelled')!;
+    };
+    expect(run(['response.audio.transcript.delta', 'response.audio.transcript.delta'])).toMatchObject({ contentEvents: 2, outputTokens: 2, tokenCountSource: 'events' });
+    expect(run(['response.audio.transcript.delta', 'response.audio.delta', 'response.audio.delta'])).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none' });
+  });
+
   describe('TPOT and reasoning the provider counts', () => {
     /** SSE events, one every 20 ms from t = 100 (the stream's start is 0); the summary. */
     const run = (adapter: ResponseAdapter, events: string[]) => {
@@ -438,6 +451,35 @@ describe('RequestMeter with a controllable clock', () => {
       expect(hidden.tpotMs).toBeCloseTo(40 / 2, 9);
       const summary = run(new OpenAIResponsesAdapter(), [resp('response.reasoning_summary_text.delta', { delta: 'thinking' }), text('a'), text('b'), done(203, 200)]);
       expect(summary.tpotMs).toBeCloseTo(40 / 202, 9);
+    });
+
+    it('Anthropic: thinking not displayed (only its signature streamed) is left out of TPOT; summarized thinking is not', () => {
+      t = testInstruments();
+      const ev = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
+      const text = (x: string) => ev({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: x } });
+      const end = ev({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 305, output_tokens_details: { thinking_tokens: 300 } } });
+      const omitted = run(new AnthropicAdapter(), [
+        ev({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }),
+        ev({ type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'c2ln' } }),
+        ...['a', 'b', 'c', 'd', 'e'].map(text),
+        end,
+      ]);
+      expect(omitted).toMatchObject({ outputTokens: 305, contentEvents: 5 });
+      expect(omitted.tpotMs).toBeCloseTo(80 / 4, 9); // 4 intervals of 20 ms between 5 visible events, 5 tokens
+      const summarized = run(new AnthropicAdapter(), [ev({ type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'hm' } }), ...['a', 'b', 'c', 'd'].map(text), end]);
+      expect(summarized.tpotMs).toBeCloseTo(80 / 304, 9);
+    });
+
+    it('Gemini Interactions: thoughts without a summary are left out of TPOT', () => {
+      t = testInstruments();
+      const ev = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}`;
+      const hidden = run(new GeminiInteractionsAdapter(), [
+        ev({ event_type: 'step.start', index: 0, step: { type: 'thought', signature: 'c2ln' } }),
+        ...['a', 'b', 'c', 'd', 'e'].map((x) => ev({ event_type: 'step.delta', index: 1, delta: { type: 'text', text: x } })),
+        ev({ event_type: 'interaction.completed', interaction: { status: 'completed', usage: { total_input_tokens: 10, total_output_tokens: 5, total_thought_tokens: 300, total_tokens: 315 } } }),
+      ]);
+      expect(hidden).toMatchObject({ outputTokens: 305, contentEvents: 5 });
+      expect(hidden.tpotMs).toBeCloseTo(80 / 4, 9);
     });
 
     it('Gemini: thoughts counted but not streamed are left out; streamed thought parts are not', () => {

@@ -6,6 +6,7 @@ import { GeminiAdapter } from '../../src/providers/gemini.js';
 import { GeminiInteractionsAdapter } from '../../src/providers/gemini-interactions.js';
 import { OpenAIChatAdapter } from '../../src/providers/openai-chat.js';
 import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
+import { TritonGenerateAdapter } from '../../src/providers/triton.js';
 import { EventKind, type ResponseAdapter, type Usage } from '../../src/providers/types.js';
 import { EventStreamDecoder, encodeEventStreamFrame } from '../../src/sse/eventstream.js';
 import { SseParser, type SseEvent } from '../../src/sse/parser.js';
@@ -26,6 +27,8 @@ interface Variant {
   usage?: Usage;
   model?: string;
   error?: string;
+  /** Whether reasoning was streamed (adapters that track it): decides whether TPOT leaves the reasoning tokens out. */
+  reasoningStreamed?: boolean;
 }
 
 const sse = (...blocks: string[]) => Buffer.from(blocks.map((b) => `${b}\n\n`).join(''));
@@ -285,7 +288,8 @@ const VARIANTS: Variant[] = [
   },
   {
     // @google/genai's InteractionSSEEvent types (StepDelta, StepStart, StepDeltaMetadata.total_usage):
-    // generated deltas and steps are content; signatures, annotations and tool results are not.
+    // generated deltas and steps are content (a function call by its name too: one without
+    // parameters has `arguments: {}` and nothing after it); signatures, annotations and tool results are not.
     name: 'Gemini Interactions: step deltas and steps, running usage',
     adapter: () => new GeminiInteractionsAdapter(),
     framing: 'sse',
@@ -303,7 +307,7 @@ const VARIANTS: Variant[] = [
       interaction({ event_type: 'step.delta', index: 4, delta: { type: 'text', text: 'Sunny' }, metadata: { total_usage: { total_input_tokens: 7, total_output_tokens: 30 } } }),
       interaction({ event_type: 'step.stop', index: 4 }),
     ),
-    kinds: 'NCNCNCNCNNCN',
+    kinds: 'NCCCNCNCNNCN',
     usage: { inputTokens: 7, outputTokens: 30 },
     model: 'gemini-3-flash-preview',
   },
@@ -402,8 +406,117 @@ const VARIANTS: Variant[] = [
       encodeEventStreamFrame({ ':event-type': 'messageStart', ':content-type': 'application/json', ':message-type': 'event' }, '{"role":"assistant"}'),
       encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"image":{"source":{"bytes":"iVBORw0KGgo="}}}}'),
       encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"image":{}}}'),
+      // ImageBlockDelta's `error` alone: an image that failed, no output.
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"image":{"error":{"message":"x"}}}}'),
     ]),
-    kinds: 'NCN',
+    kinds: 'NCNN',
+  },
+  {
+    // @anthropic-ai/sdk ThinkingConfigAdaptive.display "omitted": a thinking block streams only its
+    // signature; MessageDeltaUsage.output_tokens_details.thinking_tokens is the reasoning in output_tokens.
+    name: 'Anthropic thinking not displayed: the signature is no content, the thinking tokens are reasoning, none streamed',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'message_start', message: { model: 'claude-opus-4-8', usage: { input_tokens: 10, output_tokens: 1 } } }),
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }),
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'c2ln' } }),
+      anthropic({ type: 'content_block_stop', index: 0 }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'text', text: '' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'Hi' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: ' there' } }),
+      anthropic({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 310, output_tokens_details: { thinking_tokens: 300 } } }),
+      anthropic({ type: 'message_stop' }),
+    ),
+    kinds: 'NNNNNCCNN',
+    usage: { inputTokens: 10, outputTokens: 310, reasoningTokens: 300 },
+    reasoningStreamed: false,
+  },
+  {
+    name: 'Anthropic summarized thinking: the summary is streamed reasoning',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'Let me see' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'Yes' } }),
+      anthropic({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 90, output_tokens_details: { thinking_tokens: 80 } } }),
+    ),
+    kinds: 'CCN',
+    usage: { outputTokens: 90, reasoningTokens: 80 },
+    reasoningStreamed: true,
+  },
+  {
+    // @anthropic-ai/sdk BetaIterationsUsage: an `advisor_message` pass is another model consulted
+    // mid-answer; its result arrives whole in an advisor_tool_result block.
+    name: 'Anthropic advisor tool: the advisor pass is not the answer\'s output',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Let me ask' } }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'server_tool_use', id: 'srvtoolu_1', name: 'advisor', input: {} } }),
+      anthropic({ type: 'content_block_start', index: 2, content_block: { type: 'advisor_tool_result', tool_use_id: 'srvtoolu_1', content: { type: 'advisor_result', text: 'Do X' } } }),
+      anthropic({ type: 'content_block_delta', index: 3, delta: { type: 'text_delta', text: 'Doing X' } }),
+      anthropic({
+        type: 'message_delta',
+        delta: { stop_reason: 'end_turn' },
+        usage: { output_tokens: 42, iterations: [{ type: 'message', output_tokens: 30 }, { type: 'advisor_message', model: 'claude-opus-4-8', output_tokens: 800 }, { type: 'message', output_tokens: 12 }] },
+      }),
+    ),
+    kinds: 'CNNCN',
+    usage: { outputTokens: 42 },
+  },
+  {
+    // @google/genai: ThoughtStep holds a `signature` and an optional `summary`; thinking_summaries "none"
+    // streams no summary, and Usage.total_thought_tokens comes apart from the output.
+    name: 'Gemini Interactions: thoughts without a summary are reasoning none of which was streamed',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      interaction({ event_type: 'step.start', index: 0, step: { type: 'thought', signature: 'c2ln' } }),
+      interaction({ event_type: 'step.delta', index: 0, delta: { type: 'thought_signature', signature: 'c2ln' } }),
+      interaction({ event_type: 'step.delta', index: 1, delta: { type: 'text', text: 'Hi' } }),
+      interaction({
+        event_type: 'interaction.completed',
+        interaction: { id: 'v1_6', status: 'completed', model: 'gemini-3-pro-preview', usage: { total_input_tokens: 10, total_output_tokens: 10, total_thought_tokens: 300, total_tokens: 320 } },
+      }),
+    ),
+    kinds: 'NNCN',
+    usage: { inputTokens: 10, outputTokens: 310, reasoningTokens: 300 },
+    reasoningStreamed: false,
+  },
+  {
+    name: 'Gemini Interactions: a thought step with a summary is streamed reasoning',
+    adapter: () => new GeminiInteractionsAdapter(),
+    framing: 'sse',
+    bytes: sse(interaction({ event_type: 'step.start', index: 0, step: { type: 'thought', signature: 'c2ln', summary: [{ type: 'text', text: 'Plan' }] } })),
+    kinds: 'C',
+    reasoningStreamed: true,
+  },
+  {
+    // triton-inference-server/vllm_backend src/utils/request.py: with several sequences
+    // num_output_tokens is a list, one count per sequence, as text_output is.
+    name: 'Triton vLLM backend with two sequences: num_output_tokens per sequence are summed',
+    adapter: () => new TritonGenerateAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      data({ model_name: 'vllm_model', model_version: '1', text_output: ['a', 'b'], num_input_tokens: 5, num_output_tokens: [1, 1] }),
+      data({ model_name: 'vllm_model', model_version: '1', text_output: ['c', ''], num_output_tokens: [1, 0] }),
+      data({ model_name: 'vllm_model', model_version: '1', text_output: ['d', 'e'], num_output_tokens: [1, 1] }),
+    ),
+    kinds: 'CCC',
+    usage: { inputTokens: 5, outputTokens: 5 },
+  },
+  {
+    // gpt-oss on Bedrock InvokeModelWithResponseStream: OpenAI Chat chunks, tool calls included.
+    name: 'Bedrock invoke, OpenAI-shaped model: tool-call arguments are content, a name alone is not',
+    adapter: () => new BedrockAdapter(),
+    framing: 'eventstream',
+    bytes: Buffer.concat([
+      invokeChunk({ choices: [{ index: 0, delta: { role: 'assistant', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'search', arguments: '' } }] } }] }),
+      invokeChunk({ choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: '{"q":"x"}' } }] } }] }),
+      invokeChunk({ choices: [{ index: 0, delta: { reasoning: 'hmm' } }] }),
+    ]),
+    kinds: 'NCC',
   },
 ];
 
@@ -437,6 +550,7 @@ describe('wire variants beyond the fixtures', () => {
       expect(kinds).toBe(v.kinds);
       if (v.usage) expect(a.usage).toEqual(v.usage);
       if (v.model) expect(a.responseModel).toBe(v.model);
+      if (v.reasoningStreamed !== undefined) expect(a.reasoningStreamed).toBe(v.reasoningStreamed);
       expect(a.errorType).toBe(v.error);
       // The same bytes one at a time: the same answer.
       const bytes = [...v.bytes].map((b) => Buffer.of(b));
@@ -465,6 +579,14 @@ describe('server-reported timings in variants', () => {
     const plain = new OpenAIChatAdapter();
     decode({ framing: 'sse' } as Variant, [sse(chat({ content: 'Hi' }, { usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }))]).forEach((e) => plain.onEvent(e));
     expect(plain.serverTimings).toBeUndefined();
+  });
+});
+
+describe('a route\'s `provider:` by its gen_ai.provider.name value', () => {
+  it('gives that name as the default label (a Vertex route behind a gateway is gcp.vertex_ai, not gcp.gemini)', () => {
+    for (const name of ['openai', 'azure.ai.openai', 'anthropic', 'gcp.gemini', 'gcp.vertex_ai', 'aws.bedrock', 'cohere', 'deepseek', 'groq', 'cloudflare.workers_ai']) {
+      expect(detectApi('/anything', name)?.defaultProviderName, name).toBe(name);
+    }
   });
 });
 
