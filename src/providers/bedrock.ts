@@ -50,6 +50,11 @@ export class BedrockAdapter implements ResponseAdapter {
     return this.anthropic?.responseModel ?? this.modelFromStream;
   }
 
+  /** A Claude model's (invoke): whether its thinking was streamed; not tracked for the others. */
+  get reasoningStreamed(): boolean | undefined {
+    return this.anthropic?.reasoningStreamed;
+  }
+
   /** Converse's last frame (`metadata`, after `messageStop`), or an Anthropic model's `message_stop` chunk. */
   get complete(): boolean {
     return this.converseEnded || this.anthropic?.complete === true;
@@ -137,6 +142,7 @@ export class BedrockAdapter implements ResponseAdapter {
     u.outputTokens = own ? a!.outputTokens : this.metricsOutput;
     u.cachedInputTokens = a?.cachedInputTokens;
     u.cacheCreationInputTokens = a?.cacheCreationInputTokens;
+    u.reasoningTokens = a?.reasoningTokens;
     this.cumulativeOutputTokens = own ? this.anthropic!.cumulativeOutputTokens : this.metricsOutput;
   }
 

@@ -507,6 +507,21 @@ const VARIANTS: Variant[] = [
     usage: { inputTokens: 5, outputTokens: 5 },
   },
   {
+    // Claude on Bedrock InvokeModelWithResponseStream: the Anthropic events in `chunk` frames, thinking not displayed.
+    name: 'Bedrock invoke, Claude with thinking not displayed: its thinking tokens are reasoning, none streamed',
+    adapter: () => new BedrockAdapter(),
+    framing: 'eventstream',
+    bytes: Buffer.concat([
+      invokeChunk({ type: 'message_start', message: { model: 'claude-opus-4-8', usage: { input_tokens: 10, output_tokens: 1 } } }),
+      invokeChunk({ type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'c2ln' } }),
+      invokeChunk({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'Hi' } }),
+      invokeChunk({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 205, output_tokens_details: { thinking_tokens: 200 } } }),
+    ]),
+    kinds: 'NNCN',
+    usage: { inputTokens: 10, outputTokens: 205, reasoningTokens: 200, cachedInputTokens: undefined, cacheCreationInputTokens: undefined },
+    reasoningStreamed: false,
+  },
+  {
     // gpt-oss on Bedrock InvokeModelWithResponseStream: OpenAI Chat chunks, tool calls included.
     name: 'Bedrock invoke, OpenAI-shaped model: tool-call arguments are content, a name alone is not',
     adapter: () => new BedrockAdapter(),
