@@ -188,7 +188,7 @@ function envInt(env: NodeJS.ProcessEnv, name: string, max = 65535): number | und
   if (v === undefined || v === '') return undefined;
   if (/^tcp:\/\//.test(v)) {
     // Kubernetes sets <SERVICE>_PORT=tcp://ip:port for every Service in the namespace.
-    throw new ConfigError(`${name}: "${v}" is a Kubernetes service link (a Service named llm-proxy sets it): set enableServiceLinks: false in the pod spec, or name the Service otherwise`);
+    throw new ConfigError(`${name}: "${v}" is a Kubernetes service link (a Service named ${name.slice(0, -'_PORT'.length).toLowerCase().replace(/_/g, '-')} sets it): set enableServiceLinks: false in the pod spec, or name the Service otherwise`);
   }
   if (!/^\d+$/.test(v) || Number(v) > max) throw new ConfigError(`${name}: expected an integer from 0 to ${max}, got "${v}"`);
   return Number(v);

@@ -104,7 +104,7 @@ export function createTelemetry(opts: TelemetryOptions = {}): Telemetry {
     'service.name': 'llm-latency-proxy',
     'service.version': VERSION,
     'service.instance.id':
-      opts.serviceInstanceId ?? process.env.POD_NAME ?? `${process.env.HOSTNAME ?? hostname()}:${process.pid}`,
+      opts.serviceInstanceId ?? (process.env.POD_NAME || `${process.env.HOSTNAME || hostname()}:${process.pid}`),
   }).merge(detectResources({ detectors: [envDetector] }));
   const provider = new MeterProvider({ resource, readers });
   const prom = prometheus;

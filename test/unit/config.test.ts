@@ -256,7 +256,9 @@ describe('config', () => {
     expect(loadConfig({}, readme).warnings).toEqual([]);
     // A Kubernetes Service named llm-proxy: its link names are left alone, its _PORT is refused with the reason.
     expect(unknownEnvWarnings({ LLM_PROXY_SERVICE_HOST: '10.0.0.1', LLM_PROXY_SERVICE_PORT: '8080', LLM_PROXY_SERVICE_PORT_HTTP: '8080', LLM_PROXY_PORT_8080_TCP: 'tcp://10.0.0.1:8080', LLM_PROXY_PORT_8080_TCP_ADDR: '10.0.0.1' })).toEqual([]);
-    expect(errorOf(() => envOverrides({ LLM_PROXY_PORT: 'tcp://10.0.0.1:8080' }))).toMatch(/^LLM_PROXY_PORT: "tcp:\/\/10\.0\.0\.1:8080" is a Kubernetes service link .* enableServiceLinks: false/);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_PORT: 'tcp://10.0.0.1:8080' }))).toMatch(/^LLM_PROXY_PORT: "tcp:\/\/10\.0\.0\.1:8080" is a Kubernetes service link \(a Service named llm-proxy sets it\).* enableServiceLinks: false/);
+    // The Service the variable comes from, by its name.
+    expect(errorOf(() => envOverrides({ LLM_PROXY_METRICS_PORT: 'tcp://10.0.0.1:9464' }))).toMatch(/^LLM_PROXY_METRICS_PORT: .* \(a Service named llm-proxy-metrics sets it\)/);
   });
 
   it('warns of settings that do nothing: a simulator plan beside an upstream, OTLP settings without OTLP (review 121)', () => {
