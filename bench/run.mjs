@@ -526,6 +526,10 @@ async function memMeasure(p, mem) {
     heapPerStreamKiB: dn > 0 && s1.heapUsed !== null && s2.heapUsed !== null ? (s2.heapUsed - s1.heapUsed) / 1024 / dn : null,
     youngGrowthKiB: s1.young !== null && s2.young !== null ? (s2.young - s1.young) / 1024 : null,
     gcForced: s1.gc && s2.gc,
+    // What the report checks before it believes the slope: the counts asked for, and a GC forced where there is a probe.
+    requested: { n1: mem.n1, n2: mem.n2 },
+    probed: p.memProbe !== undefined,
+    holdTimedOut: Boolean(h1.timedOut || h2.timedOut),
     holdErrors: [...(h1.errors || []), ...(h2.errors || [])],
     release: w,
   };

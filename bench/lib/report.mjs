@@ -273,8 +273,11 @@ function targets(F) {
     for (const peer of ['http-proxy', 'portkey']) {
       const s = F.sustained[peer]?.streams;
       if (s) {
-        const r = s.median > 0 ? sp.median / s.median : sp.median > 0 ? Infinity : null;
-        add(`streams sustained vs ${peer}`, r, '>= 3x', r === null ? null : r >= 3, `${sp.median} vs ${s.median}${F.sustained.proxy.reachedTopLevel ? ' (proxy reached the top level tried)' : ''}${r === null ? ' (both 0: no verdict)' : ''}`);
+        // 0 is "below the lowest level tried": a ratio to it only means something when that level is 1 stream.
+        const lowest = F.sustained[peer].levels?.[0] ?? 1;
+        const r = s.median > 0 ? sp.median / s.median : sp.median > 0 && lowest <= 1 ? Infinity : null;
+        const why = r !== null ? '' : sp.median > 0 ? ` (${peer} passed no level; the lowest tried was ${lowest}: no ratio)` : ' (both 0: no verdict)';
+        add(`streams sustained vs ${peer}`, r, '>= 3x', r === null ? null : r >= 3, `${sp.median} vs ${s.median}${F.sustained.proxy.reachedTopLevel ? ' (proxy reached the top level tried)' : ''}${why}`);
       }
     }
     const n = F.sustained.nginx?.streams;
@@ -306,10 +309,16 @@ function targets(F) {
       `${fmt(busy.on.median, 0)} vs ${fmt(busy.off.median, 0)} ev/core-s at a CPU share of ${fmt(busy.onCpuShare.median, 2)} vs ${fmt(busy.offCpuShare.median, 2)}`,
     );
   }
-  const mem = F.memory.proxy?.rssPerStreamKiB;
-  if (mem) add('RSS per open stream', mem.median, '<= 32 KiB', mem.median <= 32, 'KiB');
+  // Where this proxy was measured, its rows are always there: a figure that came out empty is
+  // the run's failure (unmeasured), not a target that quietly drops out of the table.
+  if (F.memory.proxy) {
+    const mem = F.memory.proxy.rssPerStreamKiB;
+    if (mem) add('RSS per open stream', mem.median, '<= 32 KiB', mem.median <= 32, 'KiB');
+    else add('RSS per open stream', null, '<= 32 KiB', false, 'no ramp opened any stream, or every ramp failed', true);
+  }
   const can = F.cancellation.proxy;
   if (can?.p99) add('cancellation p99', can.p99.median, '<= 20 ms', can.p99.median <= 20 && can.notClosed === 0, `ms; not closed: ${can.notClosed}`);
+  else if (can) add('cancellation p99', null, '<= 20 ms', false, `no upstream connection was seen closed after a client's abort (not closed: ${can.notClosed})`, true);
   for (const [key, e] of Object.entries(F.accuracy)) {
     if (e.error !== undefined) {
       // A scrape that failed is no verdict of accuracy, and not a pass either.
@@ -325,7 +334,7 @@ function targets(F) {
         if (seen > 0) add(`measurement error ${k} (${key})`, null, '<= max(1 % of the mean, 0.1 ms)', false, `the proxy recorded no ${k} samples; the client saw ${seen}`, true);
         continue;
       }
-      add(`measurement error ${k} (${key})`, x.absErrMs.max, `<= ${fmt(x.tolMs.median, 3)} ms`, x.absErrMs.max <= x.tolMs.min && x.countsMatch, `worst rep, ms; proxy mean ${fmt(x.proxyMeanMs.median, 3)} vs client ${fmt(x.clientMeanMs.median, 3)}; counts ${x.countsMatch ? 'match' : 'DIFFER'}`);
+      add(`measurement error ${k} (${key})`, x.absErrMs.max, `<= ${fmt(x.tolMs.min, 3)} ms`, x.absErrMs.max <= x.tolMs.min && x.countsMatch, `worst rep, ms; proxy mean ${fmt(x.proxyMeanMs.median, 3)} vs client ${fmt(x.clientMeanMs.median, 3)}; counts ${x.countsMatch ? 'match' : 'DIFFER'}`);
     }
   }
   return T;
@@ -405,6 +414,16 @@ export function writeReports({ meta, runs, out }) {
       if (r.phase === 'mem' || r.phase === 'cancel') fault(r.path, line);
       else failures.push(line);
       continue;
+    }
+    if (r.phase === 'mem') {
+      // A slope over fewer streams than asked for, or without the GC it assumes, is not the figure it claims to be.
+      const why = [];
+      if (r.requested && (r.n1 !== r.requested.n1 || r.n2 !== r.requested.n2)) why.push(`held ${r.n1} and ${r.n2} streams of ${r.requested.n1} and ${r.requested.n2}`);
+      if (r.holdTimedOut) why.push('opening the streams timed out');
+      if (r.holdErrors?.length) why.push(`errors: ${r.holdErrors.join('; ')}`);
+      if (r.release && (r.release.lost > 0 || r.release.mismatched > 0 || r.release.timedOut)) why.push(`on release: lost ${r.release.lost}, altered ${r.release.mismatched}${r.release.timedOut ? ', timed out' : ''}`);
+      if (r.probed && r.gcForced === false) why.push('no GC was forced before a reading');
+      if (why.length) fault(r.path, `${r.key} rep${r.rep} ${r.path}: ${why.join('; ')}`);
     }
     if (r.phase === 'cancel' && r.aborted < r.requested) {
       // Streams that never reached their abort point (cut or failed early): the p99 would be of the rest.
@@ -498,7 +517,7 @@ export function writeReports({ meta, runs, out }) {
   }
   if (rows.length)
     parts.push(
-      `## 3. Streams sustained at Δ = 20 ms (added p99 ≤ 5 ms, no gap > 200 ms, nothing lost; levels ${F.sustained.direct?.levels?.join(', ') ?? ''}${meta.plan?.sustainMs ? `, ${meta.plan.sustainMs / 1000} s of schedule per level` : ''}): the largest level passed; a path leaves the ladder after two failed levels in a row\n\n` +
+      `## 3. Streams sustained at Δ = 20 ms (added per-event latency p99 ≤ 5 ms, no gap > 200 ms, nothing lost; levels ${F.sustained.direct?.levels?.join(', ') ?? ''}${meta.plan?.sustainMs ? `, ${meta.plan.sustainMs / 1000} s of schedule per level` : ''}): the largest level passed; a path leaves the ladder after two failed levels in a row\n\n` +
         table(['path', 'streams', 'per rep', 'proxy ÷ path', 'note'], rows),
     );
 

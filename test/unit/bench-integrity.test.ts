@@ -8,6 +8,9 @@ import { describe, expect, it } from 'vitest';
 import { SseSplitter, buildRequestBody, expectedEvent, parseTag, placeEvent, tagOf } from '../../bench/lib/sse.mjs';
 // @ts-expect-error: the bench is plain JavaScript, with no types
 import { fmt } from '../../bench/lib/stats.mjs';
+// @ts-expect-error: the bench is plain JavaScript, with no types
+import { writeReports } from '../../bench/lib/report.mjs';
+import { tempDir } from '../helpers/temp-dir.js';
 
 const expectedOf = expectedEvent as (sid: number, i: number, n: number) => string | null;
 
@@ -175,5 +178,42 @@ describe('report number format', () => {
     expect([fmt(-0.04, 1), fmt(-0.0004, 3), fmt(-0, 0), fmt(-0.4, 0), fmt(0.04, 1)]).toEqual(['0.0', '0.000', '0', '0', '0.0']);
     expect([fmt(-0.06, 1), fmt(-1.25, 2), fmt(-12, 0), fmt(-0.0006, 3)]).toEqual(['-0.1', '-1.25', '-12', '-0.001']);
     expect([fmt(null), fmt(Number.NaN), fmt(Number.POSITIVE_INFINITY)]).toEqual(['–', '–', 'Infinity']);
+  });
+});
+
+describe('report verdicts that must not drop out', () => {
+  type Rec = Record<string, unknown>;
+  const meta = { mode: 'full', date: 'x', node: 'v20', cpus: 2, cpuModel: 'cpu', memGiB: 24, kernel: 'k', reps: 3, durationS: 1, paths: { direct: { ok: true }, proxy: { ok: true }, 'http-proxy': { ok: true } } };
+  const cancel = (path: string, rep: number, over: Rec = {}): Rec => ({ phase: 'cancel', key: 'cancel c=100', rep, path, requested: 100, aborted: 100, errors: 0, timedOut: false, closed: 100, notClosed: 0, p50: 2, p99: 4, max: 5, ...over });
+  const mem = (path: string, rep: number, over: Rec = {}): Rec => ({
+    phase: 'mem', key: 'mem 100->3000', rep, path, n1: 100, n2: 3000, rss1KiB: 1000, rss2KiB: 59000, rssPerStreamKiB: 20, heapPerStreamKiB: 5, youngGrowthKiB: 0, gcForced: true,
+    requested: { n1: 100, n2: 3000 }, probed: true, holdTimedOut: false, holdErrors: [], release: { streams: 3000, lost: 0, mismatched: 0, timedOut: false }, ...over,
+  });
+  const report = (runs: Rec[]) => writeReports({ meta, runs, out: tempDir('llp-bench-report-') }) as { targets: { target: string; value: number | null; met: boolean }[]; failures: string[]; warnings: string[] };
+  const reps = [1, 2, 3];
+
+  it('a proxy that never closes its upstream after an abort fails the cancellation target, as one that closes late does', () => {
+    const fine = report(reps.map((rep) => cancel('proxy', rep)));
+    expect(fine.targets).toEqual([expect.objectContaining({ target: 'cancellation p99', value: 4, met: true })]);
+    expect(fine.failures).toEqual([]);
+    const never = report(reps.map((rep) => cancel('proxy', rep, { closed: 0, notClosed: 100, p50: NaN, p99: NaN, max: NaN })));
+    expect(never.targets).toEqual([expect.objectContaining({ target: 'cancellation p99', value: null, met: false })]);
+    expect(never.failures).toEqual([expect.stringMatching(/^cancellation p99: no upstream connection was seen closed .*not closed: 300/)]);
+  });
+
+  it('a memory ramp that held fewer streams than asked, lost some on release or read without a forced GC fails this proxy (a peer: a warning)', () => {
+    const fine = report(reps.map((rep) => mem('proxy', rep)));
+    expect(fine.targets).toEqual([expect.objectContaining({ target: 'RSS per open stream', value: 20, met: true })]);
+    expect(fine.failures).toEqual([]);
+    const short = report(reps.map((rep) => mem('proxy', rep, rep === 2 ? { n2: 300, gcForced: false, release: { streams: 300, lost: 4, mismatched: 0, timedOut: true } } : {})));
+    expect(short.failures).toEqual(['mem 100->3000 rep2 proxy: held 100 and 300 streams of 100 and 3000; on release: lost 4, altered 0, timed out; no GC was forced before a reading']);
+    const peer = report(reps.map((rep) => mem('http-proxy', rep, { holdTimedOut: true, probed: false, gcForced: false })));
+    expect(peer.failures).toEqual([]);
+    expect(peer.warnings).toHaveLength(3);
+    expect(peer.warnings[0]).toBe('mem 100->3000 rep1 http-proxy: opening the streams timed out');
+    // No stream opened on any ramp: no slope, and the row says so instead of vanishing.
+    const none = report(reps.map((rep) => mem('proxy', rep, { n1: 0, n2: 0, rssPerStreamKiB: null })));
+    expect(none.targets).toEqual([expect.objectContaining({ target: 'RSS per open stream', value: null, met: false })]);
+    expect(none.failures).toContain('RSS per open stream: no ramp opened any stream, or every ramp failed');
   });
 });
