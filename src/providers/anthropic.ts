@@ -30,11 +30,14 @@ export class AnthropicAdapter implements ResponseAdapter {
   errorType: string | undefined;
   complete = false;
   /**
-   * A non-empty `thinking_delta` was streamed. Thinking with `display: "omitted"` streams only
-   * its signature, and redacted thinking arrives whole after it was generated: both came before
-   * the span TPOT divides, and its tokens are left out there (see RequestMeter.finish).
+   * Whether the thinking fell inside the span TPOT divides: a non-empty `thinking_delta` was
+   * streamed, or a thinking block began after the first content event (thinking between tool
+   * uses, streamed or not). Otherwise the thinking (`display: "omitted"` streams only its
+   * signature; redacted thinking arrives whole after it was generated) came before the first
+   * streamed token, and its tokens are left out of TPOT (see RequestMeter.finish).
    */
   reasoningStreamed = false;
+  private contentSeen = false;
   readonly finishReasons = new FinishReasons();
   /** Raw usage fields as last reported (BAD: sent, but no count); `usage` is derived from them. */
   private input: number | undefined;
@@ -50,8 +53,8 @@ export class AnthropicAdapter implements ResponseAdapter {
       return EventKind.None;
     }
     if (t === 'ping' || t === 'content_block_stop') return EventKind.None;
-    // A block start is read only for a server-side fallback's hand-over (beta) or redacted thinking.
-    if (t === 'content_block_start' && !ev.data.includes('"fallback"') && !ev.data.includes('"redacted_thinking"')) return EventKind.None;
+    // A block start is read only for a server-side fallback's hand-over (beta) or thinking.
+    if (t === 'content_block_start' && !ev.data.includes('"fallback"') && !ev.data.includes('thinking"')) return EventKind.None;
     const o = parseObject(ev.data);
     if (!o) return t === 'error' ? this.fail(undefined) : EventKind.None;
     return this.onObject(t !== '' ? t : typeof o.type === 'string' ? o.type : '', o);
@@ -59,6 +62,12 @@ export class AnthropicAdapter implements ResponseAdapter {
 
   /** One decoded Anthropic event (also from a Bedrock `chunk`). */
   onObject(type: string, o: Record<string, unknown>): EventKind {
+    const kind = this.read(type, o);
+    if (kind === EventKind.Content) this.contentSeen = true;
+    return kind;
+  }
+
+  private read(type: string, o: Record<string, unknown>): EventKind {
     switch (type) {
       case 'message_stop': // without an `event:` name, or in a Bedrock chunk
         this.complete = true;
@@ -71,6 +80,7 @@ export class AnthropicAdapter implements ResponseAdapter {
       }
       case 'content_block_start': {
         const b = obj(o.content_block);
+        if ((b?.type === 'thinking' || b?.type === 'redacted_thinking') && this.contentSeen) this.reasoningStreamed = true;
         // Thinking the safety systems encrypted arrives whole here, with no deltas: it is output.
         if (b?.type === 'redacted_thinking') return nonEmpty(b.data) ? EventKind.Content : EventKind.None;
         // Server-side fallback: the block names the model that answers from here on.

@@ -34,11 +34,13 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
   responseModel: string | undefined;
   errorType: string | undefined;
   /**
-   * A thought summary was streamed. Without one (`thinking_summaries: "none"`, or a thought
-   * step that holds only its signature) the thoughts came before the first streamed token,
-   * outside the span TPOT divides (see RequestMeter.finish).
+   * Whether the thoughts fell inside the span TPOT divides: a thought summary was streamed, or
+   * a thought step began after the first content event (thinking between tool calls). Otherwise
+   * (`thinking_summaries: "none"`, a thought step that holds only its signature) they came
+   * before the first streamed token, and are left out of TPOT (see RequestMeter.finish).
    */
   reasoningStreamed = false;
+  private contentSeen = false;
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
@@ -54,14 +56,17 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
         const d = obj(o.delta);
         if (!deltaHasContent(d)) return EventKind.None;
         if (d!.type === 'thought_summary') this.reasoningStreamed = true;
+        this.contentSeen = true;
         return EventKind.Content;
       }
       case 'step.start': {
         const step = obj(o.step);
         const failed = obj(step?.error);
         if (failed) return this.fail(rpcCodeName(failed.code) ?? 'model_output_error');
+        if (step?.type === 'thought' && this.contentSeen) this.reasoningStreamed = true;
         if (!step || !stepHasContent(step)) return EventKind.None;
         if (step.type === 'thought') this.reasoningStreamed = true;
+        this.contentSeen = true;
         return EventKind.Content;
       }
       case 'step.stop':

@@ -43,7 +43,13 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   responseModel: string | undefined;
   errorType: string | undefined;
   complete = false;
+  /**
+   * Whether reasoning fell inside the span TPOT divides: a reasoning summary or text was
+   * streamed, or a reasoning item began after the first content event. Otherwise the
+   * reasoning came before the first streamed token (see RequestMeter.finish).
+   */
   reasoningStreamed = false;
+  private contentSeen = false;
   /** Set by the first audio delta, as in Chat: its base64 holds many tokens. */
   multiTokenEvents = false;
   readonly finishReasons = new FinishReasons();
@@ -65,7 +71,15 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       if (!o || !nonEmpty(o.delta)) return EventKind.None;
       if (REASONING_EVENTS.has(type)) this.reasoningStreamed = true;
       else if (type === 'response.audio.delta') this.multiTokenEvents = true;
+      this.contentSeen = true;
       return EventKind.Content;
+    }
+    // A reasoning item after the first content event (reasoning between tool calls): the
+    // reasoning then lies inside the span TPOT divides, summarised or not.
+    if (type === 'response.output_item.added' && this.contentSeen && !this.reasoningStreamed && ev.data.includes('"reasoning"')) {
+      o ??= parseObject(ev.data);
+      if (obj(o?.item)?.type === 'reasoning') this.reasoningStreamed = true;
+      return EventKind.None;
     }
     if (!READ_EVENTS.has(type)) return EventKind.None;
     o ??= parseObject(ev.data);

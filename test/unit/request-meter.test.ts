@@ -470,6 +470,48 @@ describe('RequestMeter with a controllable clock', () => {
       expect(summarized.tpotMs).toBeCloseTo(80 / 304, 9);
     });
 
+    it('thinking that begins after the first content event (between tool uses) lies inside the span: not left out (Anthropic, Interactions, Responses)', () => {
+      t = testInstruments();
+      // 5 events before the hidden thinking, 5 after: 9 intervals of 20 ms, the thinking among them.
+      const ev = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
+      const text = (x: string) => ev({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: x } });
+      const claude = run(new AnthropicAdapter(), [
+        ...['a', 'b', 'c', 'd', 'e'].map(text),
+        ev({ type: 'content_block_start', index: 2, content_block: { type: 'thinking', thinking: '', signature: '' } }),
+        ev({ type: 'content_block_delta', index: 2, delta: { type: 'signature_delta', signature: 'c2ln' } }),
+        ...['f', 'g', 'h', 'i', 'j'].map(text),
+        ev({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 310, output_tokens_details: { thinking_tokens: 300 } } }),
+      ]);
+      expect(claude).toMatchObject({ outputTokens: 310, contentEvents: 10 });
+      expect(claude.tpotMs).toBeCloseTo(220 / 309, 9);
+      const iev = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}`;
+      const itext = (x: string) => iev({ event_type: 'step.delta', index: 1, delta: { type: 'text', text: x } });
+      const interactions = run(new GeminiInteractionsAdapter(), [
+        ...['a', 'b', 'c', 'd', 'e'].map(itext),
+        iev({ event_type: 'step.start', index: 2, step: { type: 'thought', signature: 'c2ln' } }),
+        ...['f', 'g', 'h', 'i', 'j'].map(itext),
+        iev({ event_type: 'interaction.completed', interaction: { status: 'completed', usage: { total_input_tokens: 1, total_output_tokens: 10, total_thought_tokens: 300, total_tokens: 311 } } }),
+      ]);
+      expect(interactions).toMatchObject({ outputTokens: 310, contentEvents: 10 });
+      expect(interactions.tpotMs).toBeCloseTo(200 / 309, 9);
+      const rtext = (x: string) => resp('response.output_text.delta', { delta: x });
+      const responses = run(new OpenAIResponsesAdapter(), [
+        ...['a', 'b', 'c', 'd', 'e'].map(rtext),
+        resp('response.output_item.added', { output_index: 2, item: { id: 'rs_2', type: 'reasoning', summary: [] } }),
+        ...['f', 'g', 'h', 'i', 'j'].map(rtext),
+        resp('response.completed', { response: { model: 'o', usage: { output_tokens: 310, output_tokens_details: { reasoning_tokens: 300 } } } }),
+      ]);
+      expect(responses).toMatchObject({ outputTokens: 310, contentEvents: 10 });
+      expect(responses.tpotMs).toBeCloseTo(200 / 309, 9);
+      // The same reasoning item before the first content event: left out, as before.
+      const first = run(new OpenAIResponsesAdapter(), [
+        resp('response.output_item.added', { output_index: 0, item: { id: 'rs_1', type: 'reasoning', summary: [] } }),
+        ...['a', 'b', 'c', 'd', 'e'].map(rtext),
+        resp('response.completed', { response: { model: 'o', usage: { output_tokens: 305, output_tokens_details: { reasoning_tokens: 300 } } } }),
+      ]);
+      expect(first.tpotMs).toBeCloseTo(80 / 4, 9);
+    });
+
     it('Gemini Interactions: thoughts without a summary are left out of TPOT', () => {
       t = testInstruments();
       const ev = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}`;
