@@ -276,7 +276,7 @@ function targets(F) {
         // 0 is "below the lowest level tried": a ratio to it only means something when that level is 1 stream.
         const lowest = F.sustained[peer].levels?.[0] ?? 1;
         const r = s.median > 0 ? sp.median / s.median : sp.median > 0 && lowest <= 1 ? Infinity : null;
-        const why = r !== null ? '' : sp.median > 0 ? ` (${peer} passed no level; the lowest tried was ${lowest}: no ratio)` : ' (both 0: no verdict)';
+        const why = r !== null ? '' : sp.median > 0 ? ` (${peer}'s median is below the lowest level tried, ${lowest}: no ratio)` : ' (both 0: no verdict)';
         add(`streams sustained vs ${peer}`, r, '>= 3x', r === null ? null : r >= 3, `${sp.median} vs ${s.median}${F.sustained.proxy.reachedTopLevel ? ' (proxy reached the top level tried)' : ''}${why}`);
       }
     }
@@ -318,7 +318,10 @@ function targets(F) {
   }
   const can = F.cancellation.proxy;
   if (can?.p99) add('cancellation p99', can.p99.median, '<= 20 ms', can.p99.median <= 20 && can.notClosed === 0, `ms; not closed: ${can.notClosed}`);
-  else if (can) add('cancellation p99', null, '<= 20 ms', false, `no upstream connection was seen closed after a client's abort (not closed: ${can.notClosed})`, true);
+  else if (can) {
+    const why = can.failed.length > 0 && can.notClosed === 0 ? `every cancellation run failed (${can.failed[0]})` : `no upstream connection was seen closed after a client's abort (not closed: ${can.notClosed})`;
+    add('cancellation p99', null, '<= 20 ms', false, why, true);
+  }
   for (const [key, e] of Object.entries(F.accuracy)) {
     if (e.error !== undefined) {
       // A scrape that failed is no verdict of accuracy, and not a pass either.

@@ -42,7 +42,7 @@ const lines = (pred: (l: Record<string, unknown>) => boolean) => logLines.filter
 
 /** Runs one scenario of page.mjs against `proxyUrl` and returns the page's report. */
 async function open<T>(scenario: string, proxyUrl: string, n = 1): Promise<T & { ok: boolean; crossOriginIsolated: boolean; error?: string }> {
-  const r = await runPage(`${page.origin}/?s=${scenario}&n=${n}&proxy=${encodeURIComponent(proxyUrl)}`, page.nextResult());
+  const r = await runPage(page, `/?s=${scenario}&n=${n}&proxy=${encodeURIComponent(proxyUrl)}`);
   const report = r as T & { ok: boolean; crossOriginIsolated: boolean; error?: string };
   expect(report.error, 'the page failed').toBeUndefined();
   expect(report.ok).toBe(true);

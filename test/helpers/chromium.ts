@@ -1,5 +1,6 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -19,24 +20,34 @@ const TYPES: Record<string, string> = { '.html': 'text/html; charset=utf-8', '.m
 
 /**
  * The page's own origin: `/` is `page.html` from `dir`, other files from `dir`, `/<name>/...` from
- * the directories in `mounts` (npm packages loaded as ES modules), and `POST /result` is how the
- * page reports. Cross-origin isolated (COOP + COEP), so the page's performance.now() has 5 µs
- * resolution instead of 100 µs.
+ * the directories in `mounts` (npm packages loaded as ES modules), and `POST /result?run=<id>` is
+ * how the page of run `id` reports (a report that is no JSON resolves as a failed one).
+ * Cross-origin isolated (COOP + COEP), so the page's performance.now() has 5 µs resolution
+ * instead of 100 µs.
  */
 export async function startPageServer(dir: string, mounts: Record<string, string> = {}) {
-  const waiting: ((r: unknown) => void)[] = [];
+  const waiting = new Map<string, (r: unknown) => void>();
   const server = http.createServer((req, res) => {
-    if (req.method === 'POST' && req.url === '/result') {
+    const url = new URL(req.url ?? '/', 'http://x');
+    if (req.method === 'POST' && url.pathname === '/result') {
       let body = '';
       req.setEncoding('utf8');
       req.on('data', (d: string) => (body += d));
       req.on('end', () => {
         res.end();
-        waiting.shift()?.(JSON.parse(body));
+        let report: unknown;
+        try {
+          report = JSON.parse(body);
+        } catch {
+          report = { ok: false, error: `a report that is no JSON: ${body.slice(0, 200)}` };
+        }
+        const run = url.searchParams.get('run') ?? '';
+        waiting.get(run)?.(report);
+        waiting.delete(run);
       });
       return;
     }
-    const path = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname);
+    const path = decodeURIComponent(url.pathname);
     const [, first = '', ...rest] = path.split('/');
     const base = mounts[first] ?? dir;
     const file = normalize(join(base, path === '/' ? 'page.html' : mounts[first] ? rest.join('/') : path));
@@ -58,18 +69,25 @@ export async function startPageServer(dir: string, mounts: Record<string, string
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   return {
     origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    /** The next report a page POSTs. */
-    nextResult: () => new Promise<unknown>((r) => waiting.push(r)),
+    /** The report of run `id`, whenever it comes; `forget` drops the wait (a run that gave up). */
+    result: (id: string) => new Promise<unknown>((r) => waiting.set(id, r)),
+    forget: (id: string) => waiting.delete(id),
     close: () => new Promise<void>((r) => { server.closeAllConnections(); server.close(() => r()); }),
   };
 }
 
+export type PageServer = Awaited<ReturnType<typeof startPageServer>>;
+
 /**
- * Opens `url` in headless Chromium (a fresh profile, no proxy, nothing fetched from the network
- * but loopback) and resolves with what `result` resolves to (the page's report), then quits it.
- * Rejects with Chromium's last stderr lines if it exits first or `timeoutMs` passes.
+ * Opens `path` (with its query) of the page server in headless Chromium (a fresh profile, no
+ * proxy, nothing fetched from the network but loopback) and resolves with the page's report,
+ * then quits Chromium. Rejects with Chromium's last stderr lines if it exits first or
+ * `timeoutMs` passes. Each run has its own id, so a run that gave up leaves nothing for the next.
  */
-export async function runPage<T>(url: string, result: Promise<T>, timeoutMs = 60_000): Promise<T> {
+export async function runPage(page: PageServer, path: string, timeoutMs = 60_000): Promise<unknown> {
+  const id = randomUUID();
+  const result = page.result(id);
+  const url = `${page.origin}${path}${path.includes('?') ? '&' : '?'}run=${id}`;
   const profile = mkdtempSync(join(tmpdir(), 'llp-chromium-'));
   const child = spawn(CHROMIUM, [
     '--headless',
@@ -89,6 +107,13 @@ export async function runPage<T>(url: string, result: Promise<T>, timeoutMs = 60
     `--user-data-dir=${profile}`,
     url,
   ], { stdio: ['ignore', 'ignore', 'pipe'], detached: true });
+  // Its own process group outlives this process unless ended with it (a killed test run).
+  const onExit = () => {
+    try {
+      if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+    } catch {}
+  };
+  process.once('exit', onExit);
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (d: string) => (stderr = (stderr + d).slice(-4000)));
@@ -103,27 +128,48 @@ export async function runPage<T>(url: string, result: Promise<T>, timeoutMs = 60
     ]);
   } finally {
     clearTimeout(timer);
+    page.forget(id);
     // Chromium runs as a process group (its renderers and helpers): end them all before its profile goes.
     await stopGroup(child.pid);
-    rmSync(profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
+    process.removeListener('exit', onExit);
+    try {
+      rmSync(profile, { recursive: true, force: true, maxRetries: 5, retryDelay: 100 });
+    } catch {} // a helper that outlived the wait may still write there: a temp dir left, not a failed test
   }
 }
 
-const groupAlive = (pgid: number) => {
-  try {
-    process.kill(-pgid, 0);
-    return true;
-  } catch {
-    return false;
+/**
+ * Whether a process of the group is still running. Zombies do not count: once Chromium's main
+ * process is gone its helpers are reaped by PID 1, which may take seconds, or never in a
+ * container whose PID 1 reaps nothing.
+ */
+function groupAlive(pgid: number): boolean {
+  for (const pid of readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${pid}/stat`, 'latin1');
+    } catch {
+      continue; // gone meanwhile
+    }
+    // pid (comm) state ppid pgrp ...; comm may hold spaces and parentheses.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(pgrp) === pgid && state !== 'Z') return true;
   }
-};
+  return false;
+}
 
-/** SIGTERM to the group, SIGKILL after 5 s, resolved once no process of the group is left. */
+/** SIGTERM to the group, SIGKILL after 5 s; resolved once none of it runs, or 5 s after the SIGKILL. */
 async function stopGroup(pgid: number | undefined): Promise<void> {
-  if (pgid === undefined || !groupAlive(pgid)) return;
-  process.kill(-pgid, 'SIGTERM');
-  for (let waited = 0; groupAlive(pgid); waited += 50) {
-    if (waited === 5_000) process.kill(-pgid, 'SIGKILL');
+  if (pgid === undefined) return;
+  const signal = (s: NodeJS.Signals) => {
+    try {
+      process.kill(-pgid, s);
+    } catch {} // the group is gone
+  };
+  signal('SIGTERM');
+  for (let waited = 0; waited < 10_000 && groupAlive(pgid); waited += 50) {
+    if (waited === 5_000) signal('SIGKILL');
     await new Promise((r) => setTimeout(r, 50));
   }
 }
