@@ -149,8 +149,8 @@ export class AnthropicAdapter implements ResponseAdapter {
     const details = obj(u.output_tokens_details);
     if (details !== undefined) this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, details.thinking_tokens);
     if (Array.isArray(u.iterations) && u.iterations.length > 0) {
-      // Sent iterations are the count: one unusable leaves it unreported, as output_tokens
-      // counts only the last pass.
+      // Sent iterations are the count: one unusable leaves it unreported, since output_tokens
+      // leaves the compaction passes out.
       this.usage.outputTokens = this.cumulativeOutputTokens = iterationsOutput(u.iterations);
       this.outputSent = true;
       return;
