@@ -4,6 +4,9 @@ import { FinishReasons } from './finish-reasons.js';
 import { SequenceCounts, sequenceCount } from './sequence-counts.js';
 import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countUpdate, num, numPart, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
+const NONE = Symbol('no usage beside a choice yet');
+const MANY = Symbol('usage beside several choices');
+
 /**
  * OpenAI Chat Completions (and legacy Completions) streams, and the
  * OpenAI-compatible servers: vLLM, llama.cpp, TGI, SGLang, DeepSeek, Groq...
@@ -43,6 +46,12 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   private readonly prefix = new ContentPrefix();
   /** llama.cpp native chunks only. */
   private sequences: SequenceCounts | undefined;
+  /**
+   * The choice whose chunks carried usage (vLLM's `continuous_usage_stats`: each chunk's usage
+   * is that choice's own running count); MANY once chunks of two choices did, whose counts are
+   * then no request total until the final `choices: []` usage chunk gives one.
+   */
+  private usageChoice: unknown = NONE;
 
   /** `native`: the chunk shape without `choices` this path may also carry, if any. */
   constructor(private readonly native?: 'llama.cpp' | 'workers-ai') {}
@@ -86,8 +95,10 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (this.responseModel === undefined && typeof chunk.model === 'string' && chunk.model !== '') {
       this.responseModel = chunk.model;
     }
-    if (chunk.usage && typeof chunk.usage === 'object') this.readUsage(chunk.usage as Record<string, unknown>);
-    else {
+    if (chunk.usage && typeof chunk.usage === 'object') {
+      this.readUsage(chunk.usage as Record<string, unknown>);
+      this.perChoiceUsage(chunk.choices);
+    } else {
       const groq = chunk.x_groq as Record<string, unknown> | null | undefined; // Groq before it sent `usage` too
       if (groq && typeof groq === 'object' && groq.usage && typeof groq.usage === 'object') this.readUsage(groq.usage as Record<string, unknown>);
     }
@@ -157,6 +168,15 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (sent(t.predicted_per_token_ms)) st.timePerOutputToken = perToken !== undefined && (count(t.predicted_n) ?? 0) > 0 ? perToken / 1000 : undefined;
     const prompt = num(t.prompt_ms);
     if (sent(t.prompt_ms)) st.timeToFirstToken = prompt === undefined ? undefined : prompt / 1000;
+  }
+
+  /** After a chunk's usage was read: a count beside one choice of several is that choice's only. */
+  private perChoiceUsage(choices: unknown): void {
+    if (!Array.isArray(choices) || choices.length === 0) return; // the request's total
+    const index = obj(choices[0])?.index;
+    if (this.usageChoice === NONE) this.usageChoice = index;
+    else if (this.usageChoice !== index) this.usageChoice = MANY;
+    if (this.usageChoice === MANY) this.usage.outputTokens = this.cumulativeOutputTokens = undefined;
   }
 
   private readUsage(u: Record<string, unknown>): void {

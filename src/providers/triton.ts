@@ -1,4 +1,5 @@
 import type { SseEvent } from '../sse/parser.js';
+import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
 import { EventKind, addParts, modelInPath, nonEmpty, count, parseObject, sent, type ApiDescriptor, type ResponseAdapter, type Usage, countUpdate } from './types.js';
 
@@ -10,7 +11,8 @@ import { EventKind, addParts, modelInPath, nonEmpty, count, parseObject, sent, t
  * Content-bearing: non-empty `text_output` (a string, or with several sequences an
  * array of them). Usage: the sum of `num_output_tokens` (with several sequences, an array of
  * one count each) and `num_input_tokens`, which vLLM's backend adds on request; otherwise output
- * tokens are the content events.
+ * tokens are the content events. Finish reason: `finish_reason` (vLLM's backend with
+ * `return_finish_reason`; the string "None" until the last response; one per sequence in a list).
  * In-band error: `{"error":"…"}`.
  */
 export class TritonGenerateAdapter implements ResponseAdapter {
@@ -18,6 +20,7 @@ export class TritonGenerateAdapter implements ResponseAdapter {
   cumulativeOutputTokens: number | undefined;
   responseModel: string | undefined;
   errorType: string | undefined;
+  readonly finishReasons = new FinishReasons();
   private sumLost = false;
 
   onEvent(ev: SseEvent): EventKind {
@@ -30,6 +33,7 @@ export class TritonGenerateAdapter implements ResponseAdapter {
     if (!o) return EventKind.None;
     if (this.responseModel === undefined && nonEmpty(o.model_name)) this.responseModel = o.model_name as string;
     this.readCounts(o);
+    this.readFinish(o.finish_reason);
     const text = o.text_output;
     return nonEmpty(text) || (Array.isArray(text) && text.some(nonEmpty)) ? EventKind.Content : EventKind.None;
   }
@@ -54,6 +58,15 @@ export class TritonGenerateAdapter implements ResponseAdapter {
     if (o.error !== undefined && o.error !== null) this.errorType = errorTypeOf(o.error);
     if (nonEmpty(o.model_name)) this.responseModel = o.model_name as string;
     this.readCounts(o);
+    this.readFinish(o.finish_reason);
+  }
+
+  /** vLLM's backend sends Python's `str(None)` until a sequence stops. */
+  private readFinish(v: unknown): void {
+    const list = Array.isArray(v) ? v : [v];
+    list.forEach((r, i) => {
+      if (nonEmpty(r) && r !== 'None') this.finishReasons.set(i, r);
+    });
   }
 }
 

@@ -29,6 +29,8 @@ interface Variant {
   error?: string;
   /** Whether reasoning was streamed (adapters that track it): decides whether TPOT leaves the reasoning tokens out. */
   reasoningStreamed?: boolean;
+  /** The finish reasons by choice. */
+  finish?: (string | null)[];
 }
 
 const sse = (...blocks: string[]) => Buffer.from(blocks.map((b) => `${b}\n\n`).join(''));
@@ -533,6 +535,60 @@ const VARIANTS: Variant[] = [
     ]),
     kinds: 'NCC',
   },
+  {
+    // vllm-project/vllm chat_completion_stream_generator: with continuous_usage_stats each chunk's usage is its
+    // own choice's running count; the request's total comes only in the final `choices: []` chunk.
+    name: 'vLLM continuous usage with n = 2, cut before the final usage chunk: no choice\'s count is taken for the request\'s',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 't1' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 1, delta: { content: 't1' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 't2' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 1, delta: { content: 't2' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 't3' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 1, delta: { content: 't3' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } }),
+    ),
+    kinds: 'CCCCCC',
+    usage: { inputTokens: 7 },
+  },
+  {
+    name: 'vLLM continuous usage with n = 2, whole: the final usage chunk is the request\'s total',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 't1' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 1, delta: { content: 't1' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 1, total_tokens: 8 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 't2' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 1, delta: { content: 't2' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 2, total_tokens: 9 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 't3' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 1, delta: { content: 't3' }, finish_reason: null }], usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 } }),
+      data({ id: 'cmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 7, completion_tokens: 6, total_tokens: 13 } }),
+    ),
+    kinds: 'CCCCCCN',
+    usage: { inputTokens: 7, outputTokens: 6 },
+  },
+  {
+    // triton-inference-server/vllm_backend src/utils/request.py: with return_finish_reason, str(output.finish_reason)
+    // per sequence: "None" until it stops.
+    name: 'Triton vLLM backend: finish reasons per sequence, "None" until each stops',
+    adapter: () => new TritonGenerateAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      data({ model_name: 'vllm_model', text_output: ['a', 'b'], finish_reason: ['None', 'None'] }),
+      data({ model_name: 'vllm_model', text_output: ['c', 'd'], finish_reason: ['stop', 'length'] }),
+    ),
+    kinds: 'CC',
+    finish: ['stop', 'length'],
+  },
+  {
+    name: 'Triton vLLM backend, one sequence: its finish reason as a string',
+    adapter: () => new TritonGenerateAdapter(),
+    framing: 'sse',
+    bytes: sse(data({ model_name: 'vllm_model', text_output: 'a', finish_reason: 'None' }), data({ model_name: 'vllm_model', text_output: 'b', finish_reason: 'length' })),
+    kinds: 'CC',
+    finish: ['length'],
+  },
 ];
 
 function decode(v: Variant, pieces: Buffer[]): SseEvent[] {
@@ -566,6 +622,7 @@ describe('wire variants beyond the fixtures', () => {
       if (v.usage) expect(a.usage).toEqual(v.usage);
       if (v.model) expect(a.responseModel).toBe(v.model);
       if (v.reasoningStreamed !== undefined) expect(a.reasoningStreamed).toBe(v.reasoningStreamed);
+      if (v.finish !== undefined) expect(a.finishReasons?.list()).toEqual(v.finish);
       expect(a.errorType).toBe(v.error);
       // The same bytes one at a time: the same answer.
       const bytes = [...v.bytes].map((b) => Buffer.of(b));
