@@ -61,12 +61,14 @@ export class TritonGenerateAdapter implements ResponseAdapter {
     this.readFinish(o.finish_reason);
   }
 
-  /** vLLM's backend sends Python's `str(None)` until a sequence stops. */
+  /** vLLM's backend sends Python's `str(None)` until a sequence stops. Read on every event: no array made for one. */
   private readFinish(v: unknown): void {
-    const list = Array.isArray(v) ? v : [v];
-    list.forEach((r, i) => {
-      if (nonEmpty(r) && r !== 'None') this.finishReasons.set(i, r);
-    });
+    if (!Array.isArray(v)) return this.setFinish(0, v);
+    for (let i = 0; i < v.length; i++) this.setFinish(i, v[i]);
+  }
+
+  private setFinish(index: number, reason: unknown): void {
+    if (nonEmpty(reason) && reason !== 'None') this.finishReasons.set(index, reason);
   }
 }
 
