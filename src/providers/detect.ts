@@ -6,7 +6,7 @@ import { geminiInteractions } from './gemini-interactions.js';
 import { genericStream } from './generic.js';
 import { ollamaChat, ollamaGenerate } from './ollama.js';
 import { lmstudioChat } from './lmstudio.js';
-import { azureOpenaiChat, llamacppCompletion, openaiChat, openaiCompletions, workersAi } from './openai-chat.js';
+import { azureOpenaiChat, azureOpenaiCompletions, llamacppCompletion, openaiChat, openaiCompletions, workersAi } from './openai-chat.js';
 import { openaiResponses } from './openai-responses.js';
 import { sglangGenerate } from './sglang.js';
 import { tgiGenerate } from './tgi.js';
@@ -69,6 +69,7 @@ export const API_BY_NAME: Readonly<Record<string, ApiDescriptor>> = {
 /** Path rules of the APIs we understand, checked against the forwarded path (without its query). */
 const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/\/openai\/deployments\/[^/]+\/chat\/completions$/, azureOpenaiChat],
+  [/\/openai\/deployments\/[^/]+\/completions$/, azureOpenaiCompletions],
   [/(?:^|\/)chat\/completions$/, openaiChat],
   [/(?:^|\/)completions$/, openaiCompletions],
   [/(?:^|\/)responses$/, openaiResponses],

@@ -4,6 +4,15 @@ import { FinishReasons } from './finish-reasons.js';
 import { SequenceCounts, sequenceCount } from './sequence-counts.js';
 import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countUpdate, num, numPart, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
 
+/**
+ * Finish reasons that say the generation failed: Mistral's `error` (OpenRouter's comes with an
+ * `error` object too), DeepSeek's `insufficient_system_resource` (cut for lack of capacity).
+ */
+const ERROR_FINISH_REASONS = new Set(['error', 'insufficient_system_resource']);
+
+/** Response models whose chunks carry several tokens: `claude-…`, `anthropic/claude-…`, `us.anthropic.claude-…`, `models/gemini-…`. */
+const MULTI_TOKEN_MODEL = /(?:^|[/.:@])(?:claude|gemini)-/i;
+
 const NONE = Symbol('no usage beside a choice yet');
 const MANY = Symbol('usage beside several choices');
 
@@ -94,6 +103,9 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     }
     if (this.responseModel === undefined && typeof chunk.model === 'string' && chunk.model !== '') {
       this.responseModel = chunk.model;
+      // A gateway relaying Claude or Gemini (LiteLLM, OpenRouter, their own compatible endpoints)
+      // passes on their chunks of several tokens each: events are then no count.
+      if (MULTI_TOKEN_MODEL.test(chunk.model)) this.multiTokenEvents = true;
     }
     if (chunk.usage && typeof chunk.usage === 'object') {
       this.readUsage(chunk.usage as Record<string, unknown>);
@@ -127,7 +139,10 @@ export class OpenAIChatAdapter implements ResponseAdapter {
   private readFinishReasons(choices: unknown[]): void {
     for (const c of choices) {
       const o = obj(c);
-      if (o && o.finish_reason !== null && o.finish_reason !== undefined) this.finishReasons.set(o.index, o.finish_reason);
+      if (!o || o.finish_reason === null || o.finish_reason === undefined) continue;
+      this.finishReasons.set(o.index, o.finish_reason);
+      // A generation that failed, not one that stopped; the usage that may follow is still read.
+      if (typeof o.finish_reason === 'string' && ERROR_FINISH_REASONS.has(o.finish_reason)) this.errorType ??= o.finish_reason;
     }
   }
 
@@ -181,8 +196,10 @@ export class OpenAIChatAdapter implements ResponseAdapter {
 
   private readUsage(u: Record<string, unknown>): void {
     const details = obj(u.completion_tokens_details);
-    const reasoning = count(details?.reasoning_tokens);
-    this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, details?.reasoning_tokens);
+    // Perplexity reports reasoning at the top level of its usage.
+    const reasoningSent = sent(details?.reasoning_tokens) ? details!.reasoning_tokens : u.reasoning_tokens;
+    const reasoning = count(reasoningSent);
+    this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, reasoningSent);
     const completion = count(u.completion_tokens);
     const prompt = count(u.prompt_tokens);
     if (completion === undefined) {
@@ -193,7 +210,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       // prompt + completion + reasoning): output is both then, as billed. A reasoning count
       // that is there but bad decides nothing: the output is unreported unless the total says
       // the completion holds the reasoning.
-      const badReasoning = reasoning === undefined && sent(details?.reasoning_tokens);
+      const badReasoning = reasoning === undefined && sent(reasoningSent);
       const separate = reasoning !== undefined && reasoning > 0 && prompt !== undefined && u.total_tokens === prompt + completion + reasoning;
       const out = badReasoning ? (prompt !== undefined && u.total_tokens === prompt + completion ? completion : undefined) : separate ? addParts(completion, reasoning) : completion;
       this.usage.outputTokens = out;
@@ -201,8 +218,11 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     }
     this.usage.inputTokens = countUpdate(this.usage.inputTokens, u.prompt_tokens);
     // OpenAI's cached count, else DeepSeek's prompt_cache_hit_tokens.
-    const cached = obj(u.prompt_tokens_details)?.cached_tokens;
+    const promptDetails = obj(u.prompt_tokens_details);
+    const cached = promptDetails?.cached_tokens;
     this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, sent(cached) ? cached : u.prompt_cache_hit_tokens);
+    // OpenRouter's prompt-cache writes (part of `prompt_tokens`, as the cached reads are).
+    this.usage.cacheCreationInputTokens = countUpdate(this.usage.cacheCreationInputTokens, promptDetails?.cache_write_tokens);
     this.readGroqTimings(u);
   }
 
@@ -309,7 +329,13 @@ export function errorTypeOf(err: unknown, fallback?: unknown): string {
     const e = err as Record<string, unknown>;
     for (const k of ['type', 'code', 'status']) {
       const v = e[k];
-      if ((typeof v === 'string' && v !== '') || typeof v === 'number') return sanitizeErrorType(String(v));
+      if (typeof v === 'string' && v !== '') return sanitizeErrorType(v);
+      if (typeof v === 'number') {
+        // OpenRouter's mid-stream error: `code` the HTTP-like status, `metadata.error_type` what
+        // happened (`provider_unavailable`), which a status-typed 502 could not be told from.
+        const named = obj(e.metadata)?.error_type;
+        return sanitizeErrorType(typeof named === 'string' && named !== '' ? named : String(v));
+      }
     }
   }
   return 'error';
@@ -356,6 +382,15 @@ export const workersAi: ApiDescriptor = {
   defaultProviderName: 'cloudflare.workers_ai',
   newAdapter: () => new WorkersAiAdapter(),
   modelFromPath: modelInPath(WORKERS_AI_MODEL),
+};
+
+/** Azure OpenAI's legacy Completions on a deployment path: the deployment name stands for the model. */
+export const azureOpenaiCompletions: ApiDescriptor = {
+  api: 'openai-completions',
+  operation: 'text_completion',
+  defaultProviderName: 'azure.ai.openai',
+  newAdapter: () => new OpenAIChatAdapter(),
+  modelFromPath: modelInPath(AZURE_DEPLOYMENT),
 };
 
 /** llama.cpp's native `/completion` and `/infill` (see `llamacppNative`). */

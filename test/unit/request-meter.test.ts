@@ -384,6 +384,52 @@ describe('RequestMeter with a controllable clock', () => {
     expect(audio).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none' });
   });
 
+  it('counts no tokens from events when the Chat stream relays Claude or Gemini (its model names one): their chunks hold several tokens', async () => {
+    t = testInstruments();
+    const run = (model: string, usage?: object) => {
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+      m.responseStart(200, 'text/event-stream', undefined);
+      ['The capital', ' of France is', ' Paris.'].forEach((content, i) => m.chunk(Buffer.from(`data: ${JSON.stringify({ model, choices: [{ index: 0, delta: { content } }] })}\n\n`), 10 + 40 * i));
+      if (usage) m.chunk(Buffer.from(`data: ${JSON.stringify({ model, choices: [], usage })}\n\n`), 100);
+      return m.finish(110)!;
+    };
+    // LiteLLM passes the model as the provider names it; OpenRouter prefixes the vendor; Bedrock ids, Gemini's resource names.
+    for (const model of ['claude-sonnet-4-5-20250929', 'anthropic/claude-sonnet-4', 'us.anthropic.claude-3-7-sonnet-20250219-v1:0', 'gemini-2.5-flash', 'google/gemini-2.5-pro', 'models/gemini-2.0-flash']) {
+      expect(run(model), model).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none', tpotMs: undefined });
+    }
+    // With the provider's count, TPOT is as for any stream: (90 - 10) / (9 - 1).
+    expect(run('claude-sonnet-4-5', { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14 })).toMatchObject({ outputTokens: 9, tokenCountSource: 'usage', tpotMs: 10 });
+    // Other models (Gemma and Llama on vLLM included) stream about one token an event.
+    for (const model of ['gpt-4o-mini', 'gemma-3-27b-it', 'meta-llama/Llama-3.1-8B-Instruct', 'my-claude-finetune']) {
+      expect(run(model), model).toMatchObject({ contentEvents: 3, outputTokens: 3, tokenCountSource: 'events', tpotMs: 40 });
+    }
+  });
+
+  it('a Chat finish reason that reports a failure (Mistral\'s `error`, DeepSeek\'s `insufficient_system_resource`) makes the request an error; its usage is still read', async () => {
+    t = testInstruments();
+    const run = (reason: string, usageAfter: boolean) => {
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
+      m.responseStart(200, 'text/event-stream', undefined);
+      const usage = { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 };
+      ['a', 'b', 'c'].forEach((content, i) => m.chunk(Buffer.from(`data: ${JSON.stringify({ model: 'm', choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`), 10 + i));
+      m.chunk(Buffer.from(`data: ${JSON.stringify({ model: 'm', choices: [{ index: 0, delta: { content: '' }, finish_reason: reason }], ...(usageAfter ? {} : { usage }) })}\n\n`), 20);
+      if (usageAfter) m.chunk(Buffer.from(`data: ${JSON.stringify({ model: 'm', choices: [], usage })}\n\n`), 21);
+      m.chunk(Buffer.from('data: [DONE]\n\n'), 22);
+      return m.finish(23)!;
+    };
+    for (const reason of ['error', 'insufficient_system_resource']) {
+      for (const usageAfter of [false, true]) {
+        expect(run(reason, usageAfter), `${reason} ${usageAfter}`).toMatchObject({ outcome: 'error', errorType: reason, outputTokens: 3, inputTokens: 5, finishReasons: [reason] });
+      }
+    }
+    // TPOT is recorded for successful requests only.
+    expect((await t.histogram(METRIC.tpot)).count).toBe(0);
+    for (const reason of ['stop', 'length', 'content_filter', 'tool_calls']) {
+      expect(run(reason, false), reason).toMatchObject({ outcome: 'ok', errorType: undefined, outputTokens: 3, tpotMs: 1 });
+    }
+    expect((await t.histogram(METRIC.tpot)).count).toBe(4);
+  });
+
   it('counts no tokens from events once a Responses stream carried audio; its transcript alone is one token an event', async () => {
     t = testInstruments();
     const run = (types: string[]) => {

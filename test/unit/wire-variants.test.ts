@@ -31,6 +31,8 @@ interface Variant {
   reasoningStreamed?: boolean;
   /** The finish reasons by choice. */
   finish?: (string | null)[];
+  /** Whether events hold several tokens each (no event count without usage). */
+  multiToken?: boolean;
 }
 
 const sse = (...blocks: string[]) => Buffer.from(blocks.map((b) => `${b}\n\n`).join(''));
@@ -120,6 +122,52 @@ const VARIANTS: Variant[] = [
     ),
     kinds: 'NCNN',
     usage: { inputTokens: 18, outputTokens: 439 },
+  },
+  {
+    // OpenRouter's docs (errors during streaming): an HTTP 200 stream ends with an `error` whose `code` is
+    // the HTTP-like status and whose `metadata.error_type` says what happened, beside `finish_reason: "error"`.
+    name: 'OpenRouter: a mid-stream error is typed by its metadata.error_type, not its numeric code (which an upstream 502 has too)',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      ': OPENROUTER PROCESSING',
+      chat({ role: 'assistant', content: 'Hi' }),
+      data({ id: 'gen-1', object: 'chat.completion.chunk', created: 1, model: 'openai/gpt-4o', provider: 'OpenAI', error: { code: 502, message: 'Provider disconnected unexpectedly', metadata: { error_type: 'provider_unavailable' } }, choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }] }),
+    ),
+    kinds: 'CE',
+    error: 'provider_unavailable',
+  },
+  {
+    // perplexityai/perplexity-node src/resources/shared.ts UsageInfo: reasoning_tokens at the top level of usage;
+    // OpenRouter's usage (a chunk quoted in Effect-TS/effect PR #6117): prompt_tokens_details.cache_write_tokens.
+    name: 'Perplexity reasoning tokens at the top level of usage; OpenRouter cache writes in prompt_tokens_details',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      chat({ role: 'assistant', content: '<think>Look' }),
+      data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'sonar-reasoning-pro', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 12, completion_tokens: 300, total_tokens: 312, reasoning_tokens: 180, citation_tokens: 40, num_search_queries: 1 } }),
+      data({ id: 'gen-2', object: 'chat.completion.chunk', created: 1, model: 'anthropic/claude-sonnet-4', choices: [], usage: { prompt_tokens: 2000, completion_tokens: 300, total_tokens: 2300, cost: 0.01, prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 1800 } } }),
+    ),
+    kinds: 'CNN',
+    // The second chunk's counts replace the first's where it has them: one stream's shapes, side by side.
+    usage: { inputTokens: 2000, outputTokens: 300, reasoningTokens: 180, cachedInputTokens: 0, cacheCreationInputTokens: 1800 },
+  },
+  {
+    // mistralai/client-python models/completionresponsestreamchoice.py: finish_reason "stop" | "length" | "error" | "tool_calls";
+    // DeepSeek's API reference: "insufficient_system_resource" (cut for lack of inference capacity).
+    name: 'Mistral\'s `error` and DeepSeek\'s `insufficient_system_resource` finish reasons are in-band errors; a relayed Claude stream holds several tokens an event',
+    adapter: () => new OpenAIChatAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      data({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'claude-sonnet-4-5-20250929', choices: [{ index: 0, delta: { content: 'The capital of' }, finish_reason: null }] }),
+      data({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'claude-sonnet-4-5-20250929', choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }], usage: { prompt_tokens: 5, completion_tokens: 4, total_tokens: 9 } }),
+      data({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'claude-sonnet-4-5-20250929', choices: [{ index: 0, delta: { content: '' }, finish_reason: 'insufficient_system_resource' }] }),
+    ),
+    kinds: 'CNN',
+    usage: { inputTokens: 5, outputTokens: 4 },
+    error: 'error',
+    multiToken: true,
+    finish: ['insufficient_system_resource'],
   },
   {
     // ggml-org/llama.cpp server before PR #16109 (2025-09): errors went out as an `error:` field, no data.
@@ -623,6 +671,7 @@ describe('wire variants beyond the fixtures', () => {
       if (v.model) expect(a.responseModel).toBe(v.model);
       if (v.reasoningStreamed !== undefined) expect(a.reasoningStreamed).toBe(v.reasoningStreamed);
       if (v.finish !== undefined) expect(a.finishReasons?.list()).toEqual(v.finish);
+      if (v.multiToken !== undefined) expect(a.multiTokenEvents === true).toBe(v.multiToken);
       expect(a.errorType).toBe(v.error);
       // The same bytes one at a time: the same answer.
       const bytes = [...v.bytes].map((b) => Buffer.of(b));
@@ -677,6 +726,11 @@ describe('detection of the variants’ paths', () => {
     expect(detectApi('/v1beta/interactions/v1_abc?stream=true&last_event_id=7', undefined)?.api).toBe('gemini-interactions');
     expect(detectApi('/v1beta/interactions/v1_abc', undefined)?.api).toBe('generic');
     expect(detectApi('/v1beta/interactions/v1_abc/cancel', undefined)?.api).toBe('generic');
+    // Azure's legacy Completions on a deployment: the deployment names the model, as for its Chat.
+    const azure = detectApi('/openai/deployments/my-instruct/completions?api-version=2024-10-21', undefined);
+    expect([azure?.api, azure?.operation, azure?.defaultProviderName]).toEqual(['openai-completions', 'text_completion', 'azure.ai.openai']);
+    expect(azure?.modelFromPath?.('/openai/deployments/my-instruct/completions?api-version=2024-10-21')).toBe('my-instruct');
+    expect(detectApi('/openai/deployments/my-gpt/chat/completions?api-version=2024-10-21', undefined)?.modelFromPath?.('/openai/deployments/my-gpt/chat/completions')).toBe('my-gpt');
   });
 
   it('only POSTs are generation calls, and GETs that resume a stream: a CORS preflight or a listing is an unknown API', () => {
