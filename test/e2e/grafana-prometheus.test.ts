@@ -411,6 +411,7 @@ describe('grafana/ on a real Prometheus', () => {
     stopTraffic = true;
     await traffic;
     expect(stats.cancelled, 'some streams were cancelled by the client').toBeGreaterThan(0);
+    expect(stats.failed, `requests that failed through the proxy; the last: ${stats.lastError}`).toBe(0);
     const text = await (await fetch(`${metricsUrl}/metrics`)).text();
     const lint = spawnSync(promtool!, ['check', 'metrics'], { input: text, encoding: 'utf8' });
     // No problem is tolerated: grafana/README.md documents that the scrape is clean.

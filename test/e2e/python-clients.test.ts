@@ -127,6 +127,8 @@ describe('Python and curl clients through the proxy', () => {
       between(gaps.sum, b.span, `${mode} gaps`);
       expect(tpot.count).toBe(n);
       between(tpot.sum, b.span, `${mode} TPOT`, PLAN.tokens - 1);
+      // Exactly: each stream's TPOT is its span over (tokens - 1), its gaps sum to that span.
+      expect(Math.abs(tpot.sum * (PLAN.tokens - 1) - gaps.sum)).toBeLessThanOrEqual(1e-6 * n);
       expect(total(m, 'gen_ai_client_token_usage_sum', { ...f, gen_ai_token_type: 'output' })).toBe(n * PLAN.tokens);
       const lines = requestLines(model);
       expect(lines.map((l) => [l.status, l.outcome])).toEqual(Array(n).fill([200, 'ok']));

@@ -59,6 +59,8 @@ async function tenStreamsAndCheck(proxyUrl: string, metricsUrl: string) {
   between(gaps.sum, b.span, 'sum of gaps');
   expect(tpot.count).toBe(10);
   between(tpot.sum, b.span, 'TPOT', 49);
+  // Exactly: each stream's TPOT is its span over 49 intervals, its gaps sum to that span.
+  expect(Math.abs(tpot.sum * 49 - gaps.sum)).toBeLessThanOrEqual(1e-5);
   expect(total(s, 'gen_ai_client_token_usage_sum', { gen_ai_token_type: 'output' })).toBe(500);
   return s;
 }

@@ -81,6 +81,8 @@ describe('official openai client through the proxy', () => {
     between(m.gaps.sum, b.span, 'sum of gaps');
     expect(m.tpot.count).toBe(n);
     between(m.tpot.sum, b.span, 'TPOT', PLAN.tokens - 1);
+    // Exactly: each stream's TPOT is its span over (tokens - 1), its gaps sum to that span.
+    expect(Math.abs(m.tpot.sum * (PLAN.tokens - 1) - m.gaps.sum)).toBeLessThanOrEqual(1e-6 * n);
     expect(m.outTokens).toBe(n * PLAN.tokens);
     expect(m.inTokens).toBeGreaterThan(0);
     expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'usage-model', token_count_source: 'usage' })).toBe(n);
@@ -100,6 +102,7 @@ describe('official openai client through the proxy', () => {
     expect(m.outTokens).toBe(PLAN.tokens);
     expect(total(m.samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'count-model', token_count_source: 'events' })).toBe(1);
     between(m.tpot.sum, streamBounds(times, DUE.first, DUE.last).span, 'TPOT', PLAN.tokens - 1);
+    expect(Math.abs(m.tpot.sum * (PLAN.tokens - 1) - m.gaps.sum)).toBeLessThanOrEqual(1e-6);
   });
 
   it('streams tool-call arguments as content', async () => {

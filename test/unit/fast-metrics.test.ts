@@ -17,7 +17,8 @@ describe('FastHistogram', () => {
   it('aggregates exactly like the SDK histogram for the same values and attributes (property)', async () => {
     await fc.assert(
       fc.asyncProperty(
-        fc.array(fc.tuple(fc.double({ min: 0, max: 5, noNaN: true }), fc.constantFrom('a', 'b', 'c')), { maxLength: 200 }),
+        // Values on the boundaries too (a bucket holds its upper bound), which doubles almost never hit.
+        fc.array(fc.tuple(fc.oneof(fc.double({ min: 0, max: 5, noNaN: true }), fc.constantFrom(...DEFAULT_BUCKETS.itl)), fc.constantFrom('a', 'b', 'c')), { maxLength: 200 }),
         async (samples) => {
           const fast = new FastMetricProducer({ name: 'fast' });
           const reader = new Reader(fast);

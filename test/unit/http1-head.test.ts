@@ -3,6 +3,14 @@ import { HttpParseError, keepAliveHintMs, parseResponseHead, responseFraming, re
 
 const head = (lines: string[], status = 'HTTP/1.1 200 OK') => parseResponseHead(Buffer.from(`${status}\r\n${lines.map((l) => `${l}\r\n`).join('')}\r\n`, 'latin1'));
 
+describe('response head: fields as they were sent, without the optional white space around values', () => {
+  it('trims spaces and tabs on both sides of a value (RFC 9112 §5: OWS), and nothing else: not a no-break space, not inner white space', () => {
+    const h = head(['X-A:  one \t', 'x-b:\ttwo', 'X-C: \u00a0three\u00a0 ', 'X-D: a \t b', 'X-Empty: \t ', 'X-Last:four'], 'HTTP/1.1 200 Very  OK');
+    expect(h.rawHeaders).toEqual(['X-A', 'one', 'x-b', 'two', 'X-C', '\u00a0three\u00a0', 'X-D', 'a \t b', 'X-Empty', '', 'X-Last', 'four']);
+    expect([h.minor, h.status, h.statusText]).toEqual([1, 200, 'Very  OK']);
+  });
+});
+
 describe('response head: framing and reuse read repeated fields as one list, names in any case', () => {
   it('Transfer-Encoding: chunked alone is accepted (any case, any field count of one); any other coding is an error', () => {
     expect(responseFraming(head(['Transfer-Encoding: chunked']), 'POST')).toEqual({ kind: 'chunked' });

@@ -75,8 +75,9 @@ describe('endToEndHeaders', () => {
       'TE', 'trailers',
       'Upgrade', 'h2c',
       'Proxy-Authorization', 'x',
+      'X-Empty', '', // an empty value is a field all the same
     ];
-    expect(endToEndHeaders(raw)).toEqual(['Set-Cookie', 'a=1', 'Content-Type', 'text/event-stream', 'Set-Cookie', 'b=2']);
+    expect(endToEndHeaders(raw)).toEqual(['Set-Cookie', 'a=1', 'Content-Type', 'text/event-stream', 'Set-Cookie', 'b=2', 'X-Empty', '']);
   });
 });
 
