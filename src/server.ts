@@ -202,7 +202,8 @@ export function listen(
         current = undefined;
       }
     };
-    const server = createServer(onUpgrade ? upgradeOptions : {}, listener);
+    // requireHostHeader: a request without Host gets the proxy's answer (forward.ts), not Node's bare 400.
+    const server = createServer({ ...(onUpgrade ? upgradeOptions : {}), requireHostHeader: false }, listener);
     // Node closes idle keep-alive connections after 5 s, so a client reusing one at
     // that moment gets ECONNRESET; the proxy keeps them longer than clients do.
     if (keepAliveSeconds !== undefined) server.keepAliveTimeout = keepAliveSeconds * 1000;

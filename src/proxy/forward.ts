@@ -113,6 +113,18 @@ export class Forwarder {
       res.shouldKeepAlive = false;
       return this.refuse(req, res, start, ...REFUSAL.twoHosts);
     }
+    if (noHost(req)) {
+      // RFC 9112 §3.2: a 400 too; the server lets it through (requireHostHeader) so that it gets
+      // the proxy's own answer and log line rather than Node's bare one.
+      res.shouldKeepAlive = false;
+      return this.refuse(req, res, start, ...REFUSAL.noHost);
+    }
+    if (req.method === 'TRACE') {
+      // It would echo the request, credentials included, back to a page (cross-site tracing);
+      // no LLM API uses it (nginx: 405 too).
+      res.setHeader('allow', TRACE_ALLOW);
+      return this.refuse(req, res, start, ...REFUSAL.trace);
+    }
     const match = this.router.match(req.url ?? '');
     if (!match) return this.refuse(req, res, start, 404, 'no_route', `no route for ${safePath(req.url)}`);
     const f = new InFlight(this, this.deps, match, req, res, start);
@@ -219,6 +231,7 @@ export class Forwarder {
     if (this.draining) return this.refuseRaw(req, socket, start, ...REFUSAL.draining);
     if (hasDotSegment(req.url ?? '')) return this.refuseRaw(req, socket, start, ...REFUSAL.dotSegment);
     if (countRaw(req.rawHeaders, 'host') > 1) return this.refuseRaw(req, socket, start, ...REFUSAL.twoHosts);
+    if (noHost(req)) return this.refuseRaw(req, socket, start, ...REFUSAL.noHost);
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
       // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
       return this.refuseRaw(req, socket, start, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
@@ -682,7 +695,9 @@ class InFlight implements ExchangeHandler {
         : protocol
           ? `invalid upstream response: ${err.message}`
           : reset
-            ? `upstream closed the connection before responding (${code ?? err.message})`
+            ? (err as NodeJS.ErrnoException).syscall === 'write'
+              ? `upstream closed the connection while the request body was being sent (${code ?? err.message}); it may have answered before reading it all`
+              : `upstream closed the connection before responding (${code ?? err.message})`
             : `upstream unreachable: ${code ?? err.message}`;
       sendError(this.res, status, type, message);
       this.complete(type);
@@ -813,7 +828,16 @@ const REFUSAL = {
   draining: [503, 'draining', 'the proxy is shutting down; retry the request'],
   dotSegment: [400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded'],
   twoHosts: [400, 'invalid_host', 'more than one Host field'],
+  noHost: [400, 'invalid_host', 'an HTTP/1.1 request without a Host field'],
+  trace: [405, 'method_not_allowed', 'TRACE is not forwarded'],
 } as const;
+
+const TRACE_ALLOW = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS';
+
+/** HTTP/1.1 requires a Host field; HTTP/1.0 did not have it. */
+function noHost(req: IncomingMessage): boolean {
+  return (req.httpVersionMajor > 1 || req.httpVersionMinor >= 1) && countRaw(req.rawHeaders, 'host') === 0;
+}
 
 function round(v: number | undefined): number | undefined {
   return v === undefined ? undefined : Math.round(v * 1000) / 1000;

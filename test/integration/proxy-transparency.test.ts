@@ -71,7 +71,7 @@ describe('transparent forwarding', () => {
     const body = randomBytes(300_000);
     const r = await rawRequest(proxy.proxyUrl, '/v1/some/path?a=1&b=%20x', {
       method: 'PATCH',
-      headers: { 'X-Custom': 'yes', Authorization: 'Bearer sk-test', Connection: 'X-Drop', 'X-Drop': 'gone', 'Keep-Alive': 'timeout=1', 'content-type': 'application/octet-stream' },
+      headers: { 'X-Custom': 'yes', 'X-Empty': '', Authorization: 'Bearer sk-test', Connection: 'X-Drop', 'X-Drop': 'gone', 'Keep-Alive': 'timeout=1', 'content-type': 'application/octet-stream' },
       body,
     });
     expect(r.status).toBe(200);
@@ -81,6 +81,9 @@ describe('transparent forwarding', () => {
     expect(sha(s.body)).toBe(sha(body));
     const names = s.rawHeaders.filter((_, i) => i % 2 === 0).map((n) => n.toLowerCase());
     expect(names).toContain('x-custom');
+    // An empty value is a field all the same (`Accept-Encoding:` means identity only).
+    expect(names).toContain('x-empty');
+    expect(s.rawHeaders[s.rawHeaders.findIndex((n, i) => i % 2 === 0 && n.toLowerCase() === 'x-empty') + 1]).toBe('');
     expect(names).toContain('authorization');
     expect(names).not.toContain('x-drop');
     expect(names).not.toContain('keep-alive');
@@ -92,7 +95,7 @@ describe('transparent forwarding', () => {
   it('streams the body byte-identical, keeps status and end-to-end headers (repeated Set-Cookie), drops hop-by-hop ones', async () => {
     const payload = Buffer.concat([Buffer.from('data: {"x":"°"}\n\n'), randomBytes(200_000), Buffer.from('\r\n\r\n:\n\n')]);
     const up = await upstream(async (_req, res) => {
-      res.writeHead(207, 'Multi', ['Content-Type', 'text/event-stream', 'Set-Cookie', 'a=1', 'Set-Cookie', 'b=2', 'X-Upstream', 'u', 'Connection', 'X-Secret', 'X-Secret', 's', 'Keep-Alive', 'timeout=5']);
+      res.writeHead(207, 'Multi', ['Content-Type', 'text/event-stream', 'Set-Cookie', 'a=1', 'Set-Cookie', 'b=2', 'X-Upstream', 'u', 'X-Empty', '', 'Connection', 'X-Secret', 'X-Secret', 's', 'Keep-Alive', 'timeout=5']);
       for (let i = 0; i < payload.length; i += 777) {
         res.write(payload.subarray(i, i + 777));
         if (i % (777 * 50) === 0) await sleep(1);
@@ -109,6 +112,7 @@ describe('transparent forwarding', () => {
     for (let i = 0; i < r.rawHeaders.length; i += 2) pairs.push([r.rawHeaders[i]!.toLowerCase(), r.rawHeaders[i + 1]!]);
     expect(pairs.filter(([n]) => n === 'set-cookie').map(([, v]) => v)).toEqual(['a=1', 'b=2']);
     expect(pairs.find(([n]) => n === 'x-upstream')?.[1]).toBe('u');
+    expect(pairs.find(([n]) => n === 'x-empty')?.[1]).toBe('');
     expect(pairs.some(([n]) => n === 'x-secret' || n === 'keep-alive')).toBe(false);
   });
 
@@ -428,11 +432,15 @@ describe('requests the proxy does not forward', () => {
       ['gzip coding', 'POST /v1/x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n' + after, 501, 'unsupported_transfer_encoding'],
       ['TE in 1.0', 'POST /v1/x HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n' + after, 400, 'invalid_framing'],
       ['two hosts', 'GET /v1/x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n' + after, 400, 'invalid_host'],
+      ['no Host in 1.1', 'GET /v1/x HTTP/1.1\r\nX-A: 1\r\n\r\n' + after, 400, 'invalid_host'],
+      // It would echo the request, credentials included (RFC 9110 §9.3.8; nginx: 405).
+      ['TRACE', 'TRACE /v1/x HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\nAuthorization: Bearer sk-x\r\nConnection: close\r\n\r\n', 405, 'method_not_allowed'],
       // A credential in an absolute-form target (RFC 3986 §3.2.1) is never logged.
       ['userinfo', 'GET http://user:s3cret@h/nowhere HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n', 404, 'no_route'],
       ['upgrade, no route', `GET /nowhere HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 404, 'no_route'],
       ['upgrade, dot segment', `GET /v1/../x HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 400, 'invalid_path'],
       ['upgrade with a body', `GET /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n${ws}\r\n{}`, 400, 'invalid_upgrade'],
+      ['upgrade, no Host', `GET /v1/x HTTP/1.1\r\n${ws}\r\n`, 400, 'invalid_host'],
       ['CONNECT', 'CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n', 405, 'method_not_allowed'],
       // Refused by the HTTP adapter before the router: a Host no URL can hold, a backslash in the path.
       ['unparsable Host', 'GET /v1/x HTTP/1.1\r\nHost: a b\r\n\r\n' + after, 400, 'invalid_request'],
@@ -444,6 +452,7 @@ describe('requests the proxy does not forward', () => {
       expect(r.text, name).toContain(`"type":"${type}"`);
       expect(r.closed, name).toBe(true);
       expect(r.text.match(/^HTTP\/1\.1 /gm), name).toHaveLength(1);
+      if (status === 405) expect(r.text, name).toMatch(/\r\nallow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n/i);
     }
     expect(up.seen).toEqual([]);
     for (let i = 0; i < 100 && logLines.length < cases.length + 5; i++) await sleep(20);
@@ -451,9 +460,13 @@ describe('requests the proxy does not forward', () => {
     expect(lines.filter((l) => l.outcome === 'refused').map((l) => [l.status, l.errorType])).toEqual(cases.map(([, , status, type]) => [status, type]));
     expect(JSON.stringify(logLines)).not.toContain('s3cret');
     expect(lines.find((l) => l.errorType === 'no_route' && l.method === 'GET' && String(l.path).startsWith('http'))?.path).toBe('http://h/nowhere');
-    expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(3);
+    expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(4);
     // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
-    expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(5).fill(['/after', 'cancelled', undefined]));
+    expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(6).fill(['/after', 'cancelled', undefined]));
+    // HTTP/1.0 had no Host field: such a request is forwarded (with the upstream's Host).
+    const old = await exchange(proxy.proxyUrl, 'GET /v1/ten HTTP/1.0\r\n\r\n');
+    expect(old.text).toMatch(/^HTTP\/1\.1 200 /);
+    expect(up.seen.map((r) => [r.url, r.rawHeaders[r.rawHeaders.findIndex((n, i) => i % 2 === 0 && n.toLowerCase() === 'host') + 1]])).toEqual([['/ten', new URL(up.url).host]]); // the route's prefix is its own
     expect(lines.filter((l) => l.errorType === 'invalid_request').map((l) => [l.err, l.method, l.path, typeof l.reqId])).toEqual([
       ['Invalid URL', 'GET', '/v1/x', 'string'],
       ['Backslash in request path', 'GET', '/v1\\x', 'string'],
