@@ -95,6 +95,11 @@ export class Forwarder {
       // The upstream would resolve it, possibly out of the route's base path; no LLM API uses one.
       return this.refuse(req, res, start, ...REFUSAL.dotSegment);
     }
+    if (req.httpVersionMajor !== 1) {
+      // Node's parser takes `HTTP/2.0` (or 3.0) on a request line; it is no HTTP/1.x message (RFC 9110 §15.6.6; nginx: 505).
+      res.shouldKeepAlive = false;
+      return this.refuse(req, res, start, ...REFUSAL.version);
+    }
     const te = req.headers['transfer-encoding'];
     if (te !== undefined && req.httpVersionMinor === 0) {
       // Faulty framing (RFC 9112 §6.1): a 1.0 recipient may read the body by its length or to
@@ -230,6 +235,7 @@ export class Forwarder {
     if (this.pipelinedBehindAnswer(req, socket)) return;
     if (this.draining) return this.refuseRaw(req, socket, start, ...REFUSAL.draining);
     if (hasDotSegment(req.url ?? '')) return this.refuseRaw(req, socket, start, ...REFUSAL.dotSegment);
+    if (req.httpVersionMajor !== 1) return this.refuseRaw(req, socket, start, ...REFUSAL.version);
     if (countRaw(req.rawHeaders, 'host') > 1) return this.refuseRaw(req, socket, start, ...REFUSAL.twoHosts);
     if (noHost(req)) return this.refuseRaw(req, socket, start, ...REFUSAL.noHost);
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
@@ -829,6 +835,7 @@ const REFUSAL = {
   dotSegment: [400, 'invalid_path', 'a path with a "." or ".." segment is not forwarded'],
   twoHosts: [400, 'invalid_host', 'more than one Host field'],
   noHost: [400, 'invalid_host', 'an HTTP/1.1 request without a Host field'],
+  version: [505, 'http_version_not_supported', 'only HTTP/1.0 and HTTP/1.1 are served'],
   trace: [405, 'method_not_allowed', 'TRACE is not forwarded'],
 } as const;
 
@@ -836,7 +843,7 @@ const TRACE_ALLOW = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS';
 
 /** HTTP/1.1 requires a Host field; HTTP/1.0 did not have it. */
 function noHost(req: IncomingMessage): boolean {
-  return (req.httpVersionMajor > 1 || req.httpVersionMinor >= 1) && countRaw(req.rawHeaders, 'host') === 0;
+  return req.httpVersionMinor >= 1 && countRaw(req.rawHeaders, 'host') === 0;
 }
 
 function round(v: number | undefined): number | undefined {

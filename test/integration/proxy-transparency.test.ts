@@ -433,6 +433,7 @@ describe('requests the proxy does not forward', () => {
       ['TE in 1.0', 'POST /v1/x HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n' + after, 400, 'invalid_framing'],
       ['two hosts', 'GET /v1/x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n' + after, 400, 'invalid_host'],
       ['no Host in 1.1', 'GET /v1/x HTTP/1.1\r\nX-A: 1\r\n\r\n' + after, 400, 'invalid_host'],
+      ['HTTP/2.0 on a request line', 'GET /v1/x HTTP/2.0\r\nHost: x\r\n\r\n', 505, 'http_version_not_supported'],
       // It would echo the request, credentials included (RFC 9110 §9.3.8; nginx: 405).
       ['TRACE', 'TRACE /v1/x HTTP/1.1\r\nHost: x\r\nMax-Forwards: 0\r\nAuthorization: Bearer sk-x\r\nConnection: close\r\n\r\n', 405, 'method_not_allowed'],
       // A credential in an absolute-form target (RFC 3986 §3.2.1) is never logged.
