@@ -1161,14 +1161,10 @@ describe('a stall of the process past a timeout', () => {
 
   it.each(['http', 'https'] as const)('does not cut an exchange whose upstream took request body bytes while the process stalled past timeouts.idle (a pending write that shrank is the exchange moving): %s', async (scheme) => {
     // The upstream must read while this process stalls: a child process. It answers on the head
-    // (full duplex), leaves the body unread until told to read, then reports the body bytes it has
-    // (on stdout, and in a file this process can read while it stalls).
-    const countFile = path.join(os.tmpdir(), `llp-upstream-read-${process.pid}-${scheme}`);
-    fs.rmSync(countFile, { force: true });
-    cleanups.push(async () => fs.rmSync(countFile, { force: true }));
+    // (full duplex), leaves the body unread until told to read, then reports the body bytes it has.
     const script = `
       const fs = require('node:fs');
-      const [countFile, key, cert] = process.argv.slice(1);
+      const [key, cert] = process.argv.slice(1);
       const head = ${JSON.stringify(SSE_HEAD + chunk(sse(1)))};
       const serve = (s) => {
         let got = '';
@@ -1180,7 +1176,7 @@ describe('a stall of the process past a timeout', () => {
           s.pause();
           s.write(head);
           let body = got.length - at - 4;
-          process.stdin.once('data', () => s.on('data', (d) => { console.log(body += d.length); fs.writeFileSync(countFile, String(body)); }).resume());
+          process.stdin.once('data', () => s.on('data', (d) => console.log(body += d.length)).resume());
         };
         s.on('data', onHead).on('error', () => {});
       };
@@ -1191,7 +1187,7 @@ describe('a stall of the process past a timeout', () => {
     const files = scheme === 'https' ? selfSigned() : undefined;
     // The in-process client trusts the certificate as NODE_EXTRA_CA_CERTS would make it.
     if (files) upstreamTlsContext().context.addCACert(fs.readFileSync(files.cert));
-    const { child, out } = childScript(script, files ? [countFile, files.key, files.cert] : [countFile]);
+    const { child, out } = childScript(script, files ? [files.key, files.cert] : []);
     const listening = Date.now() + 10_000;
     while (!out().includes('\n') && Date.now() < listening) await sleep(10);
     const port = Number(out().split('\n')[0]);
@@ -1207,23 +1203,10 @@ describe('a stall of the process past a timeout', () => {
     // At 0.8 s the socket's idle timer fired and Node let it pass: the write it had on record was
     // the whole 64 MiB, and what was left of it is less. At 0.9 s this stall begins, and runs
     // past the timer's next expiry, with nothing written since.
-    let readInStall = false;
     const kick = await loopbackKick(() => {
       stalled = true;
       child.stdin!.write('read\n'); // the upstream reads on, while this process stalls
       blockFor(1300);
-      // ...and goes on stalling until the upstream has read all the sockets held (its count has
-      // stood still for 200 ms; a loaded machine may not have run it yet), 20 s at most.
-      const cap = performance.now() + 20_000;
-      let last = '';
-      let since = performance.now();
-      while (performance.now() < cap) {
-        const now = fs.existsSync(countFile) ? fs.readFileSync(countFile, 'utf8') : '';
-        if (now !== last) [last, since] = [now, performance.now()];
-        else if (now !== '' && performance.now() - since >= 200) break;
-        blockFor(5);
-      }
-      readInStall = last !== '';
     });
     const cut = await new Promise<{ err: Error | undefined; at: number }>((resolve) => {
       const done = (err?: Error) => resolve({ err, at: performance.now() });
@@ -1243,7 +1226,6 @@ describe('a stall of the process past a timeout', () => {
     });
     expect(held).toBe(true);
     expect(stalled).toBe(true);
-    expect(readInStall, 'the upstream read none of the body within 20 s of stalling').toBe(true);
     expect(cut.err?.message).toBe('upstream idle timeout');
     expect(out().trim().split('\n').at(-1)).toBe(String(size)); // the whole body reached the upstream
     // Cut once the upstream had it all and then sent nothing for the idle period.
