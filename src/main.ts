@@ -91,6 +91,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     onClientError: (err, socket) => forwarder.refuseClientError(err, socket),
     onExpectation: (req, res) => forwarder.refuseExpectation(req, res),
     deferContinue: true,
+    hostOptional: true, // the forwarder answers a request without Host with its own 400 and log line
   }).catch(
     which(`proxy on ${at(cfg.host, cfg.port, '--host/--port, LLM_PROXY_HOST/_PORT, listen.host/.port')}`),
   );

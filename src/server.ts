@@ -172,6 +172,8 @@ export interface ListenOptions {
    * (`sendDeferredContinue`) if it reads the body.
    */
   deferContinue?: boolean;
+  /** HTTP/1.1 requests without Host reach the app, which must refuse them itself (otherwise Node's bare 400). */
+  hostOptional?: boolean;
 }
 
 /** Starts a Hono app on Node; resolves with the server and its URL once listening. */
@@ -179,7 +181,7 @@ export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
   port: number,
   host: string,
-  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer }: ListenOptions = {},
+  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer, hostOptional = false }: ListenOptions = {},
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     // What @hono/node-server's serve() does, plus the adapter's error handler, which serve() does
@@ -202,8 +204,7 @@ export function listen(
         current = undefined;
       }
     };
-    // requireHostHeader: a request without Host gets the proxy's answer (forward.ts), not Node's bare 400.
-    const server = createServer({ ...(onUpgrade ? upgradeOptions : {}), requireHostHeader: false }, listener);
+    const server = createServer({ ...(onUpgrade ? upgradeOptions : {}), requireHostHeader: !hostOptional }, listener);
     // Node closes idle keep-alive connections after 5 s, so a client reusing one at
     // that moment gets ECONNRESET; the proxy keeps them longer than clients do.
     if (keepAliveSeconds !== undefined) server.keepAliveTimeout = keepAliveSeconds * 1000;

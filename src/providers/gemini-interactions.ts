@@ -42,6 +42,8 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
   reasoningStreamed = false;
   private contentSeen = false;
   readonly finishReasons = new FinishReasons();
+  /** `interaction.complete(d)` was read (not a failed status): the answer is whole. */
+  complete = false;
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
@@ -82,7 +84,10 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
       case 'interaction.complete': {
         const i = obj(o.interaction);
         if (i) this.readInteraction(i);
-        return typeof i?.status === 'string' && FAILED.has(i.status) ? this.fail(`interaction_${i.status}`) : EventKind.None;
+        if (typeof i?.status === 'string' && FAILED.has(i.status)) return this.fail(`interaction_${i.status}`);
+        // The stream's last event: a client that hangs up after it had the whole answer.
+        if (type === 'interaction.completed' || type === 'interaction.complete') this.complete = true;
+        return EventKind.None;
       }
       case 'error':
         return this.fail(errorCode(obj(o.error)?.code) ?? 'error');

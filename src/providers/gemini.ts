@@ -34,6 +34,14 @@ export class GeminiAdapter implements ResponseAdapter {
   responseModel: string | undefined;
   errorType: string | undefined;
   readonly finishReasons = new FinishReasons();
+  /**
+   * Every candidate seen has its finish reason: the answer is whole (the stream has no last
+   * event of its own), so a client that hangs up now did not cancel it.
+   */
+  complete = false;
+  /** Candidate indexes (below 31) seen, and those that finished: bit masks. */
+  private seen = 0;
+  private finished = 0;
 
   onEvent(ev: SseEvent): EventKind {
     const o = parseObject(ev.data);
@@ -60,7 +68,12 @@ export class GeminiAdapter implements ResponseAdapter {
     let content = false;
     for (const c of cands) {
       const cand = obj(c);
-      if (cand?.finishReason !== undefined) this.finishReasons.set(cand.index, cand.finishReason);
+      const bit = candidateBit(cand?.index);
+      this.seen |= bit;
+      if (cand?.finishReason !== undefined) {
+        this.finishReasons.set(cand.index, cand.finishReason);
+        if (nonEmpty(cand.finishReason)) this.finished |= bit;
+      }
       const parts = obj(cand?.content)?.parts;
       if (!Array.isArray(parts)) continue;
       for (const p of parts) {
@@ -70,6 +83,7 @@ export class GeminiAdapter implements ResponseAdapter {
         if (part.thought === true) this.reasoningStreamed = true;
       }
     }
+    if (this.finished !== 0 && (this.seen & ~this.finished) === 0) this.complete = true;
     return content ? EventKind.Content : EventKind.None;
   }
 
@@ -108,6 +122,12 @@ export class GeminiAdapter implements ResponseAdapter {
       this.cumulativeOutputTokens = out;
     }
   }
+}
+
+/** A candidate's bit (`index` absent is candidate 0; past 30 they share the last bit). */
+function candidateBit(index: unknown): number {
+  const i = typeof index === 'number' && Number.isInteger(index) && index > 0 ? Math.min(index, 30) : 0;
+  return 1 << i;
 }
 
 function partHasContent(part: Record<string, unknown>): boolean {

@@ -10,8 +10,14 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, coun
  */
 const ERROR_FINISH_REASONS = new Set(['error', 'insufficient_system_resource']);
 
-/** Response models whose chunks carry several tokens: `claude-…`, `anthropic/claude-…`, `us.anthropic.claude-…`, `models/gemini-…`. */
-const MULTI_TOKEN_MODEL = /(?:^|[/.:@])(?:claude|gemini)-/i;
+/**
+ * Response models whose chunks carry several tokens, in the forms providers and gateways name
+ * them: `claude-…`, `anthropic/claude-…` (OpenRouter), `anthropic.claude-…` and
+ * `us.anthropic.claude-…` (Bedrock ids), `gemini-…`, `google/gemini-…`, `models/gemini-…`,
+ * `vertex_ai/…`, `bedrock/…` (LiteLLM). Not a name that only contains one (`org/claude-distill-8b`,
+ * an OpenAI fine-tune `ft:…:claude-…`): those are other models, streamed a token an event.
+ */
+const MULTI_TOKEN_MODEL = /^(?:(?:anthropic|google|vertex_ai|bedrock|gemini|models)\/)?(?:(?:us|eu|apac|global|jp|au|us-gov)\.)?(?:anthropic\.)?(?:claude|gemini)-/i;
 
 const NONE = Symbol('no usage beside a choice yet');
 const MANY = Symbol('usage beside several choices');
@@ -196,8 +202,11 @@ export class OpenAIChatAdapter implements ResponseAdapter {
 
   private readUsage(u: Record<string, unknown>): void {
     const details = obj(u.completion_tokens_details);
-    // Perplexity reports reasoning at the top level of its usage.
-    const reasoningSent = sent(details?.reasoning_tokens) ? details!.reasoning_tokens : u.reasoning_tokens;
+    // Perplexity reports reasoning at the top level of its usage, and streams it in `content`
+    // (`<think>…`): it is in the span TPOT divides, not hidden before it.
+    const topLevel = !sent(details?.reasoning_tokens) && sent(u.reasoning_tokens);
+    if (topLevel) this.reasoningStreamed = true;
+    const reasoningSent = topLevel ? u.reasoning_tokens : details?.reasoning_tokens;
     const reasoning = count(reasoningSent);
     this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, reasoningSent);
     const completion = count(u.completion_tokens);

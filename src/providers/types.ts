@@ -117,7 +117,8 @@ export interface ResponseAdapter {
   /**
    * True once the API's own last event of a finished answer was read (OpenAI's `[DONE]`,
    * Anthropic's `message_stop`, Responses' `response.completed`/`incomplete`, Ollama's
-   * `done: true`, Bedrock Converse's `metadata`, an Anthropic model's `message_stop` chunk):
+   * `done: true`, Bedrock Converse's `metadata`, an Anthropic model's `message_stop` chunk,
+   * the Interactions API's `interaction.complete`; Gemini: every candidate has its finish reason):
    * a client that hangs up after it had its whole answer did not cancel it. Undefined for the
    * APIs that do not track it.
    */

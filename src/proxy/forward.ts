@@ -113,12 +113,13 @@ export class Forwarder {
       res.shouldKeepAlive = false;
       return this.refuse(req, res, start, 501, 'unsupported_transfer_encoding', `transfer-encoding "${te.slice(0, 100)}" is not supported; only chunked`);
     }
-    if (countRaw(req.rawHeaders, 'host') > 1) {
+    const hosts = countRaw(req.rawHeaders, 'host');
+    if (hosts > 1) {
       // RFC 9112 §3.2: a 400. Node keeps the first; X-Forwarded-Host would name it.
       res.shouldKeepAlive = false;
       return this.refuse(req, res, start, ...REFUSAL.twoHosts);
     }
-    if (noHost(req)) {
+    if (hosts === 0 && req.httpVersionMinor >= 1) {
       // RFC 9112 §3.2: a 400 too; the server lets it through (requireHostHeader) so that it gets
       // the proxy's own answer and log line rather than Node's bare one.
       res.shouldKeepAlive = false;
@@ -236,8 +237,13 @@ export class Forwarder {
     if (this.draining) return this.refuseRaw(req, socket, start, ...REFUSAL.draining);
     if (hasDotSegment(req.url ?? '')) return this.refuseRaw(req, socket, start, ...REFUSAL.dotSegment);
     if (req.httpVersionMajor !== 1) return this.refuseRaw(req, socket, start, ...REFUSAL.version);
-    if (countRaw(req.rawHeaders, 'host') > 1) return this.refuseRaw(req, socket, start, ...REFUSAL.twoHosts);
-    if (noHost(req)) return this.refuseRaw(req, socket, start, ...REFUSAL.noHost);
+    // A WebSocket opening handshake is a GET (RFC 6455 §4.1): a TRACE with upgrade headers is no bypass.
+    if (req.method !== 'GET') {
+      return this.refuseRaw(req, socket, start, 405, 'method_not_allowed', `an upgrade is a GET, not ${safeToken(req.method)}`, 'allow: GET\r\n');
+    }
+    const hosts = countRaw(req.rawHeaders, 'host');
+    if (hosts > 1) return this.refuseRaw(req, socket, start, ...REFUSAL.twoHosts);
+    if (hosts === 0 && req.httpVersionMinor >= 1) return this.refuseRaw(req, socket, start, ...REFUSAL.noHost);
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
       // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
       return this.refuseRaw(req, socket, start, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
@@ -841,9 +847,9 @@ const REFUSAL = {
 
 const TRACE_ALLOW = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS';
 
-/** HTTP/1.1 requires a Host field; HTTP/1.0 did not have it. */
-function noHost(req: IncomingMessage): boolean {
-  return req.httpVersionMinor >= 1 && countRaw(req.rawHeaders, 'host') === 0;
+/** A method for a message: Node's parser admits only its known methods, but no reliance on that. */
+function safeToken(method: string | undefined): string {
+  return /^[A-Z-]{1,20}$/.test(method ?? '') ? method! : 'this method';
 }
 
 function round(v: number | undefined): number | undefined {

@@ -442,6 +442,8 @@ describe('requests the proxy does not forward', () => {
       ['upgrade, dot segment', `GET /v1/../x HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 400, 'invalid_path'],
       ['upgrade with a body', `GET /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n${ws}\r\n{}`, 400, 'invalid_upgrade'],
       ['upgrade, no Host', `GET /v1/x HTTP/1.1\r\n${ws}\r\n`, 400, 'invalid_host'],
+      // An opening handshake is a GET (RFC 6455 §4.1): a TRACE with upgrade headers is no way round the refusal.
+      ['upgrade, TRACE', `TRACE /v1/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-x\r\n${ws}\r\n`, 405, 'method_not_allowed'],
       ['CONNECT', 'CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n', 405, 'method_not_allowed'],
       // Refused by the HTTP adapter before the router: a Host no URL can hold, a backslash in the path.
       ['unparsable Host', 'GET /v1/x HTTP/1.1\r\nHost: a b\r\n\r\n' + after, 400, 'invalid_request'],
@@ -453,7 +455,7 @@ describe('requests the proxy does not forward', () => {
       expect(r.text, name).toContain(`"type":"${type}"`);
       expect(r.closed, name).toBe(true);
       expect(r.text.match(/^HTTP\/1\.1 /gm), name).toHaveLength(1);
-      if (status === 405) expect(r.text, name).toMatch(/\r\nallow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n/i);
+      if (status === 405) expect(r.text, name).toMatch(name.startsWith('upgrade') ? /\r\nallow: GET\r\n/i : /\r\nallow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS\r\n/i);
     }
     expect(up.seen).toEqual([]);
     for (let i = 0; i < 100 && logLines.length < cases.length + 5; i++) await sleep(20);
@@ -461,9 +463,11 @@ describe('requests the proxy does not forward', () => {
     expect(lines.filter((l) => l.outcome === 'refused').map((l) => [l.status, l.errorType])).toEqual(cases.map(([, , status, type]) => [status, type]));
     expect(JSON.stringify(logLines)).not.toContain('s3cret');
     expect(lines.find((l) => l.errorType === 'no_route' && l.method === 'GET' && String(l.path).startsWith('http'))?.path).toBe('http://h/nowhere');
-    expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(4);
+    expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(5);
     // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
     expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(6).fill(['/after', 'cancelled', undefined]));
+    // The metrics port keeps Node's own answer to an HTTP/1.1 request without Host.
+    expect((await exchange(proxy.metricsUrl, 'GET /metrics HTTP/1.1\r\n\r\n')).text).toMatch(/^HTTP\/1\.1 400 /);
     // HTTP/1.0 had no Host field: such a request is forwarded (with the upstream's Host).
     const old = await exchange(proxy.proxyUrl, 'GET /v1/ten HTTP/1.0\r\n\r\n');
     expect(old.text).toMatch(/^HTTP\/1\.1 200 /);

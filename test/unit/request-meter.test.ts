@@ -280,11 +280,14 @@ describe('RequestMeter with a controllable clock', () => {
     ['Ollama', () => new OllamaAdapter(), 'ollama-chat.ndjson', 'application/x-ndjson', '"done":true'],
     ['Bedrock Converse', () => new BedrockAdapter(), 'bedrock-converse-stream.bin', 'application/vnd.amazon.eventstream', 'metadata'],
     ['Bedrock InvokeModel (Anthropic)', () => new BedrockAdapter(), 'bedrock-invoke-anthropic.bin', 'application/vnd.amazon.eventstream', 'message_stop'],
+    // No last event of its own: the chunk with the (only) candidate's finishReason ends it.
+    ['Gemini', () => new GeminiAdapter(), 'gemini.sse', 'text/event-stream', '"finishReason"'],
   ] as const)('%s: a client that hangs up after the last event had its answer (ok, with TPOT); before it, cancelled', async (_n, adapter, file, ct, last) => {
     const bytes = fixture(file);
     const chunks =
       ct === 'application/x-ndjson' ? bytes.toString('latin1').split(/(?<=\n)/).map((l) => Buffer.from(l, 'latin1'))
       : ct === 'application/vnd.amazon.eventstream' ? eventStreamFrames(bytes)
+      : file.startsWith('gemini') ? bytes.toString('latin1').split(/(?<=\r\n\r\n)/).map((e) => Buffer.from(e, 'latin1'))
       : eventChunks(bytes);
     // The last piece holds the terminal event (an invoke chunk's payload is base64 JSON).
     const lastText = chunks.at(-1)!.toString('latin1');
@@ -303,6 +306,33 @@ describe('RequestMeter with a controllable clock', () => {
       else expect((await t.histogram(METRIC.tpot)).count).toBe(0);
       await t.shutdown();
     }
+  });
+
+  it('Gemini with several candidates is whole once each one seen has finished; the Interactions API once interaction.complete(d) came', async () => {
+    t = testInstruments();
+    const gemini = (cands: object[]) => `data: ${JSON.stringify({ candidates: cands, modelVersion: 'gemini-2.5-flash' })}\r\n\r\n`;
+    const part = (index: number, text: string, finishReason?: string) => ({ index, content: { role: 'model', parts: [{ text }] }, ...(finishReason ? { finishReason } : {}) });
+    const run = (adapter: () => ResponseAdapter, ct: string, events: string[]) => {
+      const m = new RequestMeter(t.instruments, adapter(), { ...labels }, 0, opts);
+      m.responseStart(200, ct, undefined);
+      events.forEach((e, i) => m.chunk(Buffer.from(e), 10 + i));
+      return m.finish(50, 'client_cancelled')!;
+    };
+    const g = [gemini([part(0, 'a'), part(1, 'b')]), gemini([part(0, 'c', 'STOP')]), gemini([part(1, 'd', 'MAX_TOKENS')])];
+    expect(run(() => new GeminiAdapter(), 'text/event-stream', g.slice(0, 2)).outcome).toBe('cancelled'); // candidate 1 still going
+    expect(run(() => new GeminiAdapter(), 'text/event-stream', g).outcome).toBe('ok');
+    // A finishReason of its own on an empty part (Gemini 2.x sends the last chunk so) counts too.
+    expect(run(() => new GeminiAdapter(), 'text/event-stream', [gemini([part(0, 'a')]), gemini([{ content: { role: 'model', parts: [{ text: '' }] }, finishReason: 'STOP' }])]).outcome).toBe('ok');
+    const iev = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}\n\n`;
+    const i = [
+      iev({ event_type: 'interaction.start', interaction: { id: 'v1_a', status: 'in_progress' } }),
+      iev({ event_type: 'content.delta', index: 0, delta: { type: 'text', text: 'Hi' } }),
+      iev({ event_type: 'interaction.completed', interaction: { id: 'v1_a', status: 'completed', usage: { total_input_tokens: 1, total_output_tokens: 2, total_tokens: 3 } } }),
+    ];
+    expect(run(() => new GeminiInteractionsAdapter(), 'text/event-stream', i.slice(0, 2)).outcome).toBe('cancelled');
+    expect(run(() => new GeminiInteractionsAdapter(), 'text/event-stream', i)).toMatchObject({ outcome: 'ok', outputTokens: 2 });
+    const failed = iev({ event_type: 'interaction.completed', interaction: { id: 'v1_a', status: 'failed' } });
+    expect(run(() => new GeminiInteractionsAdapter(), 'text/event-stream', [...i.slice(0, 2), failed])).toMatchObject({ outcome: 'error', errorType: 'interaction_failed' });
   });
 
   it('marks an HTTP error status and an in-band error', async () => {
@@ -394,13 +424,14 @@ describe('RequestMeter with a controllable clock', () => {
       return m.finish(110)!;
     };
     // LiteLLM passes the model as the provider names it; OpenRouter prefixes the vendor; Bedrock ids, Gemini's resource names.
-    for (const model of ['claude-sonnet-4-5-20250929', 'anthropic/claude-sonnet-4', 'us.anthropic.claude-3-7-sonnet-20250219-v1:0', 'gemini-2.5-flash', 'google/gemini-2.5-pro', 'models/gemini-2.0-flash']) {
+    for (const model of ['claude-sonnet-4-5-20250929', 'anthropic/claude-sonnet-4', 'anthropic/claude-3.5-sonnet:beta', 'us.anthropic.claude-3-7-sonnet-20250219-v1:0', 'anthropic.claude-3-5-sonnet-20240620-v1:0', 'bedrock/anthropic.claude-3-haiku-20240307-v1:0', 'gemini-2.5-flash', 'google/gemini-2.5-pro', 'models/gemini-2.0-flash', 'vertex_ai/gemini-2.5-pro']) {
       expect(run(model), model).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none', tpotMs: undefined });
     }
     // With the provider's count, TPOT is as for any stream: (90 - 10) / (9 - 1).
     expect(run('claude-sonnet-4-5', { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14 })).toMatchObject({ outputTokens: 9, tokenCountSource: 'usage', tpotMs: 10 });
     // Other models (Gemma and Llama on vLLM included) stream about one token an event.
-    for (const model of ['gpt-4o-mini', 'gemma-3-27b-it', 'meta-llama/Llama-3.1-8B-Instruct', 'my-claude-finetune']) {
+    // ...as do other models whose names only contain one (distillations, fine-tunes, GGUF builds).
+    for (const model of ['gpt-4o-mini', 'gemma-3-27b-it', 'meta-llama/Llama-3.1-8B-Instruct', 'my-claude-finetune', 'ft:gpt-4o-mini-2024-07-18:acme:claude-distill:AbC12', 'reedmayhew/claude-3.7-sonnet-reasoning-gemma3-12B', 'myorg/gemini-style-llama-8b', 'hf.co/bartowski/claude-x-GGUF:Q4_K_M', 'Qwen3-8B-Claude-Distill']) {
       expect(run(model), model).toMatchObject({ contentEvents: 3, outputTokens: 3, tokenCountSource: 'events', tpotMs: 40 });
     }
   });
@@ -470,6 +501,15 @@ describe('RequestMeter with a controllable clock', () => {
       expect(shown.tpotMs).toBeCloseTo(100 / 5, 9);
       const none = run(new OpenAIChatAdapter(), [...['a', 'b', 'c'].map((c) => chat({ content: c })), chat({}, { completion_tokens: 3, completion_tokens_details: { reasoning_tokens: 0 } })]);
       expect(none.tpotMs).toBeCloseTo(40 / 2, 9);
+    });
+
+    it('Chat: Perplexity\'s top-level reasoning_tokens are streamed in `content` (`<think>`): the count is kept whole', () => {
+      t = testInstruments();
+      // 100 events 20 ms apart, the first 60 of them the <think> part; 300 tokens of which 180 reasoning.
+      const events = Array.from({ length: 100 }, (_, k) => chat({ content: k === 0 ? '<think>Let' : k === 60 ? '</think>The' : ` w${k}` }));
+      const s = run(new OpenAIChatAdapter(), [...events, chat({}, { prompt_tokens: 9, completion_tokens: 300, total_tokens: 309, reasoning_tokens: 180 })]);
+      expect(s).toMatchObject({ outputTokens: 300, contentEvents: 100 });
+      expect(s.tpotMs).toBeCloseTo((99 * 20) / 299, 9); // not / (300 - 180 - 1)
     });
 
     it('Chat: xAI counts reasoning outside completion_tokens (output is both); reasoning inside `content` keeps the whole count', () => {
