@@ -35,13 +35,16 @@ export class GeminiAdapter implements ResponseAdapter {
   errorType: string | undefined;
   readonly finishReasons = new FinishReasons();
   /**
-   * Every candidate seen has its finish reason: the answer is whole (the stream has no last
-   * event of its own), so a client that hangs up now did not cancel it.
+   * Every candidate seen has its finish reason and the output count came with or after the last
+   * of them (some streams send it in a usage-only chunk after): the answer is whole (the stream
+   * has no last event of its own), so a client that hangs up now did not cancel it.
    */
   complete = false;
-  /** Candidate indexes (below 31) seen, and those that finished: bit masks. */
+  /** Candidate indexes (below 31) seen, and those whose latest chunk finished them: bit masks. */
   private seen = 0;
   private finished = 0;
+  /** An output count arrived since every candidate was last finished. */
+  private countedSinceDone = false;
 
   onEvent(ev: SseEvent): EventKind {
     const o = parseObject(ev.data);
@@ -63,17 +66,21 @@ export class GeminiAdapter implements ResponseAdapter {
       this.errorType = sanitizeErrorType(blocked as string);
       return EventKind.Error;
     }
+    const counted = u !== undefined && (sent(u.candidatesTokenCount) || sent(u.thoughtsTokenCount));
     const cands = o.candidates;
-    if (!Array.isArray(cands)) return EventKind.None;
+    if (!Array.isArray(cands)) {
+      this.updateComplete(counted); // a usage-only chunk after the last finish
+      return EventKind.None;
+    }
     let content = false;
     for (const c of cands) {
       const cand = obj(c);
       const bit = candidateBit(cand?.index);
       this.seen |= bit;
-      if (cand?.finishReason !== undefined) {
-        this.finishReasons.set(cand.index, cand.finishReason);
-        if (nonEmpty(cand.finishReason)) this.finished |= bit;
-      }
+      if (cand?.finishReason !== undefined) this.finishReasons.set(cand.index, cand.finishReason);
+      // A candidate's latest chunk decides: some gateways put STOP on an early empty chunk and stream on.
+      if (nonEmpty(cand?.finishReason) && cand!.finishReason !== 'FINISH_REASON_UNSPECIFIED') this.finished |= bit;
+      else this.finished &= ~bit;
       const parts = obj(cand?.content)?.parts;
       if (!Array.isArray(parts)) continue;
       for (const p of parts) {
@@ -83,8 +90,17 @@ export class GeminiAdapter implements ResponseAdapter {
         if (part.thought === true) this.reasoningStreamed = true;
       }
     }
-    if (this.finished !== 0 && (this.seen & ~this.finished) === 0) this.complete = true;
+    this.updateComplete(counted);
     return content ? EventKind.Content : EventKind.None;
+  }
+
+  private updateComplete(counted: boolean): void {
+    if (this.finished === 0 || (this.seen & ~this.finished) !== 0) {
+      this.complete = this.countedSinceDone = false;
+      return;
+    }
+    if (counted) this.countedSinceDone = true;
+    this.complete = this.countedSinceDone;
   }
 
   onBody(body: string): void {

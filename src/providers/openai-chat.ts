@@ -14,10 +14,13 @@ const ERROR_FINISH_REASONS = new Set(['error', 'insufficient_system_resource']);
  * Response models whose chunks carry several tokens, in the forms providers and gateways name
  * them: `claude-…`, `anthropic/claude-…` (OpenRouter), `anthropic.claude-…` and
  * `us.anthropic.claude-…` (Bedrock ids), `gemini-…`, `google/gemini-…`, `models/gemini-…`,
- * `vertex_ai/…`, `bedrock/…` (LiteLLM). Not a name that only contains one (`org/claude-distill-8b`,
- * an OpenAI fine-tune `ft:…:claude-…`): those are other models, streamed a token an event.
+ * `vertex_ai/…`, `bedrock/converse/…`, `openrouter/anthropic/…`, `azure_ai/…` (LiteLLM, whose
+ * proxy puts the name the client asked for on every chunk), a Bedrock ARN. Not a name that only
+ * contains one (`org/claude-distill-8b`, an OpenAI fine-tune `ft:…:claude-…`): those are other
+ * models, streamed a token an event.
  */
-const MULTI_TOKEN_MODEL = /^(?:(?:anthropic|google|vertex_ai|bedrock|gemini|models)\/)?(?:(?:us|eu|apac|global|jp|au|us-gov)\.)?(?:anthropic\.)?(?:claude|gemini)-/i;
+const MULTI_TOKEN_MODEL =
+  /^(?:(?:openrouter|litellm_proxy|bedrock|converse|invoke|vertex_ai(?:_beta)?|azure_ai|~?anthropic|~?google|gemini|models|publishers\/(?:google|anthropic)\/models)\/)*(?:arn:aws[\w-]*:bedrock:[^/]*\/)?(?:(?:us|eu|apac|global|jp|au|us-gov)\.)?(?:anthropic\.)?(?:claude|gemini)-/i;
 
 const NONE = Symbol('no usage beside a choice yet');
 const MANY = Symbol('usage beside several choices');

@@ -241,6 +241,8 @@ export class Forwarder {
     if (req.method !== 'GET') {
       return this.refuseRaw(req, socket, start, 405, 'method_not_allowed', `an upgrade is a GET, not ${safeToken(req.method)}`, 'allow: GET\r\n');
     }
+    // HTTP/1.0 has no upgrade (RFC 9110 §7.8: a server ignores the field); Node would hand it over.
+    if (req.httpVersionMinor === 0) return this.refuseRaw(req, socket, start, 400, 'invalid_upgrade', 'an upgrade needs HTTP/1.1');
     const hosts = countRaw(req.rawHeaders, 'host');
     if (hosts > 1) return this.refuseRaw(req, socket, start, ...REFUSAL.twoHosts);
     if (hosts === 0 && req.httpVersionMinor >= 1) return this.refuseRaw(req, socket, start, ...REFUSAL.noHost);

@@ -442,6 +442,7 @@ describe('requests the proxy does not forward', () => {
       ['upgrade, dot segment', `GET /v1/../x HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 400, 'invalid_path'],
       ['upgrade with a body', `GET /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n${ws}\r\n{}`, 400, 'invalid_upgrade'],
       ['upgrade, no Host', `GET /v1/x HTTP/1.1\r\n${ws}\r\n`, 400, 'invalid_host'],
+      ['upgrade in HTTP/1.0', `GET /v1/x HTTP/1.0\r\n${ws}\r\n`, 400, 'invalid_upgrade'],
       // An opening handshake is a GET (RFC 6455 §4.1): a TRACE with upgrade headers is no way round the refusal.
       ['upgrade, TRACE', `TRACE /v1/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-x\r\n${ws}\r\n`, 405, 'method_not_allowed'],
       ['CONNECT', 'CONNECT h:443 HTTP/1.1\r\nHost: h:443\r\n\r\n', 405, 'method_not_allowed'],
@@ -463,7 +464,7 @@ describe('requests the proxy does not forward', () => {
     expect(lines.filter((l) => l.outcome === 'refused').map((l) => [l.status, l.errorType])).toEqual(cases.map(([, , status, type]) => [status, type]));
     expect(JSON.stringify(logLines)).not.toContain('s3cret');
     expect(lines.find((l) => l.errorType === 'no_route' && l.method === 'GET' && String(l.path).startsWith('http'))?.path).toBe('http://h/nowhere');
-    expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(5);
+    expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(6);
     // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
     expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(6).fill(['/after', 'cancelled', undefined]));
     // The metrics port keeps Node's own answer to an HTTP/1.1 request without Host.

@@ -310,7 +310,9 @@ describe('RequestMeter with a controllable clock', () => {
 
   it('Gemini with several candidates is whole once each one seen has finished; the Interactions API once interaction.complete(d) came', async () => {
     t = testInstruments();
-    const gemini = (cands: object[]) => `data: ${JSON.stringify({ candidates: cands, modelVersion: 'gemini-2.5-flash' })}\r\n\r\n`;
+    const usage = { promptTokenCount: 3, candidatesTokenCount: 4, totalTokenCount: 7 };
+    const gemini = (cands: object[] | undefined, usageMetadata?: object) =>
+      `data: ${JSON.stringify({ ...(cands ? { candidates: cands } : {}), ...(usageMetadata ? { usageMetadata } : {}), modelVersion: 'gemini-2.5-flash' })}\r\n\r\n`;
     const part = (index: number, text: string, finishReason?: string) => ({ index, content: { role: 'model', parts: [{ text }] }, ...(finishReason ? { finishReason } : {}) });
     const run = (adapter: () => ResponseAdapter, ct: string, events: string[]) => {
       const m = new RequestMeter(t.instruments, adapter(), { ...labels }, 0, opts);
@@ -318,11 +320,22 @@ describe('RequestMeter with a controllable clock', () => {
       events.forEach((e, i) => m.chunk(Buffer.from(e), 10 + i));
       return m.finish(50, 'client_cancelled')!;
     };
-    const g = [gemini([part(0, 'a'), part(1, 'b')]), gemini([part(0, 'c', 'STOP')]), gemini([part(1, 'd', 'MAX_TOKENS')])];
-    expect(run(() => new GeminiAdapter(), 'text/event-stream', g.slice(0, 2)).outcome).toBe('cancelled'); // candidate 1 still going
-    expect(run(() => new GeminiAdapter(), 'text/event-stream', g).outcome).toBe('ok');
+    const outcome = (events: string[]) => run(() => new GeminiAdapter(), 'text/event-stream', events).outcome;
+    const g = [gemini([part(0, 'a'), part(1, 'b')]), gemini([part(0, 'c', 'STOP')], usage), gemini([part(1, 'd', 'MAX_TOKENS')], usage)];
+    expect(outcome(g.slice(0, 2))).toBe('cancelled'); // candidate 1 still going
+    expect(outcome(g)).toBe('ok');
+    // Candidate 0 finished, then candidate 1 appears: not whole.
+    expect(outcome([gemini([part(0, 'a', 'STOP')], usage), gemini([part(1, 'b')])])).toBe('cancelled');
     // A finishReason of its own on an empty part (Gemini 2.x sends the last chunk so) counts too.
-    expect(run(() => new GeminiAdapter(), 'text/event-stream', [gemini([part(0, 'a')]), gemini([{ content: { role: 'model', parts: [{ text: '' }] }, finishReason: 'STOP' }])]).outcome).toBe('ok');
+    expect(outcome([gemini([part(0, 'a')]), gemini([{ content: { role: 'model', parts: [{ text: '' }] }, finishReason: 'STOP' }], usage)])).toBe('ok');
+    // A candidate's latest chunk decides: STOP on an early empty chunk (some gateways), or an unspecified reason, then more text.
+    expect(outcome([gemini([part(0, '', 'STOP')], usage), gemini([part(0, 'more')], usage)])).toBe('cancelled');
+    expect(outcome([gemini([part(0, 'a', 'FINISH_REASON_UNSPECIFIED')], usage), gemini([part(0, 'b')], usage)])).toBe('cancelled');
+    expect(outcome([gemini([part(0, 'a', 'FINISH_REASON_UNSPECIFIED')], usage)])).toBe('cancelled');
+    // The output count in a usage-only chunk after the finish: whole only once it came.
+    const late = [gemini([part(0, 'a')], { promptTokenCount: 3 }), gemini([part(0, 'b', 'STOP')], { promptTokenCount: 3 }), gemini(undefined, usage)];
+    expect(outcome(late.slice(0, 2))).toBe('cancelled');
+    expect(outcome(late)).toBe('ok');
     const iev = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}\n\n`;
     const i = [
       iev({ event_type: 'interaction.start', interaction: { id: 'v1_a', status: 'in_progress' } }),
@@ -424,14 +437,22 @@ describe('RequestMeter with a controllable clock', () => {
       return m.finish(110)!;
     };
     // LiteLLM passes the model as the provider names it; OpenRouter prefixes the vendor; Bedrock ids, Gemini's resource names.
-    for (const model of ['claude-sonnet-4-5-20250929', 'anthropic/claude-sonnet-4', 'anthropic/claude-3.5-sonnet:beta', 'us.anthropic.claude-3-7-sonnet-20250219-v1:0', 'anthropic.claude-3-5-sonnet-20240620-v1:0', 'bedrock/anthropic.claude-3-haiku-20240307-v1:0', 'gemini-2.5-flash', 'google/gemini-2.5-pro', 'models/gemini-2.0-flash', 'vertex_ai/gemini-2.5-pro']) {
+    // LiteLLM's proxy puts the name the client asked for (its own prefixes) on every chunk.
+    for (const model of [
+      'claude-sonnet-4-5-20250929', 'anthropic/claude-sonnet-4', 'anthropic/claude-3.5-sonnet:beta', '~anthropic/claude-sonnet-latest', 'us.anthropic.claude-3-7-sonnet-20250219-v1:0',
+      'anthropic.claude-3-5-sonnet-20240620-v1:0', 'bedrock/anthropic.claude-3-haiku-20240307-v1:0', 'bedrock/converse/us.anthropic.claude-3-7-sonnet-20250219-v1:0',
+      'bedrock/invoke/anthropic.claude-3-haiku-20240307-v1:0', 'arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-sonnet-20240620-v1:0',
+      'openrouter/anthropic/claude-3.5-sonnet', 'azure_ai/claude-sonnet-4-5', 'vertex_ai/claude-3-7-sonnet@20250219',
+      'gemini-2.5-flash', 'google/gemini-2.5-pro', 'models/gemini-2.0-flash', 'vertex_ai/gemini-2.5-pro', 'vertex_ai_beta/gemini-1.5-pro', 'gemini/gemini-2.5-flash',
+      'openrouter/google/gemini-2.5-pro', 'publishers/google/models/gemini-2.0-flash-001',
+    ]) {
       expect(run(model), model).toMatchObject({ contentEvents: 3, outputTokens: undefined, tokenCountSource: 'none', tpotMs: undefined });
     }
     // With the provider's count, TPOT is as for any stream: (90 - 10) / (9 - 1).
     expect(run('claude-sonnet-4-5', { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14 })).toMatchObject({ outputTokens: 9, tokenCountSource: 'usage', tpotMs: 10 });
     // Other models (Gemma and Llama on vLLM included) stream about one token an event.
     // ...as do other models whose names only contain one (distillations, fine-tunes, GGUF builds).
-    for (const model of ['gpt-4o-mini', 'gemma-3-27b-it', 'meta-llama/Llama-3.1-8B-Instruct', 'my-claude-finetune', 'ft:gpt-4o-mini-2024-07-18:acme:claude-distill:AbC12', 'reedmayhew/claude-3.7-sonnet-reasoning-gemma3-12B', 'myorg/gemini-style-llama-8b', 'hf.co/bartowski/claude-x-GGUF:Q4_K_M', 'Qwen3-8B-Claude-Distill']) {
+    for (const model of ['gpt-4o-mini', 'gemma-3-27b-it', 'meta-llama/Llama-3.1-8B-Instruct', 'my-claude-finetune', 'ft:gpt-4o-mini-2024-07-18:acme:claude-distill:AbC12', 'reedmayhew/claude-3.7-sonnet-reasoning-gemma3-12B', 'myorg/gemini-style-llama-8b', 'hf.co/bartowski/claude-x-GGUF:Q4_K_M', 'Qwen3-8B-Claude-Distill', 'google/gemma-3-27b-it', 'openai.gpt-oss-120b-1:0']) {
       expect(run(model), model).toMatchObject({ contentEvents: 3, outputTokens: 3, tokenCountSource: 'events', tpotMs: 40 });
     }
   });
