@@ -371,6 +371,9 @@ export const azureOpenaiChat: ApiDescriptor = {
   modelFromPath: modelInPath(AZURE_DEPLOYMENT),
 };
 
+/** Azure's legacy Completions on a deployment path: the same, as a text completion. */
+export const azureOpenaiCompletions: ApiDescriptor = { ...azureOpenaiChat, api: 'openai-completions', operation: 'text_completion' };
+
 const WORKERS_AI_MODEL = /\/(?:ai\/run|workers-ai(?:\/run)?)\/((?:@|%40)[^?]+)/;
 
 /**
@@ -394,15 +397,6 @@ export const workersAi: ApiDescriptor = {
   defaultProviderName: 'cloudflare.workers_ai',
   newAdapter: () => new WorkersAiAdapter(),
   modelFromPath: modelInPath(WORKERS_AI_MODEL),
-};
-
-/** Azure OpenAI's legacy Completions on a deployment path: the deployment name stands for the model. */
-export const azureOpenaiCompletions: ApiDescriptor = {
-  api: 'openai-completions',
-  operation: 'text_completion',
-  defaultProviderName: 'azure.ai.openai',
-  newAdapter: () => new OpenAIChatAdapter(),
-  modelFromPath: modelInPath(AZURE_DEPLOYMENT),
 };
 
 /** llama.cpp's native `/completion` and `/infill` (see `llamacppNative`). */

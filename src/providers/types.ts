@@ -118,7 +118,8 @@ export interface ResponseAdapter {
    * True once the API's own last event of a finished answer was read (OpenAI's `[DONE]`,
    * Anthropic's `message_stop`, Responses' `response.completed`/`incomplete`, Ollama's
    * `done: true`, Bedrock Converse's `metadata`, an Anthropic model's `message_stop` chunk,
-   * the Interactions API's `interaction.complete`; Gemini: every candidate has its finish reason):
+   * the Interactions API's `interaction.complete`; Gemini: every candidate's latest chunk has its
+   * finish reason and the output count came):
    * a client that hangs up after it had its whole answer did not cancel it. Undefined for the
    * APIs that do not track it.
    */

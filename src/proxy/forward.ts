@@ -96,7 +96,7 @@ export class Forwarder {
       return this.refuse(req, res, start, ...REFUSAL.dotSegment);
     }
     if (req.httpVersionMajor !== 1) {
-      // Node's parser takes `HTTP/2.0` (or 3.0) on a request line; it is no HTTP/1.x message (RFC 9110 §15.6.6; nginx: 505).
+      // Node's parser takes `HTTP/2.0` (and 0.9) on a request line; no HTTP/1.x message (RFC 9110 §15.6.6; nginx: 505).
       res.shouldKeepAlive = false;
       return this.refuse(req, res, start, ...REFUSAL.version);
     }
@@ -245,7 +245,7 @@ export class Forwarder {
     if (req.httpVersionMinor === 0) return this.refuseRaw(req, socket, start, 400, 'invalid_upgrade', 'an upgrade needs HTTP/1.1');
     const hosts = countRaw(req.rawHeaders, 'host');
     if (hosts > 1) return this.refuseRaw(req, socket, start, ...REFUSAL.twoHosts);
-    if (hosts === 0 && req.httpVersionMinor >= 1) return this.refuseRaw(req, socket, start, ...REFUSAL.noHost);
+    if (hosts === 0) return this.refuseRaw(req, socket, start, ...REFUSAL.noHost); // HTTP/1.1 from here
     if (req.headers['transfer-encoding'] !== undefined || (req.headers['content-length'] ?? '0') !== '0') {
       // A WebSocket opening handshake is a GET without a body (RFC 6455 §4.1).
       return this.refuseRaw(req, socket, start, 400, 'invalid_upgrade', 'an upgrade request with a body is not forwarded');
