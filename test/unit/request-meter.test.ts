@@ -30,10 +30,13 @@ function eventChunks(bytes: Buffer): Buffer[] {
   const out: Buffer[] = [];
   let start = 0;
   for (;;) {
-    const i = text.indexOf('\n\n', start);
-    if (i === -1) break;
-    out.push(bytes.subarray(start, i + 2));
-    start = i + 2;
+    // An event ends at a blank line: LF LF, or CRLF CRLF (Gemini).
+    const lf = text.indexOf('\n\n', start);
+    const crlf = text.indexOf('\r\n\r\n', start);
+    const end = crlf !== -1 && (lf === -1 || crlf < lf) ? crlf + 4 : lf === -1 ? -1 : lf + 2;
+    if (end === -1) break;
+    out.push(bytes.subarray(start, end));
+    start = end;
   }
   if (start < bytes.length) out.push(bytes.subarray(start));
   return out;
@@ -287,7 +290,6 @@ describe('RequestMeter with a controllable clock', () => {
     const chunks =
       ct === 'application/x-ndjson' ? bytes.toString('latin1').split(/(?<=\n)/).map((l) => Buffer.from(l, 'latin1'))
       : ct === 'application/vnd.amazon.eventstream' ? eventStreamFrames(bytes)
-      : file.startsWith('gemini') ? bytes.toString('latin1').split(/(?<=\r\n\r\n)/).map((e) => Buffer.from(e, 'latin1'))
       : eventChunks(bytes);
     // The last piece holds the terminal event (an invoke chunk's payload is base64 JSON).
     const lastText = chunks.at(-1)!.toString('latin1');
@@ -436,8 +438,8 @@ describe('RequestMeter with a controllable clock', () => {
       if (usage) m.chunk(Buffer.from(`data: ${JSON.stringify({ model, choices: [], usage })}\n\n`), 100);
       return m.finish(110)!;
     };
-    // LiteLLM passes the model as the provider names it; OpenRouter prefixes the vendor; Bedrock ids, Gemini's resource names.
-    // LiteLLM's proxy puts the name the client asked for (its own prefixes) on every chunk.
+    // The vendors' ids (Bedrock's, Gemini's resource names), OpenRouter's vendor prefixes, and LiteLLM's
+    // own prefixes (its proxy puts the name the client asked for on every chunk).
     for (const model of [
       'claude-sonnet-4-5-20250929', 'anthropic/claude-sonnet-4', 'anthropic/claude-3.5-sonnet:beta', '~anthropic/claude-sonnet-latest', 'us.anthropic.claude-3-7-sonnet-20250219-v1:0',
       'anthropic.claude-3-5-sonnet-20240620-v1:0', 'bedrock/anthropic.claude-3-haiku-20240307-v1:0', 'bedrock/converse/us.anthropic.claude-3-7-sonnet-20250219-v1:0',
@@ -450,8 +452,8 @@ describe('RequestMeter with a controllable clock', () => {
     }
     // With the provider's count, TPOT is as for any stream: (90 - 10) / (9 - 1).
     expect(run('claude-sonnet-4-5', { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14 })).toMatchObject({ outputTokens: 9, tokenCountSource: 'usage', tpotMs: 10 });
-    // Other models (Gemma and Llama on vLLM included) stream about one token an event.
-    // ...as do other models whose names only contain one (distillations, fine-tunes, GGUF builds).
+    // Other models stream about one token an event (Gemma and Llama on vLLM), also those whose names
+    // only contain one (distillations, fine-tunes, GGUF builds).
     for (const model of ['gpt-4o-mini', 'gemma-3-27b-it', 'meta-llama/Llama-3.1-8B-Instruct', 'my-claude-finetune', 'ft:gpt-4o-mini-2024-07-18:acme:claude-distill:AbC12', 'reedmayhew/claude-3.7-sonnet-reasoning-gemma3-12B', 'myorg/gemini-style-llama-8b', 'hf.co/bartowski/claude-x-GGUF:Q4_K_M', 'Qwen3-8B-Claude-Distill', 'google/gemma-3-27b-it', 'openai.gpt-oss-120b-1:0']) {
       expect(run(model), model).toMatchObject({ contentEvents: 3, outputTokens: 3, tokenCountSource: 'events', tpotMs: 40 });
     }
