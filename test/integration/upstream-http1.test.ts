@@ -1161,10 +1161,18 @@ describe('a stall of the process past a timeout', () => {
 
   it.each(['http', 'https'] as const)('does not cut an exchange whose upstream took request body bytes while the process stalled past timeouts.idle (a pending write that shrank is the exchange moving): %s', async (scheme) => {
     // The upstream must read while this process stalls: a child process. It answers on the head
-    // (full duplex), leaves the body unread until told to read, then reports the body bytes it has.
+    // (full duplex), leaves the body unread until told to read, then reports the body bytes it has
+    // on stdout, and once, by creating a file this process can see while it stalls, that it has
+    // read all the sockets held (nothing came for 100 ms). Only then is the sender's buffer empty
+    // and this process's next write sure to happen on the loop turn the stall ends: a part read
+    // may leave it full (the receive window reopens in steps, a send buffer wakes its writer only
+    // once enough of it is free).
+    const markFile = path.join(os.tmpdir(), `llp-upstream-read-${process.pid}-${scheme}`);
+    fs.rmSync(markFile, { force: true });
+    cleanups.push(async () => fs.rmSync(markFile, { force: true }));
     const script = `
       const fs = require('node:fs');
-      const [key, cert] = process.argv.slice(1);
+      const [markFile, key, cert] = process.argv.slice(1);
       const head = ${JSON.stringify(SSE_HEAD + chunk(sse(1)))};
       const serve = (s) => {
         let got = '';
@@ -1176,7 +1184,12 @@ describe('a stall of the process past a timeout', () => {
           s.pause();
           s.write(head);
           let body = got.length - at - 4;
-          process.stdin.once('data', () => s.on('data', (d) => console.log(body += d.length)).resume());
+          let quiet;
+          process.stdin.once('data', () => s.on('data', (d) => {
+            console.log(body += d.length);
+            if (quiet) quiet.refresh();
+            else quiet = setTimeout(() => fs.writeFileSync(markFile, ''), 100);
+          }).resume());
         };
         s.on('data', onHead).on('error', () => {});
       };
@@ -1187,7 +1200,7 @@ describe('a stall of the process past a timeout', () => {
     const files = scheme === 'https' ? selfSigned() : undefined;
     // The in-process client trusts the certificate as NODE_EXTRA_CA_CERTS would make it.
     if (files) upstreamTlsContext().context.addCACert(fs.readFileSync(files.cert));
-    const { child, out } = childScript(script, files ? [files.key, files.cert] : []);
+    const { child, out } = childScript(script, files ? [markFile, files.key, files.cert] : [markFile]);
     const listening = Date.now() + 10_000;
     while (!out().includes('\n') && Date.now() < listening) await sleep(10);
     const port = Number(out().split('\n')[0]);
@@ -1203,10 +1216,15 @@ describe('a stall of the process past a timeout', () => {
     // At 0.8 s the socket's idle timer fired and Node let it pass: the write it had on record was
     // the whole 64 MiB, and what was left of it is less. At 0.9 s this stall begins, and runs
     // past the timer's next expiry, with nothing written since.
+    // A loaded machine may not run the upstream within 1.3 s: the stall then goes on until it has
+    // read (20 s at most), or the exchange would rightly be cut for not moving.
+    let readInStall = false;
     const kick = await loopbackKick(() => {
       stalled = true;
       child.stdin!.write('read\n'); // the upstream reads on, while this process stalls
       blockFor(1300);
+      const cap = performance.now() + 20_000;
+      while (!(readInStall = fs.existsSync(markFile)) && performance.now() < cap) blockFor(5);
     });
     const cut = await new Promise<{ err: Error | undefined; at: number }>((resolve) => {
       const done = (err?: Error) => resolve({ err, at: performance.now() });
@@ -1226,6 +1244,7 @@ describe('a stall of the process past a timeout', () => {
     });
     expect(held).toBe(true);
     expect(stalled).toBe(true);
+    expect(readInStall, 'the upstream read none of the body within 20 s of stalling').toBe(true);
     expect(cut.err?.message).toBe('upstream idle timeout');
     expect(out().trim().split('\n').at(-1)).toBe(String(size)); // the whole body reached the upstream
     // Cut once the upstream had it all and then sent nothing for the idle period.
