@@ -443,7 +443,11 @@ export class RequestMeter {
     // the whole count.
     const hidden = adapter.reasoningStreamed === false && source === 'usage' ? (usage.reasoningTokens ?? 0) : 0;
     const spanTokens =
-      outputTokens !== undefined && hidden > 0 && this.clock.contentEvents <= outputTokens - hidden ? outputTokens - hidden : outputTokens;
+      adapter.tpotUnknown === true
+        ? undefined
+        : outputTokens !== undefined && hidden > 0 && this.clock.contentEvents <= outputTokens - hidden
+          ? outputTokens - hidden
+          : outputTokens;
     const tpot = spanTokens !== undefined ? this.clock.tpotMs(spanTokens) : undefined;
     // `gen_ai.server.time_per_output_token` is defined for successful responses; the gaps of a
     // cancelled or failed stream are still in the per-gap histogram.

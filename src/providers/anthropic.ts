@@ -37,6 +37,8 @@ export class AnthropicAdapter implements ResponseAdapter {
    * streamed token, and its tokens are left out of TPOT (see RequestMeter.finish).
    */
   reasoningStreamed = false;
+  /** A thinking block (not displayed, or redacted) began before the first content event. */
+  private reasoningBeforeContent = false;
   private contentSeen = false;
   readonly finishReasons = new FinishReasons();
   /** Raw usage fields as last reported (BAD: sent, but no count); `usage` is derived from them. */
@@ -80,7 +82,10 @@ export class AnthropicAdapter implements ResponseAdapter {
       }
       case 'content_block_start': {
         const b = obj(o.content_block);
-        if ((b?.type === 'thinking' || b?.type === 'redacted_thinking') && this.contentSeen) this.reasoningStreamed = true;
+        if (b?.type === 'thinking' || b?.type === 'redacted_thinking') {
+          if (this.contentSeen) this.reasoningStreamed = true;
+          else this.reasoningBeforeContent = true;
+        }
         // Thinking the safety systems encrypted arrives whole here, with no deltas: it is output.
         if (b?.type === 'redacted_thinking') return nonEmpty(b.data) ? EventKind.Content : EventKind.None;
         // Server-side fallback: the block names the model that answers from here on.
@@ -159,6 +164,15 @@ export class AnthropicAdapter implements ResponseAdapter {
       this.usage.outputTokens = this.cumulativeOutputTokens = count(u.output_tokens);
       this.outputSent = true;
     }
+  }
+
+  /**
+   * Thinking generated before the first streamed token and not streamed, with no count of it
+   * (`output_tokens_details` is null for some models): how much of the output count lies
+   * outside TPOT's span is unknown.
+   */
+  get tpotUnknown(): boolean {
+    return this.reasoningBeforeContent && !this.reasoningStreamed && this.usage.reasoningTokens === undefined;
   }
 
   /** Whether a final output count was sent, usable or not (Bedrock invoke's metrics stand in otherwise). */

@@ -55,6 +55,17 @@ export class BedrockAdapter implements ResponseAdapter {
     return this.anthropic?.reasoningStreamed;
   }
 
+  /**
+   * A Claude model's (invoke), or Converse's: a reasoning block that streamed no text (its
+   * signature, or redacted content) before the first content event. Converse never counts
+   * reasoning, so its share of the output count is unknown.
+   */
+  get tpotUnknown(): boolean {
+    return this.anthropic?.tpotUnknown ?? this.converseHiddenReasoning;
+  }
+  private converseHiddenReasoning = false;
+  private converseContentSeen = false;
+
   /** Converse's last frame (`metadata`, after `messageStop`), or an Anthropic model's `message_stop` chunk. */
   get complete(): boolean {
     return this.converseEnded || this.anthropic?.complete === true;
@@ -79,7 +90,13 @@ export class BedrockAdapter implements ResponseAdapter {
       case 'contentBlockDelta': {
         const d = obj(parseObject(ev.data)?.delta);
         if (!d) return EventKind.None;
-        return converseDeltaHasContent(d) ? EventKind.Content : EventKind.None;
+        if (converseDeltaHasContent(d)) {
+          this.converseContentSeen = true;
+          return EventKind.Content;
+        }
+        const r = obj(d.reasoningContent);
+        if (!this.converseContentSeen && r !== undefined && (sent(r.signature) || sent(r.redactedContent))) this.converseHiddenReasoning = true;
+        return EventKind.None;
       }
       case 'metadata': {
         const o = parseObject(ev.data);

@@ -20,6 +20,21 @@ const CONTENT_EVENTS = new Set([
 
 const REASONING_EVENTS = new Set(['response.reasoning_summary_text.delta', 'response.reasoning_text.delta']);
 
+/**
+ * The `.done` events that repeat a part's whole text, and the field holding it: the output of a
+ * stream that sends no deltas (gateways that relay only final events).
+ */
+const DONE_EVENTS = new Map([
+  ['response.output_text.done', 'text'],
+  ['response.refusal.done', 'refusal'],
+  ['response.reasoning_summary_text.done', 'text'],
+  ['response.reasoning_text.done', 'text'],
+  ['response.function_call_arguments.done', 'arguments'],
+  ['response.custom_tool_call_input.done', 'input'],
+  ['response.mcp_call_arguments.done', 'arguments'],
+  ['response.code_interpreter_call_code.done', 'code'],
+]);
+
 /** Events whose payload we read; every other event is classified by its name alone. */
 const READ_EVENTS = new Set(['response.created', 'response.completed', 'response.incomplete', 'response.failed', 'error']);
 
@@ -30,6 +45,8 @@ const READ_EVENTS = new Set(['response.created', 'response.completed', 'response
  * `delta` (answer text, refusal, reasoning summary / text, tool-call
  * arguments and inputs, shell commands, patch diffs, audio). About one token
  * per event, except audio: a `response.audio.delta` carries many (see multiTokenEvents).
+ * A stream that sends no deltas (some gateways relay only final events) has its output in the
+ * `.done` events of DONE_EVENTS, one content event each (a part's whole text: not one token).
  * Usage: `response.completed` (or `response.incomplete`) → `response.usage`.
  * Finish reason: `incomplete_details.reason` of an incomplete response (`max_output_tokens`,
  * `content_filter`), else its `status` (`completed`).
@@ -50,8 +67,12 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
    */
   reasoningStreamed = false;
   private contentSeen = false;
-  /** Set by the first audio delta, as in Chat: its base64 holds many tokens. */
+  /** A delta event came: the `.done` events repeat what was streamed, and are not content. */
+  private deltaSeen = false;
+  /** Set by the first audio delta, as in Chat, or a `.done` event's whole text: many tokens each. */
   multiTokenEvents = false;
+  /** Whole parts came instead of deltas: their span is not the generation's (see ResponseAdapter). */
+  tpotUnknown = false;
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
@@ -67,10 +88,20 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       if (type === '' && obj(o.error)) type = 'error';
     }
     if (CONTENT_EVENTS.has(type)) {
+      this.deltaSeen = true;
       o ??= parseObject(ev.data);
       if (!o || !nonEmpty(o.delta)) return EventKind.None;
       if (REASONING_EVENTS.has(type)) this.reasoningStreamed = true;
       else if (type === 'response.audio.delta') this.multiTokenEvents = true;
+      this.contentSeen = true;
+      return EventKind.Content;
+    }
+    const whole = this.deltaSeen ? undefined : DONE_EVENTS.get(type);
+    if (whole !== undefined) {
+      o ??= parseObject(ev.data);
+      if (!o || !nonEmpty(o[whole])) return EventKind.None;
+      if (type.startsWith('response.reasoning_')) this.reasoningStreamed = true;
+      this.multiTokenEvents = this.tpotUnknown = true;
       this.contentSeen = true;
       return EventKind.Content;
     }

@@ -110,6 +110,14 @@ export interface ResponseAdapter {
    */
   readonly reasoningStreamed?: boolean;
   /**
+   * True when the span from the first to the last content event is not where the counted output
+   * was generated, so no TPOT is recorded: reasoning generated before the first streamed token
+   * that the provider did not count (Claude's thinking not displayed, or redacted, with no
+   * `output_tokens_details`; Bedrock Converse's, which it never counts), or a stream that relayed
+   * whole parts instead of deltas (Responses' `.done` events).
+   */
+  readonly tpotUnknown?: boolean;
+  /**
    * True when the API's path also serves non-LLM models (Workers AI): only streamed
    * answers are measured; a JSON answer records nothing, as for an unknown API.
    */

@@ -579,6 +579,31 @@ describe('RequestMeter with a controllable clock', () => {
       expect(summarized.tpotMs).toBeCloseTo(80 / 304, 9);
     });
 
+    it('no TPOT where the span does not hold the counted output: Claude thinking hidden and not counted, a Responses stream of whole parts', async () => {
+      t = testInstruments();
+      const ev = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
+      const text = (x: string) => ev({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: x } });
+      const hiddenThinking = ev({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } });
+      const end = (usage: object) => ev({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage });
+      // 300 thinking tokens among the 305 with no count of them: 305 − 1 would make TPOT ~76x too low.
+      const claude = run(new AnthropicAdapter(), [hiddenThinking, ...['a', 'b', 'c', 'd', 'e'].map(text), end({ output_tokens: 305, output_tokens_details: null })]);
+      expect(claude).toMatchObject({ outcome: 'ok', outputTokens: 305, tokenCountSource: 'usage', contentEvents: 5, tpotMs: undefined });
+      expect(claude.ttftMs).toBe(120);
+      expect((await t.histogram(METRIC.tpot)).count).toBe(0);
+      // Counted, it is left out as before; shown, it is inside the span.
+      expect(run(new AnthropicAdapter(), [hiddenThinking, ...['a', 'b', 'c', 'd', 'e'].map(text), end({ output_tokens: 305, output_tokens_details: { thinking_tokens: 300 } })]).tpotMs).toBeCloseTo(80 / 4, 9);
+      expect((await t.histogram(METRIC.tpot)).count).toBe(1);
+      // Whole parts at the end of the answer: TTFT at the first, no TPOT from their ~0 ms span.
+      const whole = run(new OpenAIResponsesAdapter(), [
+        resp('response.output_text.done', { item_id: 'msg_1', output_index: 0, content_index: 0, text: 'It is sunny in Paris.' }),
+        resp('response.function_call_arguments.done', { item_id: 'fc_1', output_index: 1, name: 'f', arguments: '{"city":"Paris"}' }),
+        resp('response.completed', { response: { model: 'o', usage: { output_tokens: 40 } } }),
+      ]);
+      expect(whole).toMatchObject({ outcome: 'ok', outputTokens: 40, contentEvents: 2, tpotMs: undefined });
+      expect(whole.ttftMs).toBe(100);
+      expect((await t.histogram(METRIC.tpot)).count).toBe(1);
+    });
+
     it('thinking that begins after the first content event (between tool uses) lies inside the span: not left out (Anthropic, Interactions, Responses)', () => {
       t = testInstruments();
       // 5 events before the hidden thinking, 5 after: 9 intervals of 20 ms, the thinking among them.

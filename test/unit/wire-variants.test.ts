@@ -33,6 +33,8 @@ interface Variant {
   finish?: (string | null)[];
   /** Whether events hold several tokens each (no event count without usage). */
   multiToken?: boolean;
+  /** Whether TPOT cannot be had (the content events' span is not where the counted output was generated). */
+  tpotUnknown?: boolean;
 }
 
 const sse = (...blocks: string[]) => Buffer.from(blocks.map((b) => `${b}\n\n`).join(''));
@@ -40,6 +42,8 @@ const data = (o: unknown) => `data: ${JSON.stringify(o)}`;
 const chat = (delta: unknown, extra: Record<string, unknown> = {}) =>
   data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm-1', choices: [{ index: 0, delta, finish_reason: null }], ...extra });
 const anthropic = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
+/** A Responses event: its SSE name is its `type`. */
+const responses = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
 /** An Interactions API event: its SSE name is its `event_type`. */
 const interaction = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}`;
 const gemini = (parts: unknown[], extra: Record<string, unknown> = {}) =>
@@ -448,6 +452,75 @@ const VARIANTS: Variant[] = [
     usage: { inputTokens: 5, outputTokens: 4 },
   },
   {
+    // AWS Bedrock API reference, ReasoningContentBlockDelta: `text`, `signature` or `redactedContent`;
+    // Converse's TokenUsage has no reasoning count.
+    name: 'Bedrock ConverseStream: reasoning that streamed only its signature, or redacted, before the text: TPOT cannot be had',
+    adapter: () => new BedrockAdapter(),
+    framing: 'eventstream',
+    bytes: Buffer.concat([
+      encodeEventStreamFrame({ ':event-type': 'messageStart', ':content-type': 'application/json', ':message-type': 'event' }, '{"role":"assistant"}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"reasoningContent":{"signature":"c2ln"}}}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":1,"delta":{"reasoningContent":{"redactedContent":"RW5j"}}}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":2,"delta":{"text":"Hi"}}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":2,"delta":{"text":" there"}}'),
+      encodeEventStreamFrame({ ':event-type': 'messageStop', ':content-type': 'application/json', ':message-type': 'event' }, '{"stopReason":"end_turn"}'),
+      encodeEventStreamFrame({ ':event-type': 'metadata', ':content-type': 'application/json', ':message-type': 'event' }, '{"usage":{"inputTokens":9,"outputTokens":240,"totalTokens":249},"metrics":{"latencyMs":900}}'),
+    ]),
+    kinds: 'NNNCCNN',
+    usage: { inputTokens: 9, outputTokens: 240 },
+    tpotUnknown: true,
+  },
+  {
+    name: 'Bedrock ConverseStream: reasoning streamed as text, then its signature: TPOT stands',
+    adapter: () => new BedrockAdapter(),
+    framing: 'eventstream',
+    bytes: Buffer.concat([
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"reasoningContent":{"text":"Let me see"}}}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":0,"delta":{"reasoningContent":{"signature":"c2ln"}}}'),
+      encodeEventStreamFrame({ ':event-type': 'contentBlockDelta', ':content-type': 'application/json', ':message-type': 'event' }, '{"contentBlockIndex":1,"delta":{"text":"Yes"}}'),
+      encodeEventStreamFrame({ ':event-type': 'metadata', ':content-type': 'application/json', ':message-type': 'event' }, '{"usage":{"inputTokens":9,"outputTokens":40,"totalTokens":49},"metrics":{"latencyMs":500}}'),
+    ]),
+    kinds: 'CNCN',
+    usage: { inputTokens: 9, outputTokens: 40 },
+    tpotUnknown: false,
+  },
+  {
+    // openai-node ResponseTextDoneEvent and its kin: a part's whole text. A gateway that relays only
+    // final events (opencode handles such streams) sends them without deltas.
+    name: 'Responses with no deltas: each .done event with its whole part is content (many tokens), and TPOT cannot be had',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      responses({ type: 'response.created', response: { id: 'resp_1', model: 'gpt-5.2', status: 'in_progress' } }),
+      responses({ type: 'response.output_item.added', output_index: 0, item: { id: 'rs_1', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.reasoning_summary_text.done', item_id: 'rs_1', output_index: 0, summary_index: 0, text: 'Weighing it.' }),
+      responses({ type: 'response.content_part.added', item_id: 'msg_1', output_index: 1, content_index: 0, part: { type: 'output_text', text: '' } }),
+      responses({ type: 'response.output_text.done', item_id: 'msg_1', output_index: 1, content_index: 0, text: 'It is sunny.' }),
+      responses({ type: 'response.output_text.done', item_id: 'msg_2', output_index: 2, content_index: 0, text: '' }),
+      responses({ type: 'response.function_call_arguments.done', item_id: 'fc_1', output_index: 3, name: 'f', arguments: '{"city":"Paris"}' }),
+      responses({ type: 'response.output_item.done', output_index: 1, item: { id: 'msg_1', type: 'message', content: [{ type: 'output_text', text: 'It is sunny.' }] } }),
+      responses({ type: 'response.completed', response: { id: 'resp_1', model: 'gpt-5.2', status: 'completed', usage: { input_tokens: 5, output_tokens: 30, output_tokens_details: { reasoning_tokens: 20 } } } }),
+    ),
+    kinds: 'NNCNCNCNN',
+    reasoningStreamed: true,
+    multiToken: true,
+    tpotUnknown: true,
+  },
+  {
+    name: 'Responses with deltas: the .done events repeat the streamed text and are no content',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      responses({ type: 'response.output_text.delta', item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'It is' }),
+      responses({ type: 'response.output_text.delta', item_id: 'msg_1', output_index: 0, content_index: 0, delta: ' sunny.' }),
+      responses({ type: 'response.output_text.done', item_id: 'msg_1', output_index: 0, content_index: 0, text: 'It is sunny.' }),
+      responses({ type: 'response.function_call_arguments.done', item_id: 'fc_1', output_index: 1, name: 'f', arguments: '{}' }),
+    ),
+    kinds: 'CCNN',
+    multiToken: false,
+    tpotUnknown: false,
+  },
+  {
     // AWS Bedrock API reference, ContentBlockDelta: `image` (ImageBlockDelta) beside text, toolUse, reasoningContent.
     name: 'Bedrock ConverseStream: an image delta is content',
     adapter: () => new BedrockAdapter(),
@@ -480,7 +553,62 @@ const VARIANTS: Variant[] = [
     ),
     kinds: 'NNNNNCCNN',
     usage: { inputTokens: 10, outputTokens: 310, reasoningTokens: 300 },
+    reasoningStreamed: false,    tpotUnknown: false,
+  },
+  {
+    // @anthropic-ai/sdk Usage.output_tokens_details: `OutputTokensDetails | null`; some models send
+    // none: the hidden thinking is somewhere in output_tokens, by an unknown amount.
+    name: 'Anthropic thinking not displayed, with no thinking count: TPOT cannot be had',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'message_start', message: { model: 'claude-opus-4-8', usage: { input_tokens: 10, output_tokens: 1 } } }),
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }),
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'c2ln' } }),
+      anthropic({ type: 'content_block_stop', index: 0 }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'text', text: '' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'Hi' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: ' there' } }),
+      anthropic({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 310, output_tokens_details: null } }),
+      anthropic({ type: 'message_stop' }),
+    ),
+    kinds: 'NNNNNCCNN',
+    usage: { inputTokens: 10, outputTokens: 310 },
     reasoningStreamed: false,
+    tpotUnknown: true,
+  },
+  {
+    // Anthropic extended thinking docs, "Thinking redaction": a redacted_thinking block arrives whole,
+    // after the thinking it holds was generated.
+    name: 'Anthropic redacted thinking first, with no thinking count: content, and TPOT cannot be had',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'redacted_thinking', data: 'RW5jcnlwdGVk' } }),
+      anthropic({ type: 'content_block_stop', index: 0 }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'Hi' } }),
+      anthropic({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 210 } }),
+    ),
+    kinds: 'CNCN',
+    usage: { outputTokens: 210 },
+    reasoningStreamed: false,
+    tpotUnknown: true,
+  },
+  {
+    name: 'Anthropic thinking not displayed between tool uses (after the first content): inside the span, TPOT stands without a thinking count',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Let me check.' } }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'thinking', thinking: '', signature: '' } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'signature_delta', signature: 'c2ln' } }),
+      anthropic({ type: 'content_block_delta', index: 2, delta: { type: 'text_delta', text: 'Done.' } }),
+      anthropic({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 90 } }),
+    ),
+    kinds: 'CNNCN',
+    usage: { outputTokens: 90 },
+    reasoningStreamed: true,
+    tpotUnknown: false,
   },
   {
     name: 'Anthropic summarized thinking: the summary is streamed reasoning',
@@ -672,6 +800,7 @@ describe('wire variants beyond the fixtures', () => {
       if (v.reasoningStreamed !== undefined) expect(a.reasoningStreamed).toBe(v.reasoningStreamed);
       if (v.finish !== undefined) expect(a.finishReasons?.list()).toEqual(v.finish);
       if (v.multiToken !== undefined) expect(a.multiTokenEvents === true).toBe(v.multiToken);
+      if (v.tpotUnknown !== undefined) expect(a.tpotUnknown === true).toBe(v.tpotUnknown);
       expect(a.errorType).toBe(v.error);
       // The same bytes one at a time: the same answer.
       const bytes = [...v.bytes].map((b) => Buffer.of(b));
