@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { parseArgs } from 'node:util';
+import zlib from 'node:zlib';
 import {
   ConfigError,
   DECIMAL,
@@ -279,6 +280,8 @@ function defined(o: Overrides): Overrides {
 }
 
 async function main(): Promise<void> {
+  // npm only warns about `engines`; without this an older Node dies on a module's missing export.
+  if (typeof (zlib as { crc32?: unknown }).crc32 !== 'function') fail(`needs Node.js >= 20.15.0 (zlib.crc32, for Bedrock's frames); this is ${process.version}`);
   const argv = process.argv.slice(2);
   if (argv[0] === 'simulate') await runSimulate(argv.slice(1));
   else if (argv[0] === 'healthcheck') await runHealthcheck(argv.slice(1));
