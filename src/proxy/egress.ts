@@ -287,7 +287,9 @@ export function egressAgentFactory(settings: EgressSettings, tunnelTimeoutMs = 1
           return;
         }
         const servername = (options as tls.ConnectionOptions).servername ?? serverName(host);
-        cb(null, tls.connect({ ...(options as tls.ConnectionOptions), host: undefined, port: undefined, path: undefined, socket: raw, servername } as tls.ConnectionOptions));
+        // `host` is the name (or IP) the certificate is checked against; left out, Node takes the
+        // socket's, the egress proxy's.
+        cb(null, tls.connect({ ...(options as tls.ConnectionOptions), host, port: undefined, path: undefined, socket: raw, servername } as tls.ConnectionOptions));
       }, tunnelTimeoutMs);
       return undefined;
     };

@@ -129,7 +129,7 @@ export class Tunnel {
         const secure = origin.protocol === 'https:';
         stage!.tunnelOpened(secure);
         const up = secure
-          ? tls.connect({ socket: raw, secureContext: upstreamTlsContext(), servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
+          ? tls.connect({ socket: raw, host: origin.host, secureContext: upstreamTlsContext(), servername: serverName(origin.host), ALPNProtocols: ['http/1.1'], allowHalfOpen: true } as tls.ConnectionOptions)
           : raw;
         raw.allowHalfOpen = true;
         up.on('data', (b: Buffer) => this.fromUpstream(b, performance.now()));

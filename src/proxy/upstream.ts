@@ -226,6 +226,9 @@ export class UpstreamClient {
       }
       const s = tls.connect({
         socket: raw,
+        // The name (or IP) the certificate must hold: without it, Node checks the certificate of
+        // an IP-literal upstream (no SNI) against the socket's host, the egress proxy's name.
+        host: origin.host,
         secureContext: upstreamTlsContext(),
         servername: serverName(origin.host),
         session: this.tlsSessions.get(key),

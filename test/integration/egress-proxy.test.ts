@@ -2,6 +2,7 @@
 // the config's egressProxy. The proxy in the middle is a real HTTP proxy on loopback
 // (helpers/forward-proxy.ts) that records what it was asked.
 import fs from 'node:fs';
+import path from 'node:path';
 import http from 'node:http';
 import https from 'node:https';
 import net, { type AddressInfo } from 'node:net';
@@ -301,6 +302,52 @@ describe('egress proxy', () => {
     expect(fp.connects).toEqual(['collector.example.test:4318']);
     for (let i = 0; i < 100 && fp.open > 0; i++) await new Promise((r) => setTimeout(r, 20));
     expect(fp.open).toBe(0);
+  });
+
+  it('checks an IP-literal https upstream\'s certificate against its IP inside the tunnel, not against the egress proxy\'s name (requests, WebSocket upgrades, OTLP pushes)', async () => {
+    // Certificates for the name "localhost" only, and for the IP 127.0.0.1; the egress proxy is
+    // reached as localhost. An IP-literal upstream sends no SNI: its certificate must hold the IP.
+    const byName = selfSignedCert('DNS:localhost');
+    const byIp = selfSignedCert('IP:127.0.0.1');
+    cleanups.push(byName.remove, byIp.remove);
+    const cas = path.join(path.dirname(byName.cert), 'both.pem');
+    fs.writeFileSync(cas, fs.readFileSync(byName.cert, 'utf8') + fs.readFileSync(byIp.cert, 'utf8'));
+    const fp = await forwardProxy();
+    const via = fp.url.replace('127.0.0.1', 'localhost');
+    const upgrade = async (proxyUrl: string) => {
+      const u = new URL(proxyUrl);
+      return new Promise<string>((resolve) => {
+        const c = net.connect({ port: Number(u.port), host: u.hostname }, () => {
+          c.write('GET /v1/realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+        });
+        let t = '';
+        c.on('data', (b: Buffer) => {
+          t += b.toString();
+          if (t.includes('\r\n\r\n')) c.destroy();
+        });
+        c.on('close', () => resolve(t.split('\r\n')[0]!));
+        c.on('error', () => {});
+      });
+    };
+    for (const [cert, ok] of [[byName, false], [byIp, true]] as const) {
+      const up = await sseUpstream(cert);
+      const proxyUrl = await start(`https://127.0.0.1:${up.port}`, proxyEnv({ NODE_USE_ENV_PROXY: '1', https_proxy: via }, { NODE_EXTRA_CA_CERTS: cas }));
+      const res = await chat(proxyUrl);
+      expect(res.status, cert === byName ? 'a certificate for localhost only' : 'a certificate for 127.0.0.1').toBe(ok ? 200 : 502);
+      expect(await res.text()).toMatch(ok ? /\[DONE\]/ : /ERR_TLS_CERT_ALTNAME_INVALID/);
+      expect(await upgrade(proxyUrl)).toMatch(ok ? /^HTTP\/1\.1 101 / : /^HTTP\/1\.1 502 /);
+      expect(fp.connects.at(-1)).toBe(`127.0.0.1:${up.port}`);
+      await spawned!.stop();
+      spawned = undefined;
+      // The OTLP exporter's agent, the same way.
+      const agent = egressAgentFactory({ http: undefined, https: parseProxyUrl(via), noProxy: [] })('https:');
+      cleanups.push(async () => agent.destroy());
+      const pushed = await new Promise<string>((resolve) => {
+        const req = https.get({ host: '127.0.0.1', port: up.port, path: '/v1/metrics', agent, ca: fs.readFileSync(cas) }, (r) => (r.resume(), resolve(String(r.statusCode))));
+        req.on('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? err.message));
+      });
+      expect(pushed).toBe(ok ? '200' : 'ERR_TLS_CERT_ALTNAME_INVALID');
+    }
   });
 
   it('reaches an upstream through an https:// proxy (TLS to the proxy, and TLS inside the tunnel)', async () => {
