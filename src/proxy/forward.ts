@@ -869,12 +869,18 @@ const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
 /** Three digits, as forwarded: 600-999 are invalid (RFC 9110 §15) but a bounded set, and not the in-band budget's. */
 const HTTP_STATUS = /^[1-9]\d\d$/;
 
-/** A `.` or `..` path segment, also percent-encoded (`%2e`). */
-const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:\/|$)/i;
+/** A `.` or `..` path segment, also percent-encoded (`%2e`), or with a `;` parameter (`..;x`). */
+const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:;[^/]*)?(?:\/|$)/i;
+/** What some upstreams take for a slash before they route: `%2F` (nginx decodes it), `%5C`. */
+const SLASH_LIKE = /%2f|%5c/i;
+const SLASHES_LIKE = new RegExp(SLASH_LIKE.source, 'gi');
 
 function hasDotSegment(target: string): boolean {
   const end = target.search(/[?#]/);
-  return DOT_SEGMENT.test(end === -1 ? target : target.slice(0, end));
+  const path = end === -1 ? target : target.slice(0, end);
+  // An encoded slash is kept as sent (Bedrock's inference-profile ARNs hold one); only a dot
+  // segment it would make is refused.
+  return DOT_SEGMENT.test(path) || (SLASH_LIKE.test(path) && DOT_SEGMENT.test(path.replace(SLASHES_LIKE, '/')));
 }
 
 /** AWS SigV4 (header or presigned query) lists `accept-encoding` among the signed headers. */

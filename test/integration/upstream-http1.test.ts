@@ -676,19 +676,27 @@ describe('request framing is the proxy own, whatever the client lists', () => {
     expect(up.state.requests[0]).toMatch(/\r\ncontent-length: 44(\r\n|$)/i);
   });
 
-  it('does not forward a path with a "." or ".." segment, even percent-encoded (400)', async () => {
+  it('does not forward a path with a "." or ".." segment, even percent-encoded, behind an encoded slash or a backslash, or with a ";" parameter (400)', async () => {
     const up = await wireUpstream((sock) => void sock.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok'));
     proxy = await startTestProxy(`${up.url}/base`);
     // Raw: a URL-based client (http.request with a URL, fetch) would resolve the segments itself.
     const ask = (p: string) => rawClient(proxy!.proxyUrl, `GET ${p} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n`);
-    for (const p of ['/v1/../etc', '/v1/%2e%2E/x', '/./v1/models', '/v1/models/..', '/v1/.%2e?q=1', 'http://h/v1/../etc', '/v1/..#x', '/v1/%2e%2e#x']) {
+    const refused = ['/v1/../etc', '/v1/%2e%2E/x', '/./v1/models', '/v1/models/..', '/v1/.%2e?q=1', 'http://h/v1/../etc', '/v1/..#x', '/v1/%2e%2e#x'];
+    // Out of /base on an upstream that decodes %2F before it routes (nginx does) or takes a
+    // backslash (`%5C`; a raw one is refused before the router) for a slash, or strips a `;`
+    // parameter (Tomcat): review 140 reached nginx's /admin/ through a route to its /llm/ with
+    // the first of these.
+    refused.push('/v1/..%2fadmin', '/v1/%2e%2e%2Fadmin', '/v1/.%2e%2f', '/v1%2F..%2Fadmin', '/v1/..%5cadmin', '/v1/..;/admin', '/v1/..;x=1/admin', '/v1/.;/x');
+    for (const p of refused) {
       const answer = await ask(p);
       expect(answer.slice(0, 12), p).toBe('HTTP/1.1 400');
       expect(JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4)).error.type).toBe('invalid_path');
     }
-    // Dots inside a segment, or in the query, are ordinary.
-    for (const p of ['/v1/.well-known/x', '/v1/a..b/...', '/v1/models?x=/../']) expect((await ask(p)).slice(0, 12), p).toBe('HTTP/1.1 200');
-    expect(up.state.requests).toHaveLength(3);
+    // Dots inside a segment, or in the query, are ordinary; so is an encoded slash that makes no
+    // dot segment (a Bedrock application inference profile's ARN holds one).
+    const ok = ['/v1/.well-known/x', '/v1/a..b/...', '/v1/models?x=/../', '/v1/models?x=..%2f', '/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Aapplication-inference-profile%2Fabc/converse-stream', '/v1/a%2F.b/..c', '/v1/a;x/..b'];
+    for (const p of ok) expect((await ask(p)).slice(0, 12), p).toBe('HTTP/1.1 200');
+    expect(up.state.requests).toHaveLength(ok.length);
   });
 
   it('times the response from the request body last byte: a slow upload is not cut by the response timeout', async () => {
