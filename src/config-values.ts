@@ -38,22 +38,25 @@ export function httpUrlProblem(s: string): string | undefined {
 }
 
 /**
- * A URL as given, for an error message, with everything up to its last `@` masked: a password
- * may hold `/`, `@` or `:` unencoded, and the scheme may be left out (`user:pw@proxy:3128`).
+ * A URL as given, for an error message, without what may be a secret: everything up to its last
+ * `@` (a password may hold `/`, `@` or `:` unencoded, and the scheme may be left out:
+ * `user:pw@proxy:3128`), and the query and fragment (Gemini's `?key=`, Azure's `?api-key=`, a
+ * signature) are masked.
  */
-export function withoutCredentials(v: string): string {
+export function maskedUrl(v: string): string {
   const at = v.lastIndexOf('@');
-  if (at === -1) return v;
   const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? '';
-  return `${scheme}…${v.slice(at)}`;
+  const rest = at === -1 ? v : `${scheme}…${v.slice(at)}`;
+  const q = rest.search(/[?#]/);
+  return q === -1 ? rest : `${rest.slice(0, q + 1)}…`;
 }
 
 /** An upstream URL given by a flag or variable (named `source` in the error), checked. */
 export function upstreamOf(source: string, v: string | undefined): string | undefined {
   if (v === undefined) return v;
   const problem = httpUrlProblem(v);
-  // The value is echoed to help, but not a password in it (stderr often reaches a log system).
-  if (problem !== undefined) throw new ConfigError(`${source}: ${problem} (got "${withoutCredentials(v)}")`);
+  // The value is echoed to help, but not a password or query in it (stderr often reaches a log system).
+  if (problem !== undefined) throw new ConfigError(`${source}: ${problem} (got "${maskedUrl(v)}")`);
   return v;
 }
 

@@ -17,7 +17,7 @@ import {
   MAX_TIMER_SECONDS,
   unbracket,
   upstreamOf,
-  withoutCredentials,
+  maskedUrl,
   type Overrides,
 } from './config-values.js';
 
@@ -465,7 +465,7 @@ function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, so
       return parseProxyUrl(value);
     } catch (e) {
       // The value is echoed to help, but not a password in it.
-      throw new ConfigError(`${key}: ${(e as Error).message} (got "${withoutCredentials(value)}")`);
+      throw new ConfigError(`${key}: ${(e as Error).message} (got "${maskedUrl(value)}")`);
     }
   };
   if (mode.toLowerCase() === 'none') return NO_EGRESS;
@@ -487,7 +487,7 @@ function egressSettings(f: z.output<typeof fileSchema>, overrides: Overrides, so
   // A word that is not a keyword (`enve`, `off`, `direct`) is a typo, not a proxy named so on
   // port 80: without a scheme, only host:port is taken as a proxy (the variables keep curl's rule).
   if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(mode) && !/:\d+\/?$/.test(mode)) {
-    throw new ConfigError(`${modeKey}: expected env, none or a proxy URL such as http://proxy.example:3128 (got "${withoutCredentials(mode)}")`);
+    throw new ConfigError(`${modeKey}: expected env, none or a proxy URL such as http://proxy.example:3128 (got "${maskedUrl(mode)}")`);
   }
   const proxy = parse(modeKey, mode);
   return Object.freeze({ http: proxy, https: proxy, noProxy: Object.freeze([...noProxy]) });

@@ -9,6 +9,10 @@ export const SECRET_HEADERS = [
   'x-api-key',
   'api-key',
   'x-goog-api-key',
+  'x-amz-security-token',
+  'ocp-apim-subscription-key',
+  // Browsers' Realtime sessions send their key in it (`openai-insecure-api-key.<key>`).
+  'sec-websocket-protocol',
   'cookie',
   'set-cookie',
 ];

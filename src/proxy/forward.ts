@@ -218,7 +218,7 @@ export class Forwarder {
     const log = this.deps.log;
     if (log.isLevelEnabled('info')) {
       log.info(
-        { reqId: requestIdOf(req), method: req.method, path: safePath(req.url), upgrade: req.headers.upgrade, status, outcome: 'refused', errorType: type, durationMs: round(performance.now() - start) },
+        { reqId: requestIdOf(req), method: req.method, path: safePath(req.url), upgrade: req.headers.upgrade?.slice(0, 100), status, outcome: 'refused', errorType: type, durationMs: round(performance.now() - start) },
         'request',
       );
     }

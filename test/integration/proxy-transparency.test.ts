@@ -439,6 +439,9 @@ describe('requests the proxy does not forward', () => {
       // A credential in an absolute-form target (RFC 3986 §3.2.1) is never logged.
       ['userinfo', 'GET http://user:s3cret@h/nowhere HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n', 404, 'no_route'],
       ['upgrade, no route', `GET /nowhere HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 404, 'no_route'],
+      // Not a WebSocket upgrade (served as HTTP/1.1); its log line keeps 100 characters of the
+      // Upgrade field, not up to the head's 16 KiB.
+      ['a long Upgrade field', `GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, close\r\nUpgrade: ${'w'.repeat(8000)}\r\n\r\n`, 404, 'no_route'],
       ['upgrade, dot segment', `GET /v1/../x HTTP/1.1\r\nHost: x\r\n${ws}\r\n`, 400, 'invalid_path'],
       ['upgrade with a body', `GET /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n${ws}\r\n{}`, 400, 'invalid_upgrade'],
       ['upgrade, no Host', `GET /v1/x HTTP/1.1\r\n${ws}\r\n`, 400, 'invalid_host'],
@@ -465,6 +468,7 @@ describe('requests the proxy does not forward', () => {
     expect(JSON.stringify(logLines)).not.toContain('s3cret');
     expect(lines.find((l) => l.errorType === 'no_route' && l.method === 'GET' && String(l.path).startsWith('http'))?.path).toBe('http://h/nowhere');
     expect(lines.filter((l) => l.upgrade === 'websocket').length).toBe(6);
+    expect(lines.filter((l) => String(l.upgrade).startsWith('www')).map((l) => l.upgrade)).toEqual(['w'.repeat(100)]);
     // The requests pipelined behind a refusal that closes: logged as dropped unsent, never forwarded.
     expect(lines.filter((l) => l.outcome !== 'refused').map((l) => [l.path, l.outcome, l.status])).toEqual(Array(6).fill(['/after', 'cancelled', undefined]));
     // The metrics port keeps Node's own answer to an HTTP/1.1 request without Host.

@@ -122,6 +122,11 @@ describe('config', () => {
     // Credentials in an upstream URL would be dropped silently.
     expect(errorOf(() => upstreamOf('--upstream', 'http://user:secret@vllm:8000'))).toMatch(/^--upstream: must not contain user:password/);
     expect(errorOf(() => upstreamOf('LLM_PROXY_UPSTREAM', 'https://user:s3cret@api.example.com/v1'))).not.toMatch(/s3cret/); // not echoed back
+    // Nor a key in the query, the natural first try for Gemini or Azure (review 140).
+    expect(errorOf(() => upstreamOf('--upstream', 'https://generativelanguage.googleapis.com/v1beta?key=AIzaSECRET'))).toBe(
+      '--upstream: must not contain a query or fragment (got "https://generativelanguage.googleapis.com/v1beta?…")',
+    );
+    expect(errorOf(() => upstreamOf('LLM_PROXY_UPSTREAM', 'https://r.openai.azure.com/openai#api-key=SECRET'))).toMatch(/\(got "https:\/\/r\.openai\.azure\.com\/openai#…"\)$/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'https://u:p@api.example.com' }] }, {}))).toMatch(/routes\[0\]\.upstream: must not contain user:password/);
   });
 
@@ -384,6 +389,9 @@ describe('egress configuration', () => {
       ['bob:hunter2@proxy:3128/path', '…@proxy:3128/path'],
       ['http://bob:hun/ter2@proxy:3128', 'http://…@proxy:3128'],
       ['http://bob:hun@ter2@proxy:3128/x', 'http://…@proxy:3128/x'],
+      // A query or fragment, which may hold a token, is masked too; so is a password with `?` in it.
+      ['http://proxy:3128/?token=hunter2', 'http://proxy:3128/?…'],
+      ['http://bob:hun?ter2@proxy:3128/x#hunter2', 'http://…@proxy:3128/x#…'],
     ]) {
       const message = errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: given }));
       expect(message).toContain(`(got "${shown}")`);

@@ -81,3 +81,22 @@ it('exitAfterLogs exits after its grace period when the reader never reads, with
   expect(() => dest.flushSync()).not.toThrow();
   expect((dest as unknown as { muted?: boolean }).muted).toBe(true);
 });
+
+it('redacts every secret-bearing header, should anything ever log headers (the proxy does not)', () => {
+  const out: string[] = [];
+  const log = createLogger('info', { write: (s: string) => void out.push(s) } as unknown as pino.DestinationStream);
+  const secrets = {
+    authorization: 'Bearer sk-1',
+    'x-api-key': 'sk-ant-2',
+    'x-goog-api-key': 'AIza3',
+    'x-amz-security-token': 'IQoJ4',
+    'ocp-apim-subscription-key': 'apim5',
+    'sec-websocket-protocol': 'realtime, openai-insecure-api-key.sk-6',
+    cookie: 'session=7',
+  };
+  log.info({ headers: secrets, req: { headers: secrets }, res: { headers: { 'set-cookie': 'session=8' } } }, 'headers');
+  const line = JSON.parse(out.join(''));
+  expect(line.headers).toEqual(Object.fromEntries(Object.keys(secrets).map((k) => [k, '[redacted]'])));
+  expect(line.req.headers).toEqual(line.headers);
+  expect(line.res.headers).toEqual({ 'set-cookie': '[redacted]' });
+});
