@@ -10,7 +10,8 @@ import { EventKind, modelInPath, nonEmpty, count, countUpdate, obj, parseObject,
  * Content-bearing: `content_block_delta` whose delta is a `text_delta`,
  * `thinking_delta`, `input_json_delta` or `compaction_delta` with non-empty
  * text, and a `redacted_thinking` block (it arrives whole in its start). Not content:
- * `message_start`, `content_block_start/stop`, `ping`, `signature_delta`,
+ * `message_start`, `content_block_start/stop` (but a text block's start with text, which a
+ * compatible server may send and the SDKs keep), `ping`, `signature_delta`,
  * `citations_delta`, an empty `thinking_delta` or `partial_json:""`,
  * `message_delta`, `message_stop`. One event usually carries several tokens.
  *
@@ -55,8 +56,9 @@ export class AnthropicAdapter implements ResponseAdapter {
       return EventKind.None;
     }
     if (t === 'ping' || t === 'content_block_stop') return EventKind.None;
-    // A block start is read only for a server-side fallback's hand-over (beta) or thinking.
-    if (t === 'content_block_start' && !ev.data.includes('"fallback"') && !ev.data.includes('thinking"')) return EventKind.None;
+    // A block start is read only for a server-side fallback's hand-over (beta), thinking, or text
+    // in a text block's start (the API's is empty; a compatible server may put the first text there).
+    if (t === 'content_block_start' && !ev.data.includes('"fallback"') && !ev.data.includes('thinking"') && !startText(ev.data)) return EventKind.None;
     const o = parseObject(ev.data);
     if (!o) return t === 'error' ? this.fail(undefined) : EventKind.None;
     return this.onObject(t !== '' ? t : typeof o.type === 'string' ? o.type : '', o);
@@ -88,6 +90,8 @@ export class AnthropicAdapter implements ResponseAdapter {
         }
         // Thinking the safety systems encrypted arrives whole here, with no deltas: it is output.
         if (b?.type === 'redacted_thinking') return nonEmpty(b.data) ? EventKind.Content : EventKind.None;
+        // The SDKs take a text block's start text as the message's first text.
+        if (b?.type === 'text') return nonEmpty(b.text) ? EventKind.Content : EventKind.None;
         // Server-side fallback: the block names the model that answers from here on.
         const to = b?.type === 'fallback' ? obj(b.to)?.model : undefined;
         if (typeof to === 'string' && to !== '') this.responseModel = to;
@@ -210,6 +214,11 @@ function iterationsOutput(v: unknown[]): number | undefined {
     sum += n;
   }
   return count(sum);
+}
+
+/** Whether a block start may hold text: anything but the API's own empty `"text":""`. */
+function startText(data: string): boolean {
+  return data.includes('"text"') && !data.includes('"text":""');
 }
 
 function deltaHasContent(d: Record<string, unknown> | undefined): boolean {

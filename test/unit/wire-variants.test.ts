@@ -556,6 +556,22 @@ const VARIANTS: Variant[] = [
     reasoningStreamed: false,    tpotUnknown: false,
   },
   {
+    // @anthropic-ai/sdk MessageStream pushes the content_block_start block as it came, text included,
+    // and appends the deltas to it: text in the start is the message's first text.
+    name: 'Anthropic text in a text block start (a compatible server) is content; the API\'s empty start is not',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'text', text: 'Hello' } }),
+      'event: content_block_start\ndata: {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}',
+      'event: content_block_start\ndata: {"type": "content_block_start", "index": 3, "content_block": {"type": "text", "text": " there"}}',
+      anthropic({ type: 'content_block_start', index: 4, content_block: { type: 'tool_use', id: 't', name: 'f', input: { text: 'x' } } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: ' world' } }),
+    ),
+    kinds: 'NCNCNC',
+  },
+  {
     // @anthropic-ai/sdk Usage.output_tokens_details: `OutputTokensDetails | null`; some models send
     // none: the hidden thinking is somewhere in output_tokens, by an unknown amount.
     name: 'Anthropic thinking not displayed, with no thinking count: TPOT cannot be had',
