@@ -223,6 +223,11 @@ async function runProxy(args: string[]): Promise<void> {
     terminalGone ||= muteIfTerminalGone(log);
     stop('SIGHUP');
   });
+  // Node's defaults: SIGUSR1 opens the inspector (code execution for anything that reaches
+  // 127.0.0.1:9229, a pod's sidecars included, in a process that holds API keys; nginx's USR1,
+  // which a copied logrotate script sends, reopens logs) and SIGUSR2 ends the process at once,
+  // cutting every stream. Neither means anything here. `--inspect` still opens the inspector.
+  for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) process.on(signal, () => log.warn({ signal }, 'signal ignored'));
   await starting;
 }
 

@@ -117,3 +117,22 @@ export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
     exit(); // already destroyed
   }
 }
+
+/**
+ * Logs a listener's error (an accept that failed), at most one line per 10 s with the count of
+ * those not logged: a flood of them must not become a flood of log lines.
+ */
+export function serverErrorLog(log: Logger, listener: string): (err: Error) => void {
+  let last = -Infinity;
+  let unlogged = 0;
+  return (err: NodeJS.ErrnoException) => {
+    const now = performance.now();
+    if (now - last < 10_000) {
+      unlogged++;
+      return;
+    }
+    log.warn({ listener, err: err.message, code: err.code, ...(unlogged > 0 ? { notLogged: unlogged } : {}) }, 'listener error');
+    last = now;
+    unlogged = 0;
+  };
+}

@@ -3,7 +3,7 @@ import type { Server } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Config } from './config.js';
-import { droppedLogLines, type Logger } from './log.js';
+import { droppedLogLines, serverErrorLog, type Logger } from './log.js';
 import { drainAfterIo } from './measure/after-io.js';
 import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
 import { Instruments } from './metrics/instruments.js';
@@ -92,10 +92,11 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     onExpectation: (req, res) => forwarder.refuseExpectation(req, res),
     deferContinue: true,
     hostOptional: true, // the forwarder answers a request without Host with its own 400 and log line
+    onServerError: serverErrorLog(log, 'proxy'),
   }).catch(
     which(`proxy on ${at(cfg.host, cfg.port, '--host/--port, LLM_PROXY_HOST/_PORT, listen.host/.port')}`),
   );
-  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive }).catch(
+  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive, onServerError: serverErrorLog(log, 'metrics') }).catch(
     async (e: Error) => {
       await new Promise((r) => proxy.server.close(r)); // not left listening while main() reports the error
       return which(`metrics on ${at(cfg.metrics.host, cfg.metrics.port, '--metrics-host/--metrics-port, LLM_PROXY_METRICS_HOST/_PORT, metrics.host/.port')}`)(e);
@@ -124,7 +125,11 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   const closeAll = async () => {
     if (closed) return;
     closed = true;
+    // A scrape under way gets a second to finish; a connection that sent nothing or half a
+    // request is then cut: it would hold the exit (and the last OTLP push) until timeouts.idle.
+    const cutScrapers = setTimeout(() => metrics.server.closeAllConnections(), 1000);
     await Promise.all([closeServer(proxy.server), closeServer(metrics.server)]);
+    clearTimeout(cutScrapers);
     forwarder.close();
     drainAfterIo(); // the records of streams cut just now, before the last export
     instruments?.shutdown();

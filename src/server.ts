@@ -174,6 +174,11 @@ export interface ListenOptions {
   deferContinue?: boolean;
   /** HTTP/1.1 requests without Host reach the app, which must refuse them itself (otherwise Node's bare 400). */
   hostOptional?: boolean;
+  /**
+   * A server error once listening (an accept that failed: EMFILE past libuv's reserve, ENOBUFS):
+   * told here, and the server serves on. Without a listener a second one would be uncaught.
+   */
+  onServerError?: (err: Error) => void;
 }
 
 /** Starts a Hono app on Node; resolves with the server and its URL once listening. */
@@ -181,7 +186,7 @@ export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
   port: number,
   host: string,
-  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer, hostOptional = false }: ListenOptions = {},
+  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer, hostOptional = false, onServerError = () => {} }: ListenOptions = {},
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     // What @hono/node-server's serve() does, plus the adapter's error handler, which serve() does
@@ -229,6 +234,8 @@ export function listen(
     }
     server.once('error', reject);
     server.listen(port, host, () => {
+      server.off('error', reject);
+      server.on('error', onServerError);
       const info = server.address() as AddressInfo;
       const h = info.family === 'IPv6' ? `[${info.address}]` : info.address;
       resolve({ server, url: `http://${h}:${info.port}` });

@@ -323,6 +323,60 @@ describe('shutdown with an OTLP collector that never answers', () => {
   });
 });
 
+describe('shutdown with a scraper that holds its connection', () => {
+  it('SIGTERM: a metrics connection that sent half a request, or nothing, is cut a second after the drain; the process exits and the final OTLP push goes out', async () => {
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });
+    closers.push(gt.close);
+    const otlp = await startOtlpReceiver();
+    closers.push(otlp.close);
+    // No periodic push within the test: the one that arrives is the shutdown's.
+    const { p, proxyUrl, metricsUrl } = await startProxy(gt.url, 2, otlp.url, { OTEL_METRIC_EXPORT_INTERVAL: '600000' });
+    expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
+    const { hostname, port } = new URL(metricsUrl);
+    const held = await Promise.all(
+      ['GET /metrics HTTP/1.1\r\nHost: x\r\n', ''].map(
+        (bytes) =>
+          new Promise<{ s: net.Socket; closed: Promise<void> }>((resolve) => {
+            const s = net.connect(Number(port), hostname, () => {
+              if (bytes !== '') s.write(bytes);
+              resolve({ s, closed: new Promise<void>((r) => s.once('close', () => r())) });
+            });
+            s.on('error', () => {});
+          }),
+      ),
+    );
+    closers.push(async () => held.forEach(({ s }) => s.destroy()));
+    await sleep(100);
+    expect(otlp.exports).toHaveLength(0);
+    const t0 = performance.now();
+    p.child.kill('SIGTERM');
+    // Before, the exit waited for timeouts.idle (590 s): a container's stop killed it first, and the push was lost.
+    expect(await Promise.race([p.exited, sleep(20_000).then(() => 'still running 20 s after SIGTERM')])).toBe(0);
+    expect(performance.now() - t0).toBeLessThan(15_000);
+    await Promise.all(held.map(({ closed }) => closed)); // cut by the proxy
+    const ttft = otlp.latest().filter((x) => x.metric === 'gen_ai.client.operation.time_to_first_chunk');
+    expect(ttft.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(1);
+  });
+});
+
+describe('signals that mean nothing to the proxy', () => {
+  it('SIGUSR1 opens no inspector and SIGUSR2 does not end the process: each is logged and ignored, streams go on', async () => {
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });
+    closers.push(gt.close);
+    const { p, proxyUrl } = await startProxy(gt.url, 2, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus' });
+    const inspectors = () => execFileSync('ss', ['-Hltnp'], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(`pid=${p.child.pid},`));
+    const before = inspectors().length; // the proxy's own two listeners
+    for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) {
+      p.child.kill(signal);
+      await p.waitFor((l) => l.msg === 'signal ignored' && l.signal === signal);
+    }
+    await sleep(300); // an inspector would be listening by now
+    expect(inspectors()).toHaveLength(before);
+    expect(p.child.exitCode).toBeNull();
+    expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
+  });
+});
+
 describe('event-loop delay with two readers', () => {
   it('a stall shows in the Prometheus scrape after OTLP pushes, and in the OTLP push: each reader has its own window', async () => {
     const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });

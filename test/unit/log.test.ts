@@ -3,7 +3,7 @@ import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, expect, it, vi } from 'vitest';
-import { createLogger, droppedLogLines, exitAfterLogs, stdoutDestination } from '../../src/log.js';
+import { createLogger, droppedLogLines, exitAfterLogs, serverErrorLog, stdoutDestination } from '../../src/log.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 type SonicBoom = { _len: number; destroy(): void };
@@ -99,4 +99,22 @@ it('redacts every secret-bearing header, should anything ever log headers (the p
   expect(line.headers).toEqual(Object.fromEntries(Object.keys(secrets).map((k) => [k, '[redacted]'])));
   expect(line.req.headers).toEqual(line.headers);
   expect(line.res.headers).toEqual({ 'set-cookie': '[redacted]' });
+});
+
+it('serverErrorLog: one warn line per 10 s for a flood of listener errors, with the count it did not log', () => {
+  const out: Record<string, unknown>[] = [];
+  const log = createLogger('info', { write: (s: string) => void out.push(JSON.parse(s)) } as unknown as pino.DestinationStream);
+  let now = 1_000;
+  vi.spyOn(performance, 'now').mockImplementation(() => now);
+  const told = serverErrorLog(log, 'proxy');
+  const emfile = Object.assign(new Error('accept EMFILE'), { code: 'EMFILE' });
+  for (let i = 0; i < 500; i++) told(emfile);
+  now += 9_999;
+  told(emfile);
+  now += 1;
+  told(emfile);
+  expect(out.map((l) => [l.level, l.msg, l.listener, l.code, l.notLogged])).toEqual([
+    [40, 'listener error', 'proxy', 'EMFILE', undefined],
+    [40, 'listener error', 'proxy', 'EMFILE', 500],
+  ]);
 });

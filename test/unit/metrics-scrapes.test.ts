@@ -121,3 +121,16 @@ describe('/metrics scrapes in flight', () => {
     for (const s of sockets) s.destroy();
   });
 });
+
+describe('a listener error once listening', () => {
+  it('is told to onServerError, every time, and the server serves on (the listen promise\'s one-off handler is gone)', async () => {
+    const seen: string[] = [];
+    const { server, url } = await listen(createMetricsApp(gated(0).telemetry, { ready: () => true }), 0, '127.0.0.1', { onServerError: (e) => seen.push(e.message) });
+    servers.push(server);
+    expect(server.listenerCount('error')).toBe(1);
+    // As libuv passes an accept failure up (EMFILE past its reserve descriptor, ENOBUFS).
+    for (const code of ['EMFILE', 'ENOBUFS']) server.emit('error', Object.assign(new Error(`accept ${code}`), { code }));
+    expect(seen).toEqual(['accept EMFILE', 'accept ENOBUFS']);
+    expect(await get(url).done).toMatchObject({ status: 200, body: '# TYPE x gauge\nx 1\n' });
+  });
+});
