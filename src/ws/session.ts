@@ -561,7 +561,8 @@ const LIVE_OK_REASONS = new Set(['TURN_COMPLETE_REASON_UNSPECIFIED', 'NEED_MORE_
  * with text, inline data (audio) or a call, and `toolCall`. End: `generationComplete` (the
  * model is done; `turnComplete` may follow after the client played the audio), read up to
  * `turnComplete` for its usage and `turnCompleteReason`; a `toolCall` (the client answers, and
- * the model goes on in a turn of its own); `interrupted` (cancelled, at that time).
+ * the model goes on in a turn of its own); `interrupted` (cancelled, at that time). Content after
+ * the end (its `turnComplete` not come) is the next turn's.
  */
 class GeminiLive {
   private trigger: number | undefined;
@@ -615,8 +616,9 @@ class GeminiLive {
         }
       }
     }
-    // Content after an interruption whose turnComplete did not come: that turn ends first.
-    if (content && this.turn !== undefined && (this.interrupted || this.playbackCut)) this.end();
+    // Content after the open turn's generation ended (generationComplete, an interruption) whose
+    // turnComplete did not come: it is the next turn's, and that turn ends first (at its end).
+    if (content && this.turn !== undefined && this.ended !== undefined) this.end();
     const reason = sc?.turnCompleteReason;
     const failed = typeof reason === 'string' && !LIVE_OK_REASONS.has(reason);
     if (this.trigger !== undefined && at - this.trigger > STALE_TRIGGER_MS) this.trigger = undefined;

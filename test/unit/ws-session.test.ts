@@ -330,6 +330,25 @@ describe('review cases', () => {
     ]);
   });
 
+  it('Live: content after generationComplete whose turnComplete never came is the next turn\'s: the turn ends first, at its generationComplete', async () => {
+    // The property test's counterexample (seed -842587190): a refused turn whose turnComplete was
+    // garbled, its generationComplete, then the next question's answer. That answer's content went
+    // to the ended turn, which then closed at its old end: duration 0 after a TTFT of 20, and a
+    // longest gap of -1 ms.
+    const t = session(LIVE);
+    t.client(0, { clientContent: { turnComplete: true } });
+    t.server(0, { serverContent: { turnComplete: -1, turnCompleteReason: 'PROHIBITED_INPUT_CONTENT' } });
+    t.server(0, { serverContent: { generationComplete: true } });
+    t.client(15, { clientContent: { turns: [{ role: 'user', parts: [{ text: 'weather?' }] }], turnComplete: true } });
+    t.server(20, { serverContent: { modelTurn: { role: 'model', parts: [{ text: 'warm' }] } } });
+    t.server(25, audio);
+    t.server(30, { serverContent: { turnComplete: true }, usageMetadata: { promptTokenCount: 9, responseTokenCount: 20 } });
+    expect(t.summaries.map((x) => [x.outcome, x.errorType, x.durationMs, x.ttftMs, x.maxGapMs, x.contentEvents, x.outputTokens])).toEqual([
+      ['error', 'prohibited_input_content', 0, undefined, undefined, 0, undefined],
+      ['ok', undefined, 30 - 15, 20 - 15, 5, 2, 20],
+    ]);
+  });
+
   it('Live: a follow-up that interrupts a turn before its output begins the next turn (TTFT and duration from it)', async () => {
     for (const closeInterrupted of [false, true]) {
       const t = session(LIVE);
