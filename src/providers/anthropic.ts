@@ -38,8 +38,10 @@ export class AnthropicAdapter implements ResponseAdapter {
    * streamed token, and its tokens are left out of TPOT (see RequestMeter.finish).
    */
   reasoningStreamed = false;
-  /** A thinking block (not displayed, or redacted) began before the first content event. */
+  /** A thinking block (not displayed, or redacted) began before the first content event and streamed no thinking. */
   private reasoningBeforeContent = false;
+  /** A thinking block began after the first content event (between tool uses). */
+  private reasoningAfterContent = false;
   private contentSeen = false;
   readonly finishReasons = new FinishReasons();
   /** Raw usage fields as last reported (BAD: sent, but no count); `usage` is derived from them. */
@@ -79,13 +81,16 @@ export class AnthropicAdapter implements ResponseAdapter {
       case 'content_block_delta': {
         const d = obj(o.delta);
         if (!deltaHasContent(d)) return EventKind.None;
-        if (d!.type === 'thinking_delta') this.reasoningStreamed = true;
+        if (d!.type === 'thinking_delta') {
+          this.reasoningStreamed = true;
+          if (!this.contentSeen) this.reasoningBeforeContent = false; // displayed: its thinking is in the span
+        }
         return EventKind.Content;
       }
       case 'content_block_start': {
         const b = obj(o.content_block);
         if (b?.type === 'thinking' || b?.type === 'redacted_thinking') {
-          if (this.contentSeen) this.reasoningStreamed = true;
+          if (this.contentSeen) this.reasoningStreamed = this.reasoningAfterContent = true;
           else this.reasoningBeforeContent = true;
         }
         // Thinking the safety systems encrypted arrives whole here, with no deltas: it is output.
@@ -172,11 +177,12 @@ export class AnthropicAdapter implements ResponseAdapter {
 
   /**
    * Thinking generated before the first streamed token and not streamed, with no count of it
-   * (`output_tokens_details` is null for some models): how much of the output count lies
-   * outside TPOT's span is unknown.
+   * (`output_tokens_details` is null for some models), or with a count that also holds thinking
+   * inside the span (a block between tool uses): how much of the output count lies outside TPOT's
+   * span is unknown.
    */
   get tpotUnknown(): boolean {
-    return this.reasoningBeforeContent && !this.reasoningStreamed && this.usage.reasoningTokens === undefined;
+    return this.reasoningBeforeContent && (this.usage.reasoningTokens === undefined || this.reasoningAfterContent);
   }
 
   /** Whether a final output count was sent, usable or not (Bedrock invoke's metrics stand in otherwise). */

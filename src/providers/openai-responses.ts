@@ -71,8 +71,20 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   private deltaSeen = false;
   /** Set by the first audio delta, as in Chat, or a `.done` event's whole text: many tokens each. */
   multiTokenEvents = false;
-  /** Whole parts came instead of deltas: their span is not the generation's (see ResponseAdapter). */
-  tpotUnknown = false;
+  /** Whole parts came instead of deltas: their span is not the generation's. */
+  private wholeParts = false;
+  /** A reasoning item began before the first content event and streamed no summary or text. */
+  private reasoningBeforeContent = false;
+  /** A reasoning item began after the first content event (between tool calls). */
+  private reasoningAfterContent = false;
+
+  /**
+   * Whole parts; or reasoning before the first streamed token, hidden, with no count of it or a
+   * count that also holds reasoning inside the span: TPOT cannot be had (see ResponseAdapter).
+   */
+  get tpotUnknown(): boolean {
+    return this.wholeParts || (this.reasoningBeforeContent && (this.usage.reasoningTokens === undefined || this.reasoningAfterContent));
+  }
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
@@ -91,8 +103,10 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       this.deltaSeen = true;
       o ??= parseObject(ev.data);
       if (!o || !nonEmpty(o.delta)) return EventKind.None;
-      if (REASONING_EVENTS.has(type)) this.reasoningStreamed = true;
-      else if (type === 'response.audio.delta') this.multiTokenEvents = true;
+      if (REASONING_EVENTS.has(type)) {
+        this.reasoningStreamed = true;
+        if (!this.contentSeen) this.reasoningBeforeContent = false; // summarised: in the span
+      } else if (type === 'response.audio.delta') this.multiTokenEvents = true;
       this.contentSeen = true;
       return EventKind.Content;
     }
@@ -101,15 +115,19 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       o ??= parseObject(ev.data);
       if (!o || !nonEmpty(o[whole])) return EventKind.None;
       if (type.startsWith('response.reasoning_')) this.reasoningStreamed = true;
-      this.multiTokenEvents = this.tpotUnknown = true;
+      this.multiTokenEvents = this.wholeParts = true;
       this.contentSeen = true;
       return EventKind.Content;
     }
     // A reasoning item after the first content event (reasoning between tool calls): the
-    // reasoning then lies inside the span TPOT divides, summarised or not.
-    if (type === 'response.output_item.added' && this.contentSeen && !this.reasoningStreamed && ev.data.includes('"reasoning"')) {
+    // reasoning then lies inside the span TPOT divides, summarised or not. Before it: outside,
+    // unless a summary of it is streamed.
+    if (type === 'response.output_item.added' && ev.data.includes('"reasoning"')) {
       o ??= parseObject(ev.data);
-      if (obj(o?.item)?.type === 'reasoning') this.reasoningStreamed = true;
+      if (obj(o?.item)?.type === 'reasoning') {
+        if (this.contentSeen) this.reasoningStreamed = this.reasoningAfterContent = true;
+        else this.reasoningBeforeContent = true;
+      }
       return EventKind.None;
     }
     if (!READ_EVENTS.has(type)) return EventKind.None;

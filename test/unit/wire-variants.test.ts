@@ -42,8 +42,8 @@ const data = (o: unknown) => `data: ${JSON.stringify(o)}`;
 const chat = (delta: unknown, extra: Record<string, unknown> = {}) =>
   data({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'm-1', choices: [{ index: 0, delta, finish_reason: null }], ...extra });
 const anthropic = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
-/** A Responses event: its SSE name is its `type`. */
-const responses = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}`;
+/** A Responses event: its SSE name is its `type`, as Anthropic's. */
+const responses = anthropic;
 /** An Interactions API event: its SSE name is its `event_type`. */
 const interaction = (o: { event_type: string } & Record<string, unknown>) => `event: ${o.event_type}\ndata: ${JSON.stringify(o)}`;
 const gemini = (parts: unknown[], extra: Record<string, unknown> = {}) =>
@@ -485,6 +485,83 @@ const VARIANTS: Variant[] = [
     tpotUnknown: false,
   },
   {
+    // Server tools with interleaved thinking, display omitted (review 141): hidden thinking before
+    // the first text and again between tool uses. Counted or not, the count cannot be split
+    // between the span and what came before it.
+    name: 'Anthropic hidden thinking before the first content and again after it: TPOT cannot be had, with or without a thinking count',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      anthropic({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }),
+      anthropic({ type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature: 'c2ln' } }),
+      anthropic({ type: 'content_block_start', index: 1, content_block: { type: 'server_tool_use', id: 's', name: 'web_search', input: {} } }),
+      anthropic({ type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '{"query":"x"}' } }),
+      anthropic({ type: 'content_block_start', index: 2, content_block: { type: 'thinking', thinking: '', signature: '' } }),
+      anthropic({ type: 'content_block_delta', index: 3, delta: { type: 'text_delta', text: 'Sunny.' } }),
+      anthropic({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 1000, output_tokens_details: { thinking_tokens: 900 } } }),
+    ),
+    kinds: 'NNNCNCN',
+    usage: { outputTokens: 1000, reasoningTokens: 900 },
+    reasoningStreamed: true,
+    tpotUnknown: true,
+  },
+  {
+    name: 'Responses: a hidden reasoning item before the first content is left out when counted; with another one after it, or with no count, TPOT cannot be had',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      responses({ type: 'response.output_item.added', output_index: 0, item: { id: 'rs_1', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.output_item.added', output_index: 1, item: { id: 'ws_1', type: 'web_search_call', status: 'in_progress' } }),
+      responses({ type: 'response.output_text.delta', item_id: 'msg_1', output_index: 2, content_index: 0, delta: 'Sunny' }),
+      responses({ type: 'response.completed', response: { id: 'r', model: 'o4-mini', status: 'completed', usage: { output_tokens: 300, output_tokens_details: { reasoning_tokens: 290 } } } }),
+    ),
+    kinds: 'NNCN',
+    reasoningStreamed: false,
+    tpotUnknown: false,
+  },
+  {
+    name: 'Responses: hidden reasoning before and between the tool calls, counted together: TPOT cannot be had',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      responses({ type: 'response.output_item.added', output_index: 0, item: { id: 'rs_1', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.function_call_arguments.delta', item_id: 'fc_1', output_index: 1, delta: '{"q":1}' }),
+      responses({ type: 'response.output_item.added', output_index: 2, item: { id: 'rs_2', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.output_text.delta', item_id: 'msg_1', output_index: 3, content_index: 0, delta: 'Sunny' }),
+      responses({ type: 'response.completed', response: { id: 'r', model: 'o4-mini', status: 'completed', usage: { output_tokens: 300, output_tokens_details: { reasoning_tokens: 290 } } } }),
+    ),
+    kinds: 'NCNCN',
+    reasoningStreamed: true,
+    tpotUnknown: true,
+  },
+  {
+    name: 'Responses: a hidden reasoning item before the first content with no count of it (a compatible server): TPOT cannot be had; a streamed summary keeps it',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      responses({ type: 'response.output_item.added', output_index: 0, item: { id: 'rs_1', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.output_text.delta', item_id: 'msg_1', output_index: 1, content_index: 0, delta: 'Sunny' }),
+      responses({ type: 'response.completed', response: { id: 'r', model: 'm', status: 'completed', usage: { output_tokens: 300 } } }),
+    ),
+    kinds: 'NCN',
+    reasoningStreamed: false,
+    tpotUnknown: true,
+  },
+  {
+    name: 'Responses: a reasoning item whose summary is streamed before the answer keeps TPOT (the summary is in the span)',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      responses({ type: 'response.output_item.added', output_index: 0, item: { id: 'rs_1', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.reasoning_summary_text.delta', item_id: 'rs_1', output_index: 0, summary_index: 0, delta: 'Weighing' }),
+      responses({ type: 'response.output_text.delta', item_id: 'msg_1', output_index: 1, content_index: 0, delta: 'Sunny' }),
+      responses({ type: 'response.completed', response: { id: 'r', model: 'm', status: 'completed', usage: { output_tokens: 300 } } }),
+    ),
+    kinds: 'NCCN',
+    reasoningStreamed: true,
+    tpotUnknown: false,
+  },
+  {
     // openai-node ResponseTextDoneEvent and its kin: a part's whole text. A gateway that relays only
     // final events (opencode handles such streams) sends them without deltas.
     name: 'Responses with no deltas: each .done event with its whole part is content (many tokens), and TPOT cannot be had',
@@ -553,7 +630,8 @@ const VARIANTS: Variant[] = [
     ),
     kinds: 'NNNNNCCNN',
     usage: { inputTokens: 10, outputTokens: 310, reasoningTokens: 300 },
-    reasoningStreamed: false,    tpotUnknown: false,
+    reasoningStreamed: false,
+    tpotUnknown: false,
   },
   {
     // @anthropic-ai/sdk MessageStream pushes the content_block_start block as it came, text included,
