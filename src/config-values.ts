@@ -44,11 +44,20 @@ export function httpUrlProblem(s: string): string | undefined {
  * signature) are masked.
  */
 export function maskedUrl(v: string): string {
-  const at = v.lastIndexOf('@');
   const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? '';
-  const rest = at === -1 ? v : `${scheme}…${v.slice(at)}`;
-  const q = rest.search(/[?#]/);
-  return q === -1 ? rest : `${rest.slice(0, q + 1)}…`;
+  // A URL the WHATWG parser reads: rebuilt from its parts (an `@` in the query is no password's).
+  if (/^https?:\/\//i.test(v) && URL.canParse(v)) {
+    const u = new URL(v);
+    const credentials = u.username !== '' || u.password !== '' ? '…@' : '';
+    const path = /^https?:\/\/[^/?#]*\//i.test(v) ? u.pathname : ''; // not the `/` the parser adds
+    return `${scheme}${credentials}${u.host}${path}${v.includes('?') ? '?…' : ''}${v.includes('#') ? '#…' : ''}`;
+  }
+  const at = v.lastIndexOf('@');
+  const q = v.search(/[?#]/);
+  // Both: which one ends the password and which one begins the query cannot be told.
+  if (at !== -1 && q !== -1) return `${scheme}…`;
+  if (at !== -1) return `${scheme}…${v.slice(at)}`;
+  return q === -1 ? v : `${v.slice(0, q + 1)}…`;
 }
 
 /** An upstream URL given by a flag or variable (named `source` in the error), checked. */

@@ -126,6 +126,7 @@ describe('config', () => {
     expect(errorOf(() => upstreamOf('--upstream', 'https://generativelanguage.googleapis.com/v1beta?key=AIzaSECRET'))).toBe(
       '--upstream: must not contain a query or fragment (got "https://generativelanguage.googleapis.com/v1beta?…")',
     );
+    expect(errorOf(() => upstreamOf('--upstream', 'https://gw.example/v1?user=alice@example.com&key=SECRET'))).toMatch(/\(got "https:\/\/gw\.example\/v1\?…"\)$/);
     expect(errorOf(() => upstreamOf('LLM_PROXY_UPSTREAM', 'https://r.openai.azure.com/openai#api-key=SECRET'))).toMatch(/\(got "https:\/\/r\.openai\.azure\.com\/openai#…"\)$/);
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 'https://u:p@api.example.com' }] }, {}))).toMatch(/routes\[0\]\.upstream: must not contain user:password/);
   });
@@ -391,7 +392,10 @@ describe('egress configuration', () => {
       ['http://bob:hun@ter2@proxy:3128/x', 'http://…@proxy:3128/x'],
       // A query or fragment, which may hold a token, is masked too; so is a password with `?` in it.
       ['http://proxy:3128/?token=hunter2', 'http://proxy:3128/?…'],
-      ['http://bob:hun?ter2@proxy:3128/x#hunter2', 'http://…@proxy:3128/x#…'],
+      // An `@` and a `?`: which ends the password and which begins the query cannot be told.
+      ['http://bob:hun?ter2@proxy:3128/x#hunter2', 'http://…'],
+      // An `@` inside the query is no password's (review 141).
+      ['http://proxy:3128/?u=a@b&token=hunter2', 'http://proxy:3128/?…'],
     ]) {
       const message = errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: given }));
       expect(message).toContain(`(got "${shown}")`);
