@@ -562,7 +562,8 @@ const LIVE_OK_REASONS = new Set(['TURN_COMPLETE_REASON_UNSPECIFIED', 'NEED_MORE_
  * model is done; `turnComplete` may follow after the client played the audio), read up to
  * `turnComplete` for its usage and `turnCompleteReason`; a `toolCall` (the client answers, and
  * the model goes on in a turn of its own); `interrupted` (cancelled, at that time). Content after
- * the end (its `turnComplete` not come) is the next turn's.
+ * the end (its `turnComplete` not come) is the next turn's once an input came since, else the
+ * same turn's, whose end moves to it.
  */
 class GeminiLive {
   private trigger: number | undefined;
@@ -617,8 +618,13 @@ class GeminiLive {
       }
     }
     // Content after the open turn's generation ended (generationComplete, an interruption) whose
-    // turnComplete did not come: it is the next turn's, and that turn ends first (at its end).
-    if (content && this.turn !== undefined && this.ended !== undefined) this.end();
+    // turnComplete did not come: the next turn's when it was interrupted or an input came since,
+    // and that turn ends first (at its end); else the generation went on (trailing audio some
+    // servers send after generationComplete), and its end moves to this content.
+    if (content && this.turn !== undefined && this.ended !== undefined) {
+      if (this.interrupted || this.playbackCut || this.trigger !== undefined) this.end();
+      else this.ended = at;
+    }
     const reason = sc?.turnCompleteReason;
     const failed = typeof reason === 'string' && !LIVE_OK_REASONS.has(reason);
     if (this.trigger !== undefined && at - this.trigger > STALE_TRIGGER_MS) this.trigger = undefined;

@@ -330,7 +330,7 @@ describe('review cases', () => {
     ]);
   });
 
-  it('Live: content after generationComplete whose turnComplete never came is the next turn\'s: the turn ends first, at its generationComplete', async () => {
+  it('Live: content after generationComplete whose turnComplete never came is the next turn\'s once an input came since: the turn ends first, at its generationComplete', async () => {
     // The property test's counterexample (seed -842587190): a refused turn whose turnComplete was
     // garbled, its generationComplete, then the next question's answer. That answer's content went
     // to the ended turn, which then closed at its old end: duration 0 after a TTFT of 20, and a
@@ -347,6 +347,16 @@ describe('review cases', () => {
       ['error', 'prohibited_input_content', 0, undefined, undefined, 0, undefined],
       ['ok', undefined, 30 - 15, 20 - 15, 5, 2, 20],
     ]);
+    // With no input since, content after generationComplete is the same turn's (trailing audio,
+    // review 141): one turn, its end moved to that content, its usage whole.
+    const u = session(LIVE);
+    u.client(0, { clientContent: { turnComplete: true } });
+    for (const at of [100, 120, 140]) u.server(at, audio);
+    u.server(150, { serverContent: { generationComplete: true } });
+    u.server(160, audio);
+    u.server(2000, { serverContent: { turnComplete: true }, usageMetadata: { responseTokenCount: 100 } });
+    expect(u.summaries.map((x) => [x.outcome, x.durationMs, x.ttftMs, x.maxGapMs, x.contentEvents, x.outputTokens])).toEqual([['ok', 160, 100, 20, 4, 100]]);
+    expect((await u.histogram(METRIC.tpot)).count).toBe(1);
   });
 
   it('Live: a follow-up that interrupts a turn before its output begins the next turn (TTFT and duration from it)', async () => {
