@@ -654,7 +654,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Failed requests by error_type (req/s)',
-    description: `Requests per second that ended with an error_type label on ${METRICS.duration} (client_cancelled, upstream_reset, timeout, upstream_unreachable, upstream_protocol_error, an HTTP status, or the provider's in-band error type).`,
+    description: `Requests per second that ended with an error_type label on ${METRICS.duration} (client_cancelled, upstream_reset, timeout, upstream_unreachable, proxy_out_of_resources, upstream_protocol_error, an HTTP status, or the provider's in-band error type).`,
     unit: 'reqps',
     w: 12,
     h: 7,

@@ -74,6 +74,8 @@ export const ERROR_TYPE = {
   upstreamReset: 'upstream_reset',
   timeout: 'timeout',
   unreachable: 'upstream_unreachable',
+  /** No upstream connection could be opened for want of the proxy's own resources (EMFILE, ENFILE, ENOBUFS, ENOMEM): a 503. */
+  outOfResources: 'proxy_out_of_resources',
   /** The upstream's answer was not valid HTTP/1.1 (status line, header, length or chunk framing). */
   protocol: 'upstream_protocol_error',
   shutdownDeadline: 'shutdown_deadline',

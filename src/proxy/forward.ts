@@ -694,12 +694,15 @@ class InFlight implements ExchangeHandler {
     const protocol = err instanceof HttpParseError || err instanceof ChunkedError;
     if (!this.res.headersSent) {
       // Nothing reached the client yet: answer for the upstream.
-      const status = timeout ? 504 : 502;
+      const code = (err as NodeJS.ErrnoException).code;
+      // Out of file descriptors or buffers: the proxy's own state, not the provider's (a 503, as
+      // for any server that cannot take more now).
+      const exhausted = code !== undefined && OUT_OF_RESOURCES.has(code);
+      const status = timeout ? 504 : exhausted ? 503 : 502;
       // A connection that was up and then closed or reset (a pooled one the server dropped, too) is
       // a reset; one that never came up is unreachable.
-      const reset = !timeout && !protocol && this.exchange?.connected === true;
-      const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
-      const code = (err as NodeJS.ErrnoException).code;
+      const reset = !timeout && !protocol && !exhausted && this.exchange?.connected === true;
+      const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : exhausted ? ERROR_TYPE.outOfResources : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
       // Every address of a name refused: an AggregateError, whose own message is empty.
       const detail = err.message || ((err as Partial<AggregateError>).errors ?? []).map((e: Error) => e.message).join('; ');
       this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, code }, 'upstream request failed');
@@ -708,11 +711,13 @@ class InFlight implements ExchangeHandler {
         ? err.message
         : protocol
           ? `invalid upstream response: ${err.message}`
-          : reset
-            ? (err as NodeJS.ErrnoException).syscall === 'write'
-              ? `upstream closed the connection while the request body was being sent (${code ?? err.message}); it may have answered before reading it all`
-              : `upstream closed the connection before responding (${code ?? err.message})`
-            : `upstream unreachable: ${code ?? err.message}`;
+          : exhausted
+            ? `the proxy could not open a connection to the upstream: ${code} (out of ${code === 'EMFILE' || code === 'ENFILE' ? 'file descriptors' : 'memory'})`
+            : reset
+              ? (err as NodeJS.ErrnoException).syscall === 'write'
+                ? `upstream closed the connection while the request body was being sent (${code ?? err.message}); it may have answered before reading it all`
+                : `upstream closed the connection before responding (${code ?? err.message})`
+              : `upstream unreachable: ${code ?? err.message}`;
       sendError(this.res, status, type, message);
       this.complete(type);
       this.req.resume();
@@ -868,6 +873,9 @@ const MAX_ERROR_TYPES = 50;
 const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
 /** Three digits, as forwarded: 600-999 are invalid (RFC 9110 §15) but a bounded set, and not the in-band budget's. */
 const HTTP_STATUS = /^[1-9]\d\d$/;
+
+/** Error codes of the proxy's own resources running out. */
+const OUT_OF_RESOURCES: ReadonlySet<string> = new Set(['EMFILE', 'ENFILE', 'ENOBUFS', 'ENOMEM']);
 
 /** A `.` or `..` path segment, also percent-encoded (`%2e`), or with a `;` parameter (`..;x`). */
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:;[^/]*)?(?:\/|$)/i;

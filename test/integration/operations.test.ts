@@ -1,6 +1,6 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { closeSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -363,17 +363,72 @@ describe('signals that mean nothing to the proxy', () => {
   it('SIGUSR1 opens no inspector and SIGUSR2 does not end the process: each is logged and ignored, streams go on', async () => {
     const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });
     closers.push(gt.close);
-    const { p, proxyUrl } = await startProxy(gt.url, 2, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus' });
-    const inspectors = () => execFileSync('ss', ['-Hltnp'], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(`pid=${p.child.pid},`));
-    const before = inspectors().length; // the proxy's own two listeners
+    // The inspector's port pinned to a free one, so that its opening would be seen there.
+    const spare = net.createServer();
+    await new Promise<void>((r) => spare.listen(0, '127.0.0.1', r));
+    const inspectPort = (spare.address() as AddressInfo).port;
+    await new Promise((r) => spare.close(r));
+    const { p, proxyUrl } = await startProxy(gt.url, 2, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus', NODE_OPTIONS: `--inspect-port=127.0.0.1:${inspectPort}` });
+    const listeners = () => execFileSync('ss', ['-Hltnp'], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(`pid=${p.child.pid},`));
+    expect(listeners()).toHaveLength(2); // the proxy's and the metrics port: ss sees the process
     for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) {
       p.child.kill(signal);
       await p.waitFor((l) => l.msg === 'signal ignored' && l.signal === signal);
     }
     await sleep(300); // an inspector would be listening by now
-    expect(inspectors()).toHaveLength(before);
+    expect(listeners()).toHaveLength(2);
+    expect(await connectRefused(`http://127.0.0.1:${inspectPort}`)).toBe(true);
     expect(p.child.exitCode).toBeNull();
     expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
+  });
+});
+
+describe('out of file descriptors', () => {
+  it('an upstream connection the proxy cannot open for want of descriptors is its own 503 proxy_out_of_resources, not the provider\'s upstream_unreachable; it serves on once they are free', async () => {
+    // An upstream that takes connections and never answers: each request holds two descriptors.
+    const held = new Set<net.Socket>();
+    const silent = net.createServer((s) => (held.add(s), s.on('error', () => {})));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    closers.push(async () => {
+      for (const s of held) s.destroy();
+      await new Promise((r) => silent.close(r));
+    });
+    const p = spawnCli(['--upstream', `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0'], { OTEL_METRICS_EXPORTER: 'prometheus' });
+    procs.push(p);
+    const { proxyUrl, metricsUrl } = (await p.waitFor((l) => l.msg === 'listening')) as { proxyUrl: string; metricsUrl: string };
+    // Room for ~20 more descriptors than the process has open now.
+    const open = readdirSync(`/proc/${p.child.pid}/fd`).length;
+    execFileSync('prlimit', ['--pid', String(p.child.pid), `--nofile=${open + 20}:${open + 20}`]);
+    const agent = new http.Agent({ keepAlive: false, maxSockets: 100 });
+    closers.push(async () => agent.destroy());
+    const answers = await Promise.all(
+      Array.from(
+        { length: 40 },
+        () =>
+          new Promise<string>((resolve) => {
+            const req = http.request(`${proxyUrl}/v1/chat/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
+              let body = '';
+              res.on('data', (d: Buffer) => (body += d.toString()));
+              res.on('end', () => resolve(`${res.statusCode} ${/"type":"([^"]+)"/.exec(body)?.[1]}`));
+            });
+            req.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+            req.end('{"model":"fd-model","stream":true}');
+            // The requests that got through wait on the silent upstream: given up on here.
+            setTimeout(() => (req.destroy(), resolve('waiting')), 2500);
+          }),
+      ),
+    );
+    const byAnswer = answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {});
+    expect(byAnswer['503 proxy_out_of_resources'], JSON.stringify(byAnswer)).toBeGreaterThan(0);
+    expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable'))).toEqual([]);
+    const lines = p.lines.filter((l) => l.msg === 'upstream request failed');
+    expect(lines.length).toBeGreaterThan(0);
+    expect(new Set(lines.map((l) => l.code))).toEqual(new Set(['EMFILE']));
+    // Descriptors free again (the held upstream connections closed): it serves on.
+    for (const s of held) s.destroy();
+    await sleep(200);
+    const metrics = parseProm(await (await fetch(`${metricsUrl}/metrics`)).text());
+    expect(hist(metrics, 'gen_ai_client_operation_duration_seconds', { error_type: 'proxy_out_of_resources' }).count).toBe(byAnswer['503 proxy_out_of_resources']);
   });
 });
 
