@@ -38,25 +38,29 @@ export function httpUrlProblem(s: string): string | undefined {
 }
 
 /**
- * A URL as given, for an error message, without what may be a secret: everything up to its last
- * `@` (a password may hold `/`, `@` or `:` unencoded, and the scheme may be left out:
- * `user:pw@proxy:3128`), and the query and fragment (Gemini's `?key=`, Azure's `?api-key=`, a
- * signature) are masked.
+ * A URL as given, for an error message, without what may be a secret: credentials, the query
+ * (Gemini's `?key=`, Azure's `?api-key=`, a signature) and the fragment. An http(s) URL whose
+ * last `@` before its query lies in what the parser takes for its authority is rebuilt from its
+ * parts (an `@` in the query is no password's). Otherwise everything up to the last `@` is masked
+ * (a password may hold `/`, `@` or `:` unencoded: `http://u:2024/pw@proxy` parses with `pw@proxy`
+ * in its path, and the scheme may be left out: `user:pw@proxy:3128`), and the query and fragment
+ * too; with both an `@` and a `?` or `#` in the way, only the scheme is kept.
  */
 export function maskedUrl(v: string): string {
   const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(v)?.[0] ?? '';
-  // A URL the WHATWG parser reads: rebuilt from its parts (an `@` in the query is no password's).
-  if (/^https?:\/\//i.test(v) && URL.canParse(v)) {
+  const q = v.search(/[?#]/);
+  const at = (q === -1 ? v : v.slice(0, q)).lastIndexOf('@');
+  const authority = /^https?:\/\/[^/?#\\]*/i.exec(v)?.[0];
+  if (authority !== undefined && at < authority.length && URL.canParse(v)) {
     const u = new URL(v);
     const credentials = u.username !== '' || u.password !== '' ? '…@' : '';
-    const path = /^https?:\/\/[^/?#]*\//i.test(v) ? u.pathname : ''; // not the `/` the parser adds
+    const path = v.length > authority.length && v[authority.length] === '/' ? u.pathname : ''; // not the `/` the parser adds
     return `${scheme}${credentials}${u.host}${path}${v.includes('?') ? '?…' : ''}${v.includes('#') ? '#…' : ''}`;
   }
-  const at = v.lastIndexOf('@');
-  const q = v.search(/[?#]/);
+  const lastAt = v.lastIndexOf('@');
   // Both: which one ends the password and which one begins the query cannot be told.
-  if (at !== -1 && q !== -1) return `${scheme}…`;
-  if (at !== -1) return `${scheme}…${v.slice(at)}`;
+  if (lastAt !== -1 && q !== -1) return `${scheme}…`;
+  if (lastAt !== -1) return `${scheme}…${v.slice(lastAt)}`;
   return q === -1 ? v : `${v.slice(0, q + 1)}…`;
 }
 

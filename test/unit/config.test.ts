@@ -396,6 +396,9 @@ describe('egress configuration', () => {
       ['http://bob:hun?ter2@proxy:3128/x#hunter2', 'http://…'],
       // An `@` inside the query is no password's (review 141).
       ['http://proxy:3128/?u=a@b&token=hunter2', 'http://proxy:3128/?…'],
+      // A password with a `/` after digits, or after nothing, parses as a port and a path (review 143).
+      ['http://admin:2024/hunter2@proxy.example:3128', 'http://…@proxy.example:3128'],
+      ['http://admin:/hunter2@proxy.example:3128', 'http://…@proxy.example:3128'],
     ]) {
       const message = errorOf(() => loadConfig({ upstream: u }, { LLM_PROXY_EGRESS_PROXY: given }));
       expect(message).toContain(`(got "${shown}")`);
