@@ -73,17 +73,17 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
   multiTokenEvents = false;
   /** Whole parts came instead of deltas: their span is not the generation's. */
   private wholeParts = false;
-  /** A reasoning item began before the first content event and streamed no summary or text. */
-  private reasoningBeforeContent = false;
-  /** A reasoning item began after the first content event (between tool calls). */
-  private reasoningAfterContent = false;
+  /** Reasoning items (by output index) that began before the first content event and streamed no summary or text. */
+  private hiddenBeforeContent: Set<string> | undefined;
 
   /**
    * Whole parts; or reasoning before the first streamed token, hidden, with no count of it or a
-   * count that also holds reasoning inside the span: TPOT cannot be had (see ResponseAdapter).
+   * count that also holds streamed reasoning or reasoning inside the span (an item between tool
+   * calls, another item's summary): TPOT cannot be had (see ResponseAdapter).
    */
   get tpotUnknown(): boolean {
-    return this.wholeParts || (this.reasoningBeforeContent && (this.usage.reasoningTokens === undefined || this.reasoningAfterContent));
+    const hidden = this.hiddenBeforeContent !== undefined && this.hiddenBeforeContent.size > 0;
+    return this.wholeParts || (hidden && (this.usage.reasoningTokens === undefined || this.reasoningStreamed));
   }
   readonly finishReasons = new FinishReasons();
 
@@ -105,7 +105,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       if (!o || !nonEmpty(o.delta)) return EventKind.None;
       if (REASONING_EVENTS.has(type)) {
         this.reasoningStreamed = true;
-        if (!this.contentSeen) this.reasoningBeforeContent = false; // summarised: in the span
+        if (!this.contentSeen) this.hiddenBeforeContent?.delete(itemKey(o.output_index, o.item_id)); // summarised: in the span
       } else if (type === 'response.audio.delta') this.multiTokenEvents = true;
       this.contentSeen = true;
       return EventKind.Content;
@@ -124,9 +124,10 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     // unless a summary of it is streamed.
     if (type === 'response.output_item.added' && ev.data.includes('"reasoning"')) {
       o ??= parseObject(ev.data);
-      if (obj(o?.item)?.type === 'reasoning') {
-        if (this.contentSeen) this.reasoningStreamed = this.reasoningAfterContent = true;
-        else this.reasoningBeforeContent = true;
+      const item = obj(o?.item);
+      if (item?.type === 'reasoning') {
+        if (this.contentSeen) this.reasoningStreamed = true;
+        else (this.hiddenBeforeContent ??= new Set()).add(itemKey(o!.output_index, item.id));
       }
       return EventKind.None;
     }
@@ -188,6 +189,11 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, obj(u.input_tokens_details)?.cached_tokens);
     this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, obj(u.output_tokens_details)?.reasoning_tokens);
   }
+}
+
+/** An output item's key across its events: its output index, else its id. */
+function itemKey(index: unknown, id: unknown): string {
+  return typeof index === 'number' ? `#${index}` : String(id);
 }
 
 export const openaiResponses: ApiDescriptor = {

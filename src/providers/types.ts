@@ -112,9 +112,11 @@ export interface ResponseAdapter {
   /**
    * True when the span from the first to the last content event is not where the counted output
    * was generated, so no TPOT is recorded: reasoning generated before the first streamed token
-   * that the provider did not count (Claude's thinking not displayed, or redacted, with no
-   * `output_tokens_details`; Bedrock Converse's, which it never counts), or a stream that relayed
-   * whole parts instead of deltas (Responses' `.done` events).
+   * and not streamed that the provider did not count (Claude's thinking with no
+   * `output_tokens_details`; Bedrock Converse's, which it never counts; a compatible Responses
+   * server's), or counted together with reasoning inside the span (between tool uses, or another
+   * item's streamed summary); or a stream that relayed whole parts instead of deltas (Responses'
+   * `.done` events).
    */
   readonly tpotUnknown?: boolean;
   /**

@@ -548,6 +548,24 @@ const VARIANTS: Variant[] = [
     tpotUnknown: true,
   },
   {
+    // o3 / gpt-5 with web search (review 143): a hidden reasoning item, the search, then a second
+    // reasoning item whose summary is streamed. The count holds both; only the first lies outside the span.
+    name: 'Responses: a hidden reasoning item before the answer beside another whose summary is streamed: TPOT cannot be had',
+    adapter: () => new OpenAIResponsesAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      responses({ type: 'response.output_item.added', output_index: 0, item: { id: 'rs_1', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.output_item.added', output_index: 1, item: { id: 'ws_1', type: 'web_search_call', status: 'in_progress' } }),
+      responses({ type: 'response.output_item.added', output_index: 2, item: { id: 'rs_2', type: 'reasoning', summary: [] } }),
+      responses({ type: 'response.reasoning_summary_text.delta', item_id: 'rs_2', output_index: 2, summary_index: 0, delta: 'Found it' }),
+      responses({ type: 'response.output_text.delta', item_id: 'msg_1', output_index: 3, content_index: 0, delta: 'Sunny' }),
+      responses({ type: 'response.completed', response: { id: 'r', model: 'o3', status: 'completed', usage: { output_tokens: 1000, output_tokens_details: { reasoning_tokens: 900 } } } }),
+    ),
+    kinds: 'NNNCCN',
+    reasoningStreamed: true,
+    tpotUnknown: true,
+  },
+  {
     name: 'Responses: a reasoning item whose summary is streamed before the answer keeps TPOT (the summary is in the span)',
     adapter: () => new OpenAIResponsesAdapter(),
     framing: 'sse',
