@@ -697,7 +697,7 @@ class InFlight implements ExchangeHandler {
       const code = (err as NodeJS.ErrnoException).code;
       // Out of file descriptors or buffers: the proxy's own state, not the provider's (a 503, as
       // for any server that cannot take more now).
-      const exhausted = code !== undefined && OUT_OF_RESOURCES.has(code);
+      const exhausted = code !== undefined && OUT_OF_RESOURCES.has(code) && this.exchange?.connected !== true;
       const status = timeout ? 504 : exhausted ? 503 : 502;
       // A connection that was up and then closed or reset (a pooled one the server dropped, too) is
       // a reset; one that never came up is unreachable.
@@ -712,7 +712,7 @@ class InFlight implements ExchangeHandler {
         : protocol
           ? `invalid upstream response: ${err.message}`
           : exhausted
-            ? `the proxy could not open a connection to the upstream: ${code} (out of ${code === 'EMFILE' || code === 'ENFILE' ? 'file descriptors' : 'memory'})`
+            ? `the proxy could not open a connection to the upstream: ${code} (out of ${code === 'EMFILE' || code === 'ENFILE' ? 'file descriptors' : code === 'ENOBUFS' ? 'buffer space' : 'memory'})`
             : reset
               ? (err as NodeJS.ErrnoException).syscall === 'write'
                 ? `upstream closed the connection while the request body was being sent (${code ?? err.message}); it may have answered before reading it all`

@@ -617,17 +617,17 @@ class GeminiLive {
         }
       }
     }
+    if (this.trigger !== undefined && at - this.trigger > STALE_TRIGGER_MS) this.trigger = undefined;
     // Content after the open turn's generation ended (generationComplete, an interruption) whose
-    // turnComplete did not come: the next turn's when it was interrupted or an input came since,
-    // and that turn ends first (at its end); else the generation went on (trailing audio some
-    // servers send after generationComplete), and its end moves to this content.
+    // turnComplete did not come: the next turn's when it was interrupted or an input came since
+    // that end, and that turn ends first (at its end); else the generation went on (trailing audio
+    // some servers send after generationComplete), and its end moves to this content.
     if (content && this.turn !== undefined && this.ended !== undefined) {
-      if (this.interrupted || this.playbackCut || this.trigger !== undefined) this.end();
+      if (this.interrupted || this.playbackCut || (this.trigger !== undefined && this.trigger >= this.ended)) this.end();
       else this.ended = at;
     }
     const reason = sc?.turnCompleteReason;
     const failed = typeof reason === 'string' && !LIVE_OK_REASONS.has(reason);
-    if (this.trigger !== undefined && at - this.trigger > STALE_TRIGGER_MS) this.trigger = undefined;
     if (content || (failed && this.turn === undefined && this.trigger !== undefined)) {
       if (this.turn === undefined) {
         this.turn = this.begin(this.trigger, at, this.model);

@@ -384,7 +384,7 @@ describe('signals that mean nothing to the proxy', () => {
 });
 
 describe('out of file descriptors', () => {
-  it('an upstream connection the proxy cannot open for want of descriptors is its own 503 proxy_out_of_resources, not the provider\'s upstream_unreachable; it serves on once they are free', async () => {
+  it('an upstream connection the proxy cannot open for want of descriptors is its own 503 proxy_out_of_resources, not the provider\'s upstream_unreachable, and is recorded so', async () => {
     // An upstream that takes connections and never answers: each request holds two descriptors.
     const held = new Set<net.Socket>();
     const silent = net.createServer((s) => (held.add(s), s.on('error', () => {})));
@@ -424,11 +424,12 @@ describe('out of file descriptors', () => {
     const lines = p.lines.filter((l) => l.msg === 'upstream request failed');
     expect(lines.length).toBeGreaterThan(0);
     expect(new Set(lines.map((l) => l.code))).toEqual(new Set(['EMFILE']));
-    // Descriptors free again (the held upstream connections closed): it serves on.
+    // Descriptors free again (the held upstream connections closed) for the scrape. A 503 the
+    // client gave up waiting for (a stalled machine) is recorded all the same: at least as many.
     for (const s of held) s.destroy();
     await sleep(200);
     const metrics = parseProm(await (await fetch(`${metricsUrl}/metrics`)).text());
-    expect(hist(metrics, 'gen_ai_client_operation_duration_seconds', { error_type: 'proxy_out_of_resources' }).count).toBe(byAnswer['503 proxy_out_of_resources']);
+    expect(hist(metrics, 'gen_ai_client_operation_duration_seconds', { error_type: 'proxy_out_of_resources' }).count).toBeGreaterThanOrEqual(byAnswer['503 proxy_out_of_resources']!);
   });
 });
 

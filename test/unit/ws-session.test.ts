@@ -357,6 +357,16 @@ describe('review cases', () => {
     u.server(2000, { serverContent: { turnComplete: true }, usageMetadata: { responseTokenCount: 100 } });
     expect(u.summaries.map((x) => [x.outcome, x.durationMs, x.ttftMs, x.maxGapMs, x.contentEvents, x.outputTokens])).toEqual([['ok', 160, 100, 20, 4, 100]]);
     expect((await u.histogram(METRIC.tpot)).count).toBe(1);
+    // An input during the turn (a non-blocking tool's response) is not one since its end (review 143).
+    const v = session(LIVE);
+    v.client(0, { clientContent: { turnComplete: true } });
+    v.server(100, audio);
+    v.client(105, { toolResponse: { functionResponses: [{ id: 'f', name: 'weather', response: { t: 20 }, scheduling: 'WHEN_IDLE' }] } });
+    v.server(110, audio);
+    v.server(120, { serverContent: { generationComplete: true } });
+    v.server(130, audio);
+    v.server(2000, { serverContent: { turnComplete: true }, usageMetadata: { responseTokenCount: 100 } });
+    expect(v.summaries.map((x) => [x.outcome, x.durationMs, x.ttftMs, x.contentEvents, x.outputTokens])).toEqual([['ok', 130, 100, 3, 100]]);
   });
 
   it('Live: a follow-up that interrupts a turn before its output begins the next turn (TTFT and duration from it)', async () => {
