@@ -2,12 +2,12 @@ import { anthropicMessages, anthropicVertex } from './anthropic.js';
 import { bedrockConverse, bedrockInvoke } from './bedrock.js';
 import { cohereChat } from './cohere.js';
 import { geminiStream } from './gemini.js';
-import { geminiInteractions } from './gemini-interactions.js';
+import { geminiInteractions, geminiInteractionsResumed } from './gemini-interactions.js';
 import { genericStream } from './generic.js';
 import { ollamaChat, ollamaGenerate } from './ollama.js';
 import { lmstudioChat } from './lmstudio.js';
 import { azureOpenaiChat, azureOpenaiCompletions, llamacppCompletion, openaiChat, openaiCompletions, workersAi } from './openai-chat.js';
-import { openaiResponses } from './openai-responses.js';
+import { openaiResponses, openaiResponsesResumed } from './openai-responses.js';
 import { sglangGenerate } from './sglang.js';
 import { tgiGenerate } from './tgi.js';
 import { tritonGenerate } from './triton.js';
@@ -136,8 +136,8 @@ function resumedStream(path: string): ApiDescriptor | undefined {
   const q = path.indexOf('?');
   if (q === -1 || !STREAM_TRUE.test(path.slice(q + 1))) return undefined;
   const p = path.slice(0, q);
-  if (RESPONSE_BY_ID.test(p)) return openaiResponses;
-  if (INTERACTION_BY_ID.test(p)) return geminiInteractions; // the same for a Gemini interaction
+  if (RESPONSE_BY_ID.test(p)) return openaiResponsesResumed;
+  if (INTERACTION_BY_ID.test(p)) return geminiInteractionsResumed; // the same for a Gemini interaction
   return undefined;
 }
 

@@ -45,6 +45,13 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
   /** `interaction.complete(d)` was read (not a failed status): the answer is whole. */
   complete = false;
 
+  /**
+   * @param tpotUnknown a GET that resumes an interaction's stream: it replays what was generated
+   * before in a burst, or starts after it (`last_event_id`), while the usage counts the whole
+   * interaction, so its span is not the generation's (no TPOT).
+   */
+  constructor(readonly tpotUnknown = false) {}
+
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
     const o = parseObject(ev.data);
@@ -214,3 +221,6 @@ export const geminiInteractions: ApiDescriptor = {
   defaultProviderName: 'gcp.gemini',
   newAdapter: () => new GeminiInteractionsAdapter(),
 };
+
+/** A resumed stream (`GET …/interactions/{id}?stream=true`): no TPOT (see the adapter). */
+export const geminiInteractionsResumed: ApiDescriptor = { ...geminiInteractions, newAdapter: () => new GeminiInteractionsAdapter(true) };

@@ -83,8 +83,15 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
    */
   get tpotUnknown(): boolean {
     const hidden = this.hiddenBeforeContent !== undefined && this.hiddenBeforeContent.size > 0;
-    return this.wholeParts || (hidden && (this.usage.reasoningTokens === undefined || this.reasoningStreamed));
+    return this.resumed || this.wholeParts || (hidden && (this.usage.reasoningTokens === undefined || this.reasoningStreamed));
   }
+
+  /**
+   * @param resumed a GET that resumes a background response's stream: it replays what was
+   * generated before in a burst, or starts after it (`starting_after`), while the usage counts
+   * the whole response, so its span is not the generation's.
+   */
+  constructor(private readonly resumed = false) {}
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
@@ -202,3 +209,6 @@ export const openaiResponses: ApiDescriptor = {
   defaultProviderName: 'openai',
   newAdapter: () => new OpenAIResponsesAdapter(),
 };
+
+/** A resumed stream (`GET …/responses/resp_{id}?stream=true`): no TPOT (see the adapter). */
+export const openaiResponsesResumed: ApiDescriptor = { ...openaiResponses, newAdapter: () => new OpenAIResponsesAdapter(true) };

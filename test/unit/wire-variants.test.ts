@@ -990,6 +990,17 @@ describe('detection of the variants’ paths', () => {
     }
     expect(detectApi('/v1/responses/resp_abc123?stream=true', undefined, [], 'GET')?.api).toBe('openai-responses');
     expect(detectApi('/v1beta/interactions/v1_abc?stream=true', undefined, [], 'GET')?.api).toBe('gemini-interactions');
+    // A resumed stream replays what came before in a burst, or starts mid-answer, while its usage
+    // counts the whole answer: no TPOT (review 143). A generation call keeps it.
+    for (const [method, path, unknown] of [
+      ['GET', '/v1/responses/resp_abc123?stream=true', true],
+      ['GET', '/v1/responses/resp_abc123?stream=true&starting_after=42', true],
+      ['GET', '/v1beta/interactions/v1_abc?stream=true&last_event_id=7', true],
+      ['POST', '/v1/responses', false],
+      ['POST', '/v1beta/interactions', false],
+    ] as const) {
+      expect(detectApi(path, undefined, [], method)!.newAdapter().tpotUnknown === true, `${method} ${path}`).toBe(unknown);
+    }
     expect(detectApi('/v1/chat/completions', undefined, [], 'POST')?.api).toBe('openai-chat');
   });
 
