@@ -120,19 +120,32 @@ export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
 
 /**
  * Logs a listener's error (an accept that failed), at most one line per 10 s with the count of
- * those not logged: a flood of them must not become a flood of log lines.
+ * those not logged: a flood of them must not become a flood of log lines. The count of a flood
+ * that stops is written when its 10 s are up.
  */
 export function serverErrorLog(log: Logger, listener: string): (err: Error) => void {
   let last = -Infinity;
   let unlogged = 0;
+  let latest: NodeJS.ErrnoException | undefined;
+  let flush: NodeJS.Timeout | undefined;
+  const write = (err: NodeJS.ErrnoException, now: number) => {
+    log.warn({ listener, err: err.message, code: err.code, ...(unlogged > 0 ? { notLogged: unlogged } : {}) }, 'listener error');
+    last = now;
+    unlogged = 0;
+  };
   return (err: NodeJS.ErrnoException) => {
     const now = performance.now();
     if (now - last < 10_000) {
       unlogged++;
+      latest = err;
+      flush ??= setTimeout(() => {
+        flush = undefined;
+        if (unlogged > 0) write(latest!, performance.now());
+      }, last + 10_000 - now).unref();
       return;
     }
-    log.warn({ listener, err: err.message, code: err.code, ...(unlogged > 0 ? { notLogged: unlogged } : {}) }, 'listener error');
-    last = now;
-    unlogged = 0;
+    clearTimeout(flush);
+    flush = undefined;
+    write(err, now);
   };
 }

@@ -118,3 +118,24 @@ it('serverErrorLog: one warn line per 10 s for a flood of listener errors, with 
     [40, 'listener error', 'proxy', 'EMFILE', 500],
   ]);
 });
+
+it('serverErrorLog: the count of a flood that stops is written when its 10 s are up (review 141)', () => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+  const out: Record<string, unknown>[] = [];
+  const log = createLogger('info', { write: (s: string) => void out.push(JSON.parse(s)) } as unknown as pino.DestinationStream);
+  let now = 1_000;
+  vi.spyOn(performance, 'now').mockImplementation(() => now);
+  const told = serverErrorLog(log, 'metrics');
+  told(Object.assign(new Error('accept EMFILE'), { code: 'EMFILE' }));
+  now = 3_000;
+  for (let i = 0; i < 7; i++) told(Object.assign(new Error('accept ENFILE'), { code: 'ENFILE' }));
+  now = 10_999;
+  vi.advanceTimersByTime(7_999);
+  expect(out).toHaveLength(1);
+  now = 11_000;
+  vi.advanceTimersByTime(1);
+  expect(out.map((l) => [l.listener, l.code, l.notLogged])).toEqual([
+    ['metrics', 'EMFILE', undefined],
+    ['metrics', 'ENFILE', 7],
+  ]);
+});
