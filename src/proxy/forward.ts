@@ -697,7 +697,8 @@ class InFlight implements ExchangeHandler {
       const code = (err as NodeJS.ErrnoException).code;
       // Out of file descriptors or buffers: the proxy's own state, not the provider's (a 503, as
       // for any server that cannot take more now).
-      const exhausted = code !== undefined && OUT_OF_RESOURCES.has(code) && this.exchange?.connected !== true;
+      const lacking = code !== undefined && this.exchange?.connected !== true ? OUT_OF_RESOURCES.get(code) : undefined;
+      const exhausted = lacking !== undefined;
       const status = timeout ? 504 : exhausted ? 503 : 502;
       // A connection that was up and then closed or reset (a pooled one the server dropped, too) is
       // a reset; one that never came up is unreachable.
@@ -712,7 +713,7 @@ class InFlight implements ExchangeHandler {
         : protocol
           ? `invalid upstream response: ${err.message}`
           : exhausted
-            ? `the proxy could not open a connection to the upstream: ${code} (out of ${code === 'EMFILE' || code === 'ENFILE' ? 'file descriptors' : code === 'ENOBUFS' ? 'buffer space' : 'memory'})`
+            ? `the proxy could not open a connection to the upstream: ${code} (out of ${lacking})`
             : reset
               ? (err as NodeJS.ErrnoException).syscall === 'write'
                 ? `upstream closed the connection while the request body was being sent (${code ?? err.message}); it may have answered before reading it all`
@@ -874,8 +875,13 @@ const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
 /** Three digits, as forwarded: 600-999 are invalid (RFC 9110 §15) but a bounded set, and not the in-band budget's. */
 const HTTP_STATUS = /^[1-9]\d\d$/;
 
-/** Error codes of the proxy's own resources running out. */
-const OUT_OF_RESOURCES: ReadonlySet<string> = new Set(['EMFILE', 'ENFILE', 'ENOBUFS', 'ENOMEM']);
+/** Error codes of the proxy's own resources running out, and what ran out. */
+const OUT_OF_RESOURCES: ReadonlyMap<string, string> = new Map([
+  ['EMFILE', 'file descriptors'],
+  ['ENFILE', 'file descriptors'],
+  ['ENOBUFS', 'buffer space'],
+  ['ENOMEM', 'memory'],
+]);
 
 /** A `.` or `..` path segment, also percent-encoded (`%2e`), or with a `;` parameter (`..;x`). */
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:;[^/]*)?(?:\/|$)/i;
