@@ -11,6 +11,8 @@ export interface AlertParams {
   severity: string;
   [key: string]: unknown;
 }
+/** An "against the past" alert: above `factor` x its baseline in `share` of the steps of `over`. */
+export type RegressionParams = AlertParams & { factor: number; over: string; share: number; minRequestRate: number };
 export interface Params {
   selector: string;
   groupBy: string[];
@@ -24,8 +26,9 @@ export interface Params {
   /** The proxy's metrics.buckets.itl when it sets its own (default: GAP_BUCKETS). */
   gapBuckets?: number[];
   alerts: Record<string, AlertParams> & {
-    itlRegression: AlertParams & { factor: number; minRequestRate: number };
-    ttftRegression: AlertParams & { factor: number; minRequestRate: number };
+    itlRegression: RegressionParams;
+    ttftRegression: RegressionParams;
+    itlTailRegression: RegressionParams;
     errorRatio: AlertParams & { threshold: number; minRequestRate: number };
     itlObjective: AlertParams & { defaultSeconds: number; perModel: Record<string, number>; minRequestRate: number };
     stalls: AlertParams & { gapSeconds: number; threshold: number; minRequestRate: number };

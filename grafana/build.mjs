@@ -57,6 +57,9 @@ export function loadParams(file = PARAMS_FILE) {
   return params;
 }
 
+/** The "against the past" alerts, judged step by step over `over` (params.yaml). */
+const REGRESSIONS = ['itlRegression', 'ttftRegression', 'itlTailRegression'];
+
 const DURATION = /^(\d+(ms|s|m|h|d|w|y))+$/;
 const ZERO = /^(0+(ms|s|m|h|d|w|y))+$/;
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
@@ -89,7 +92,7 @@ export function validateParams(p) {
     if (!DURATION.test(String(a.for)) || ZERO.test(String(a.for))) fail(`alerts.${name}.for: bad duration ${a.for} (a positive Prometheus duration)`);
     if (typeof a.severity !== 'string') fail(`alerts.${name}.severity missing`);
     for (const [k, v] of Object.entries(a)) {
-      if (['for', 'severity', 'perModel', 'lookback', 'sustained', 'excludeOperations'].includes(k)) continue; // sustainedShare: a positive number
+      if (['for', 'severity', 'perModel', 'lookback', 'sustained', 'over', 'excludeOperations'].includes(k)) continue; // sustainedShare, share: positive numbers
       if (typeof v !== 'number' || !(v > 0)) fail(`alerts.${name}.${k} must be a positive number`);
     }
   }
@@ -98,9 +101,13 @@ export function validateParams(p) {
     if (!(p.alerts[key].threshold < 1)) fail(`alerts.${key}.threshold=${p.alerts[key].threshold} must be below 1: it is a share (0.05 = 5 %)`);
   }
   // A factor of 1 or less fires on every normal day.
-  for (const key of ['itlRegression', 'ttftRegression']) {
-    if (!(p.alerts[key].factor > 1)) fail(`alerts.${key}.factor=${p.alerts[key].factor} must be above 1 (1.5 = 50 % slower than the baseline)`);
+  for (const key of REGRESSIONS) {
+    const c = p.alerts[key];
+    if (!(c.factor > 1)) fail(`alerts.${key}.factor=${c.factor} must be above 1 (1.5 = 50 % slower than the baseline)`);
+    if (!DURATION.test(String(c.over)) || ZERO.test(String(c.over))) fail(`alerts.${key}.over: bad duration ${c.over} (a positive Prometheus duration, e.g. 30m)`);
+    if (!(c.share > 0 && c.share <= 1)) fail(`alerts.${key}.share=${c.share} must be in (0, 1]: the share of the steps of \`over\` that must be slow`);
   }
+  if (!p.quantiles.includes(0.99)) fail('quantiles must include 0.99 (alerts.itlTailRegression reads the p99 gap)');
   const gapBuckets = p.gapBuckets ?? GAP_BUCKETS;
   if (!Array.isArray(gapBuckets) || gapBuckets.length === 0 || gapBuckets.some((b, i) => typeof b !== 'number' || !(b > 0) || (i > 0 && !(b > gapBuckets[i - 1])))) {
     fail('gapBuckets must be the proxy\'s metrics.buckets.itl: positive numbers, ascending');
@@ -127,14 +134,15 @@ export function validateParams(p) {
  * (for a test Prometheus that cannot wait a week). Rule *names* keep the
  * production window so the dashboard's recording-rule queries stay valid.
  */
-export function scaleDurations(params, { window, day, week, forDuration, lookback, sustained = window }) {
+export function scaleDurations(params, { window, day, week, forDuration, lookback, sustained = window, over = window }) {
   const p = structuredClone(params);
   p.rangeWindow = window;
   p.comparison = { day, week };
   for (const a of Object.values(p.alerts)) a.for = forDuration;
+  for (const key of REGRESSIONS) p.alerts[key].over = over;
   p.alerts.noData.lookback = lookback;
   p.alerts.noData.sustained = sustained;
-  p.noDataStep = '1s';
+  p.subqueryStep = '1s';
   validateParams(p);
   return p;
 }
@@ -153,6 +161,7 @@ export function names(p) {
     gap: qs('chunk_gap_seconds'),
     ttftBaseline: `llm_proxy:ttft_seconds:p95_${w}_baseline`,
     tpotBaseline: `llm_proxy:tpot_seconds:p95_${w}_baseline`,
+    gapBaseline: `llm_proxy:chunk_gap_seconds:p99_${w}_baseline`,
     tpotObjective: 'llm_proxy:tpot_objective_seconds',
     tpotObjectiveBySeries: 'llm_proxy:tpot_seconds:objective',
     streamsRate: `llm_proxy:streams:rate${w}`,
@@ -265,6 +274,7 @@ export function recordingRules(p) {
   const baseline = (src, rateRule, min) => `max by (${g}) (\n  ${past(src, rateRule, min, day)}\n  or\n  ${past(src, rateRule, min, week)}\n)`;
   rules.push({ record: n.tpotBaseline, expr: baseline(n.tpot.p95, n.tpotRate, p.alerts.itlRegression.minRequestRate) });
   rules.push({ record: n.ttftBaseline, expr: baseline(n.ttft.p95, n.ttftRate, p.alerts.ttftRegression.minRequestRate) });
+  rules.push({ record: n.gapBaseline, expr: baseline(n.gap.p99, n.streamsRate, p.alerts.itlTailRegression.minRequestRate) });
   // Static per-model objectives, then one objective per recorded series:
   // the model's own objective if listed, otherwise the default.
   const o = p.alerts.itlObjective;
@@ -301,21 +311,57 @@ export function alertRules(p) {
   const inst = p.instanceLabels;
   const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
 
+  // "Against the past", judged step by step: the value now above `factor` x its baseline in
+  // `share` of the steps of the last `over` (a step without a baseline counts as not slow), with
+  // traffic averaged over `over`. An alert that had to stay above the factor for all of `for` was
+  // reset by every good 5m window, so a slowdown that came and went (10 minutes in every 15) never
+  // paged; and a request rate tested minute by minute opened and closed the gate at its threshold.
+  const step = p.subqueryStep ?? '1m';
+  const slowSteps = (c, now, base) => `sum_over_time((${now} > bool ${c.factor} * ${base})[${c.over}:${step}])`;
+  const regression = (c, now, base, rate) =>
+    `${now}${NOT_OTHER}\nand ${on}\n` +
+    `sum_over_time((${now} > bool ${on} ${c.factor} * ${base})[${c.over}:${step}])\n  >= ${c.share} * scalar(count_over_time(vector(1)[${c.over}:${step}]))\n` +
+    `and ${on}\navg_over_time(${rate}[${c.over}]) >= ${c.minRequestRate}`;
+  /** The figures every regression alert's description ends with. */
+  const regressionFigures = (c, now, base, rate, what) =>
+    `Above ${c.factor}x in ${tq(p, slowSteps(c, `${now}MATCH`, `${base}MATCH`), 'printf "%.0f"')} of the ` +
+    `${tq(p, `count_over_time(vector(1)[${c.over}:${step}])`, 'printf "%.0f"')} ${step} steps of the last ${c.over} ` +
+    `(fires from ${Math.round(c.share * 100)} %, at >= ${c.minRequestRate} ${what} averaged over ${c.over}; ` +
+    `now ${tq(p, `avg_over_time(${rate}MATCH[${c.over}])`, 'printf "%.2f"')}).`;
+  const pastWindows = `the slower of the same ${p.window} window ${p.comparison.day} and ${p.comparison.week} earlier`;
   {
     const c = a.itlRegression;
     const name = 'LLMProxyITLRegression';
     rules.push({
       ...common(name, c),
-      expr: `${n.tpot.p95}${NOT_OTHER}\n  > ${on} ${c.factor} * ${n.tpotBaseline}\nand ${on}\n${n.tpotRate} >= ${c.minRequestRate}`,
+      expr: regression(c, n.tpot.p95, n.tpotBaseline, n.tpotRate),
       annotations: {
-        summary: `ITL regression: p95 time per output token of ${who(p)} is ${c.factor}x+ slower than a day and a week earlier`,
+        summary: `ITL regression: p95 time per output token of ${who(p)} was ${c.factor}x+ slower than a day and a week earlier for most of the last ${c.over}`,
         description:
-          `p95 TPOT of ${who(p)} is {{ $value | humanizeDuration }} per token ` +
+          `p95 TPOT of ${who(p)} is {{ $value | humanizeDuration }} per token now ` +
           `(${tq(p, `1 / ${n.tpot.p95}MATCH`, 'printf "%.0f"')} tokens/s), ` +
           `${tq(p, `${n.tpot.p95}MATCH / ${n.tpotBaseline}MATCH`, 'printf "%.2f"')}x its baseline of ` +
           `${tq(p, `${n.tpotBaseline}MATCH`, 'humanizeDuration')} ` +
-          `(${tq(p, `1 / ${n.tpotBaseline}MATCH`, 'printf "%.0f"')} tokens/s; the slower of the same ${p.window} window ${p.comparison.day} and ${p.comparison.week} earlier). ` +
-          `Fires above ${c.factor}x at >= ${c.minRequestRate} req/s; now ${tq(p, `${n.tpotRate}MATCH`, 'printf "%.2f"')} req/s.`,
+          `(${tq(p, `1 / ${n.tpotBaseline}MATCH`, 'printf "%.0f"')} tokens/s; ${pastWindows}). ` +
+          regressionFigures(c, n.tpot.p95, n.tpotBaseline, n.tpotRate, 'req/s'),
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
+    const c = a.itlTailRegression;
+    const name = 'LLMProxyITLTailRegression';
+    rules.push({
+      ...common(name, c),
+      expr: regression(c, n.gap.p99, n.gapBaseline, n.streamsRate),
+      annotations: {
+        summary: `ITL tail regression: p99 inter-chunk gap of ${who(p)} was ${c.factor}x+ longer than a day and a week earlier for most of the last ${c.over}`,
+        description:
+          `p99 gap between content chunks of ${who(p)} is {{ $value | humanizeDuration }} now, ` +
+          `${tq(p, `${n.gap.p99}MATCH / ${n.gapBaseline}MATCH`, 'printf "%.2f"')}x its baseline of ` +
+          `${tq(p, `${n.gapBaseline}MATCH`, 'humanizeDuration')} (${pastWindows}); ` +
+          `p50 gap ${tq(p, `${n.gap.p50}MATCH`, 'humanizeDuration')}, p95 TPOT ${tq(p, `${n.tpot.p95}MATCH`, 'humanizeDuration')}. ` +
+          regressionFigures(c, n.gap.p99, n.gapBaseline, n.streamsRate, 'streams/s'),
         runbook_url: runbook(p, name),
       },
     });
@@ -343,14 +389,14 @@ export function alertRules(p) {
     const name = 'LLMProxyTTFTRegression';
     rules.push({
       ...common(name, c),
-      expr: `${n.ttft.p95}${NOT_OTHER}\n  > ${on} ${c.factor} * ${n.ttftBaseline}\nand ${on}\n${n.ttftRate} >= ${c.minRequestRate}`,
+      expr: regression(c, n.ttft.p95, n.ttftBaseline, n.ttftRate),
       annotations: {
-        summary: `TTFT regression: p95 time to first token of ${who(p)} is ${c.factor}x+ slower than a day and a week earlier`,
+        summary: `TTFT regression: p95 time to first token of ${who(p)} was ${c.factor}x+ slower than a day and a week earlier for most of the last ${c.over}`,
         description:
-          `p95 TTFT of ${who(p)} is {{ $value | humanizeDuration }}, ` +
+          `p95 TTFT of ${who(p)} is {{ $value | humanizeDuration }} now, ` +
           `${tq(p, `${n.ttft.p95}MATCH / ${n.ttftBaseline}MATCH`, 'printf "%.2f"')}x its baseline of ` +
-          `${tq(p, `${n.ttftBaseline}MATCH`, 'humanizeDuration')} (the slower of the same ${p.window} window ${p.comparison.day} and ${p.comparison.week} earlier). ` +
-          `Fires above ${c.factor}x at >= ${c.minRequestRate} req/s; now ${tq(p, `${n.ttftRate}MATCH`, 'printf "%.2f"')} req/s.`,
+          `${tq(p, `${n.ttftBaseline}MATCH`, 'humanizeDuration')} (${pastWindows}). ` +
+          regressionFigures(c, n.ttft.p95, n.ttftBaseline, n.ttftRate, 'req/s'),
         runbook_url: runbook(p, name),
       },
     });
@@ -409,7 +455,7 @@ export function alertRules(p) {
   {
     const c = a.noData;
     const name = 'LLMProxyModelNoData';
-    const step = p.noDataStep ?? '1m';
+    const step = p.subqueryStep ?? '1m';
     // The number of steps in `sustained`, counted by Prometheus itself (no derived literal).
     const needed = `${c.sustainedShare} * scalar(count_over_time(vector(1)[${c.sustained}:${step}]))`;
     rules.push({
@@ -774,6 +820,17 @@ export function renderDashboard(p) {
       target(`${n.ttft.p95}${rec} offset ${p.comparison.day}`, `${p.comparison.day} ago ${legend}`),
       target(`${n.ttft.p95}${rec} offset ${p.comparison.week}`, `${p.comparison.week} ago ${legend}`),
       target(`${p.alerts.ttftRegression.factor} * ${n.ttftBaseline}${rec}`, `regression threshold ${legend}`),
+    ],
+  });
+  panel({
+    title: `p99 inter-chunk gap now vs ${p.comparison.day} and ${p.comparison.week} earlier (seconds)`,
+    description: `Recorded ${n.gap.p99} (p99 of every gap between content chunks, ${p.window} window) now and the same window ${p.comparison.day} and ${p.comparison.week} earlier, with the ITL tail alert's threshold (${p.alerts.itlTailRegression.factor} x the slower of the two). A tail that slows while TPOT holds shows here only. Filtered by ${p.groupBy.join('/')} only.`,
+    unit: 's',
+    targets: [
+      target(`${n.gap.p99}${rec}`, `now ${legend}`),
+      target(`${n.gap.p99}${rec} offset ${p.comparison.day}`, `${p.comparison.day} ago ${legend}`),
+      target(`${n.gap.p99}${rec} offset ${p.comparison.week}`, `${p.comparison.week} ago ${legend}`),
+      target(`${p.alerts.itlTailRegression.factor} * ${n.gapBaseline}${rec}`, `regression threshold ${legend}`),
     ],
   });
 

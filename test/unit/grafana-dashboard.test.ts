@@ -65,6 +65,10 @@ describe('grafana/ generated files', () => {
     refused((p) => (p.alerts.stalls.threshold = 1), /alerts\.stalls\.threshold=1 must be below 1/);
     refused((p) => (p.alerts.itlRegression.factor = 0.5), /alerts\.itlRegression\.factor=0\.5 must be above 1/);
     refused((p) => (p.alerts.ttftRegression.factor = 1), /alerts\.ttftRegression\.factor=1 must be above 1/);
+    refused((p) => (p.alerts.itlTailRegression.factor = 1), /alerts\.itlTailRegression\.factor=1 must be above 1/);
+    refused((p) => (p.alerts.itlRegression.share = 60), /alerts\.itlRegression\.share=60 must be in \(0, 1\]/); // 60 meant as 60 %
+    refused((p) => (p.alerts.ttftRegression.over = '30'), /alerts\.ttftRegression\.over: bad duration 30/);
+    refused((p) => (p.quantiles = [0.5, 0.95]), /quantiles must include 0\.99/);
     // 20 meant as 20 ms: a p95 cannot pass the last finite gap bucket (2.5 s).
     refused((p) => (p.alerts.itlObjective.perModel = { 'gpt-4o-mini': 20 }), /alerts\.itlObjective gpt-4o-mini=20 must be seconds per token/);
     refused((p) => (p.alerts.itlObjective.defaultSeconds = 2.5), /alerts\.itlObjective defaultSeconds=2\.5/);

@@ -98,7 +98,7 @@ describe('grafana/alerts rules', () => {
   it('every alert has severity, for, summary, a description with figures, and a runbook anchor that exists', () => {
     const runbook = readFileSync(join(GRAFANA, 'alerts/runbook.md'), 'utf8');
     const anchors = new Set([...runbook.matchAll(/^#+\s+(.+)$/gm)].map((m) => m[1]!.trim().toLowerCase().replace(/[^a-z0-9 -]/g, '').replace(/ /g, '-')));
-    expect(alerts.length).toBe(12);
+    expect(alerts.length).toBe(13);
     for (const a of alerts) {
       expect(['critical', 'warning', 'info']).toContain(a.labels.severity);
       expect(a.for).toMatch(/^\d+[smhd]$/);
@@ -313,6 +313,47 @@ describe('grafana/alerts rules', () => {
         { name: `${key} factor ${higher}`, rules: exprsOf((p) => (p.alerts[key].factor = higher)), file: 'bands-regression.test.yaml', expect: misses(alert, model('gpt-4o')) },
         { name: `${key} factor ${lower}`, rules: exprsOf((p) => (p.alerts[key].factor = lower)), file: 'bands-regression.test.yaml', expect: fires(alert, model('gpt-4.1')) },
       ]),
+      {
+        // gpt-4.1-mini, slow 7 minutes in every 15, is above the factor in 21-23 of 31 steps
+        name: 'itlRegression share 0.8',
+        rules: exprsOf((p) => (p.alerts.itlRegression.share = 0.8)),
+        file: 'regression.test.yaml',
+        expect: misses('LLMProxyITLRegression', model('gpt-4.1-mini')),
+      },
+      {
+        // the old rule's shape: above the factor at every step of the last 15m (its `for:`)
+        name: 'itlRegression share 1 over 15m',
+        rules: exprsOf((p) => Object.assign(p.alerts.itlRegression, { share: 1, over: '15m' })),
+        file: 'regression.test.yaml',
+        expect: misses('LLMProxyITLRegression', model('gpt-4.1-mini')),
+      },
+      {
+        // gpt-4o's 8-minute blip is above the factor in 12 of 31 steps
+        name: 'itlRegression share 0.35',
+        rules: exprsOf((p) => (p.alerts.itlRegression.share = 0.35)),
+        file: 'regression.test.yaml',
+        expect: fires('LLMProxyITLRegression', model('gpt-4o')),
+      },
+      // ITL tail factor 1.75: o3 at 1.78x fires, o4-mini at 1.70x does not.
+      {
+        name: 'itlTailRegression factor 1.8',
+        rules: exprsOf((p) => (p.alerts.itlTailRegression.factor = 1.8)),
+        file: 'tail-regression.test.yaml',
+        expect: misses('LLMProxyITLTailRegression', model('o3')),
+      },
+      {
+        name: 'itlTailRegression factor 1.65',
+        rules: exprsOf((p) => (p.alerts.itlTailRegression.factor = 1.65)),
+        file: 'tail-regression.test.yaml',
+        expect: fires('LLMProxyITLTailRegression', model('o4-mini')),
+      },
+      {
+        // gpt-4.1-nano's past: 3 streams a minute, no baseline
+        name: 'gap baselines without the past-traffic gate',
+        rules: edited(/(label_replace\(llm_proxy:chunk_gap_seconds:p99_5m offset (\w+)) and on \([^)]*\) llm_proxy:streams:rate5m offset \2 >= [\d.]+/g, '$1'),
+        file: 'tail-regression.test.yaml',
+        expect: fires('LLMProxyITLTailRegression', model('gpt-4.1-nano')),
+      },
       {
         // o3's past: 1 request every 3 minutes, no baseline
         name: 'TTFT baselines without the past-traffic gate',
