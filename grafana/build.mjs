@@ -90,9 +90,10 @@ export function validateParams(p) {
   for (const q of p.quantiles) if (!(q > 0 && q < 1)) fail(`quantile ${q} not in (0,1)`);
   for (const [name, a] of Object.entries(p.alerts)) {
     if (!DURATION.test(String(a.for)) || ZERO.test(String(a.for))) fail(`alerts.${name}.for: bad duration ${a.for} (a positive Prometheus duration)`);
+    if (a.keepFiringFor !== undefined && !DURATION.test(String(a.keepFiringFor))) fail(`alerts.${name}.keepFiringFor: bad duration ${a.keepFiringFor} (a Prometheus duration)`);
     if (typeof a.severity !== 'string') fail(`alerts.${name}.severity missing`);
     for (const [k, v] of Object.entries(a)) {
-      if (['for', 'severity', 'perModel', 'lookback', 'sustained', 'over', 'excludeOperations'].includes(k)) continue; // sustainedShare, share: positive numbers
+      if (['for', 'keepFiringFor', 'severity', 'perModel', 'lookback', 'sustained', 'over', 'excludeOperations'].includes(k)) continue; // sustainedShare, share: positive numbers
       if (typeof v !== 'number' || !(v > 0)) fail(`alerts.${name}.${k} must be a positive number`);
     }
   }
@@ -138,7 +139,10 @@ export function scaleDurations(params, { window, day, week, forDuration, lookbac
   const p = structuredClone(params);
   p.rangeWindow = window;
   p.comparison = { day, week };
-  for (const a of Object.values(p.alerts)) a.for = forDuration;
+  for (const a of Object.values(p.alerts)) {
+    a.for = forDuration;
+    if (a.keepFiringFor !== undefined) a.keepFiringFor = forDuration;
+  }
   for (const key of REGRESSIONS) p.alerts[key].over = over;
   p.alerts.noData.lookback = lookback;
   p.alerts.noData.sustained = sustained;
@@ -269,12 +273,14 @@ export function recordingRules(p) {
   // Each past window counts only if it had the traffic the alert asks of now: a few slow
   // requests at night must not set the baseline a real regression is compared with.
   const { day, week } = p.comparison;
-  const past = (src, rateRule, min, off) =>
-    `label_replace(${src} offset ${off} and on (${g}) ${rateRule} offset ${off} >= ${min}, "baseline", "${off}", "", "")`;
-  const baseline = (src, rateRule, min) => `max by (${g}) (\n  ${past(src, rateRule, min, day)}\n  or\n  ${past(src, rateRule, min, week)}\n)`;
-  rules.push({ record: n.tpotBaseline, expr: baseline(n.tpot.p95, n.tpotRate, p.alerts.itlRegression.minRequestRate) });
-  rules.push({ record: n.ttftBaseline, expr: baseline(n.ttft.p95, n.ttftRate, p.alerts.ttftRegression.minRequestRate) });
-  rules.push({ record: n.gapBaseline, expr: baseline(n.gap.p99, n.streamsRate, p.alerts.itlTailRegression.minRequestRate) });
+  // The traffic is averaged over the alert's `over`, as the alert's own gate reads it now: a past
+  // 5m rate tested alone dropped about half the steps of a model at 0.1 req/s from the count.
+  const past = (src, rateRule, c, off) =>
+    `label_replace(${src} offset ${off} and on (${g}) avg_over_time(${rateRule}[${c.over}] offset ${off}) >= ${c.minRequestRate}, "baseline", "${off}", "", "")`;
+  const baseline = (src, rateRule, c) => `max by (${g}) (\n  ${past(src, rateRule, c, day)}\n  or\n  ${past(src, rateRule, c, week)}\n)`;
+  rules.push({ record: n.tpotBaseline, expr: baseline(n.tpot.p95, n.tpotRate, p.alerts.itlRegression) });
+  rules.push({ record: n.ttftBaseline, expr: baseline(n.ttft.p95, n.ttftRate, p.alerts.ttftRegression) });
+  rules.push({ record: n.gapBaseline, expr: baseline(n.gap.p99, n.streamsRate, p.alerts.itlTailRegression) });
   // Static per-model objectives, then one objective per recorded series:
   // the model's own objective if listed, otherwise the default.
   const o = p.alerts.itlObjective;
@@ -306,7 +312,12 @@ export function alertRules(p) {
   const a = p.alerts;
   const on = `on (${g})`;
   const rules = [];
-  const common = (name, cfg) => ({ alert: name, for: cfg.for, labels: { severity: cfg.severity } });
+  const common = (name, cfg) => ({
+    alert: name,
+    for: cfg.for,
+    ...(cfg.keepFiringFor !== undefined ? { keep_firing_for: cfg.keepFiringFor } : {}),
+    labels: { severity: cfg.severity },
+  });
   // The per-process alerts name their proxy by instanceLabels.
   const inst = p.instanceLabels;
   const instWho = inst.map((l) => `{{ $labels.${l} }}`).join('/');
@@ -318,8 +329,9 @@ export function alertRules(p) {
   // paged; and a request rate tested minute by minute opened and closed the gate at its threshold.
   const step = p.subqueryStep ?? '1m';
   const slowSteps = (c, now, base) => `sum_over_time((${now} > bool ${c.factor} * ${base})[${c.over}:${step}])`;
+  // `> 0` drops the NaN p95 of a window without traffic (the alert would fire on with value NaN).
   const regression = (c, now, base, rate) =>
-    `${now}${NOT_OTHER}\nand ${on}\n` +
+    `${now}${NOT_OTHER} > 0\nand ${on}\n` +
     `sum_over_time((${now} > bool ${on} ${c.factor} * ${base})[${c.over}:${step}])\n  >= ${c.share} * scalar(count_over_time(vector(1)[${c.over}:${step}]))\n` +
     `and ${on}\navg_over_time(${rate}[${c.over}]) >= ${c.minRequestRate}`;
   /** The figures every regression alert's description ends with. */
