@@ -38,7 +38,8 @@ export const METRICS = Object.freeze({
 /** Bucket boundaries of the per-gap ITL and TPOT histograms (docs/interfaces.md). */
 export const GAP_BUCKETS = Object.freeze([
   0.00025, 0.0005, 0.00075, 0.001, 0.00125, 0.0015, 0.00175, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01,
-  0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2.5,
+  0.015, 0.0175, 0.02, 0.0225, 0.025, 0.0275, 0.03, 0.035, 0.04, 0.045, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3,
+  0.5, 0.75, 1, 1.5, 2.5,
 ]);
 
 export const DASHBOARD_UID = 'llm-latency-proxy';

@@ -2,8 +2,9 @@
 // labels each, as a chat request through a route carries), its size in bytes and lines, and the
 // heap a scrape holds from its collection until its client has read it (README: at most 4 in
 // flight). `--old-ttft` renders the TTFT buckets as they were before 2026-12-05 (to 60 s) to
-// price the three added since. Needs the build (npm run build).
-//   node --expose-gc bench/micro/exposition-size.mjs [--old-ttft]
+// price the three added since; `--old-itl` leaves out the six ITL/TPOT boundaries added between
+// 15 and 60 ms (session 52). Needs the build (npm run build).
+//   node --expose-gc bench/micro/exposition-size.mjs [--old-ttft] [--old-itl]
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -17,7 +18,14 @@ const [{ createTelemetry, SCOPE_NAME }, { Instruments }, { DEFAULT_BUCKETS }, { 
 ]);
 if (typeof globalThis.gc !== 'function') throw new Error('run with node --expose-gc');
 const oldTtft = process.argv.includes('--old-ttft');
-const buckets = oldTtft ? { ...DEFAULT_BUCKETS, ttft: DEFAULT_BUCKETS.ttft.filter((b) => b <= 60) } : DEFAULT_BUCKETS;
+// `--old-itl`: the ITL/TPOT buckets before the six between 15 and 60 ms (2026-12-05, session 52).
+const oldItl = process.argv.includes('--old-itl');
+const ADDED_ITL = new Set([0.0175, 0.0225, 0.0275, 0.035, 0.045, 0.06]);
+const buckets = {
+  ...DEFAULT_BUCKETS,
+  ...(oldTtft ? { ttft: DEFAULT_BUCKETS.ttft.filter((b) => b <= 60) } : {}),
+  ...(oldItl ? { itl: DEFAULT_BUCKETS.itl.filter((b) => !ADDED_ITL.has(b)) } : {}),
+};
 const telemetry = createTelemetry({ prometheus: true });
 const ins = new Instruments(telemetry.provider.getMeter(SCOPE_NAME), buckets, { fast: telemetry.fast, perTokenItl: true });
 const histograms = [ins.ttft, ins.chunkGap, ins.tpot, ins.duration, ins.tokenUsage, ins.timeToFirstByte, ins.upstreamConnect, ins.serverTtft, ins.serverTpot, ins.serverDuration];
@@ -49,7 +57,7 @@ globalThis.gc();
 globalThis.gc();
 const perScrape = (process.memoryUsage().heapUsed - before) / held.length;
 console.log(
-  `${oldTtft ? 'TTFT buckets to 60 s' : 'default buckets'}: exposition ${(bytes / 1e6).toFixed(1)} MB, ${lines} lines; ` +
+  `${[oldTtft && 'TTFT buckets to 60 s', oldItl && 'ITL buckets before session 52'].filter(Boolean).join(', ') || 'default buckets'}: exposition ${(bytes / 1e6).toFixed(1)} MB, ${lines} lines; ` +
     `heap held per waiting scrape ${(perScrape / 1e6).toFixed(1)} MB`,
 );
 await telemetry.shutdown();
