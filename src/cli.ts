@@ -47,6 +47,26 @@ Simulator options (times in seconds):
   -h, --help   -v, --version
 `;
 
+/**
+ * Node's defaults: SIGUSR1 opens the inspector (code execution for anything that reaches
+ * 127.0.0.1:9229, a pod's sidecars included, in a process that holds API keys; nginx's USR1,
+ * which a copied logrotate script sends, reopens logs) and SIGUSR2 ends the process at once,
+ * cutting every stream. Neither means anything here, in the proxy or the simulator; `--inspect`
+ * still opens the inspector. Caught from the start of main(), before the modules and the config
+ * load (tens of milliseconds), and logged once a logger exists.
+ */
+const ignoredSignals: NodeJS.Signals[] = [];
+let onIgnoredSignal = (signal: NodeJS.Signals): void => void ignoredSignals.push(signal);
+
+function ignoreDebugSignals(): void {
+  for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) process.on(signal, () => onIgnoredSignal(signal));
+}
+
+function logIgnoredSignals(log: { warn: (o: object, msg: string) => void }): void {
+  onIgnoredSignal = (signal) => log.warn({ signal }, 'signal ignored');
+  for (const signal of ignoredSignals.splice(0)) onIgnoredSignal(signal);
+}
+
 function fail(message: string): never {
   process.stderr.write(`llm-latency-proxy: ${message}\n`);
   process.exit(2);
@@ -90,6 +110,7 @@ async function runSimulate(args: string[]): Promise<void> {
   if (infoOnly(values)) return;
   const [{ createLogger, exitAfterLogs }, { createSimulator }] = await Promise.all([import('./log.js'), import('./simulate/server.js')]);
   const log = createLogger(logLevelOf('LLM_PROXY_LOG_LEVEL', process.env.LLM_PROXY_LOG_LEVEL || undefined) ?? 'info');
+  logIgnoredSignals(log);
   const plan = {
     ttft: num('ttft', values.ttft) ?? 0.25,
     itl: num('itl', values.itl) ?? 0.0014,
@@ -223,11 +244,7 @@ async function runProxy(args: string[]): Promise<void> {
     terminalGone ||= muteIfTerminalGone(log);
     stop('SIGHUP');
   });
-  // Node's defaults: SIGUSR1 opens the inspector (code execution for anything that reaches
-  // 127.0.0.1:9229, a pod's sidecars included, in a process that holds API keys; nginx's USR1,
-  // which a copied logrotate script sends, reopens logs) and SIGUSR2 ends the process at once,
-  // cutting every stream. Neither means anything here. `--inspect` still opens the inspector.
-  for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) process.on(signal, () => log.warn({ signal }, 'signal ignored'));
+  logIgnoredSignals(log);
   await starting;
 }
 
@@ -288,6 +305,7 @@ async function main(): Promise<void> {
   // npm only warns about `engines`; without this an older Node dies on a module's missing export.
   if (typeof (zlib as { crc32?: unknown }).crc32 !== 'function') fail(`needs Node.js >= 20.15.0 (zlib.crc32, for Bedrock's frames); this is ${process.version}`);
   const argv = process.argv.slice(2);
+  ignoreDebugSignals();
   if (argv[0] === 'simulate') await runSimulate(argv.slice(1));
   else if (argv[0] === 'healthcheck') await runHealthcheck(argv.slice(1));
   else await runProxy(argv);

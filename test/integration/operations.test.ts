@@ -381,6 +381,25 @@ describe('signals that mean nothing to the proxy', () => {
     expect(p.child.exitCode).toBeNull();
     expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
   });
+
+  it('the simulator ignores them too', async () => {
+    const spare = net.createServer();
+    await new Promise<void>((r) => spare.listen(0, '127.0.0.1', r));
+    const inspectPort = (spare.address() as AddressInfo).port;
+    await new Promise((r) => spare.close(r));
+    const p = spawnCli(['simulate', '--port', '0', '--ttft', '0.005', '--itl', '0.002', '--tokens', '5'], { NODE_OPTIONS: `--inspect-port=127.0.0.1:${inspectPort}` });
+    procs.push(p);
+    const { url } = (await p.waitFor((l) => l.msg === 'simulator listening')) as { url: string };
+    for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) {
+      p.child.kill(signal);
+      await p.waitFor((l) => l.msg === 'signal ignored' && l.signal === signal);
+    }
+    await sleep(300); // an inspector would be listening by now
+    expect(await connectRefused(`http://127.0.0.1:${inspectPort}`)).toBe(true);
+    expect(p.child.exitCode).toBeNull();
+    const r = await fetch(`${url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m","stream":true,"messages":[]}' });
+    expect((await r.text()).trimEnd().endsWith('data: [DONE]')).toBe(true);
+  });
 });
 
 describe('out of file descriptors', () => {
