@@ -1,7 +1,9 @@
 // The oldest Node the package claims (package.json `engines`) runs the built proxy: started on
 // the built-in simulator, one OpenAI chat stream and one Bedrock event stream (CRC-checked
 // frames, zlib.crc32) measured, the metrics exposed. Run it with that Node:
-//   npx -y node@20.15.0 .ci/min-node-smoke.mjs
+//   npx -y node@20.15.0 .ci/min-node-smoke.mjs [CLI]
+// CLI defaults to the checkout's dist/cli.js; .ci/run gives the copy installed from the packed
+// tarball, so that what npm would publish is what runs.
 // The test suite cannot (vitest 4 needs Node 20.19), so this is what holds the claim.
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -14,7 +16,8 @@ if (floor === undefined) throw new Error(`engines.node is "${engines}": expected
 const want = `v${floor}`;
 if (process.version !== want) throw new Error(`run this with the Node engines names (${want}), not ${process.version}`);
 
-const child = spawn(process.execPath, ['dist/cli.js', '--port', '0', '--metrics-port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
+const cli = process.argv[2] ?? 'dist/cli.js';
+const child = spawn(process.execPath, [cli, '--port', '0', '--metrics-port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
 const fail = (message) => {
   child.kill('SIGKILL');
   console.error(`min-node smoke on ${process.version}: ${message}`);
