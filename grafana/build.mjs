@@ -61,8 +61,12 @@ export function loadParams(file = PARAMS_FILE) {
 /** The "against the past" alerts, judged step by step over `over` (params.yaml). */
 const REGRESSIONS = ['itlRegression', 'ttftRegression', 'itlTailRegression'];
 
-const DURATION = /^(\d+(ms|s|m|h|d|w|y))+$/;
+// Prometheus's own pattern: units from the largest down, each at most once ("1m30m" is refused).
+const DURATION = /^(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$/;
 const ZERO = /^(0+(ms|s|m|h|d|w|y))+$/;
+const UNIT_MS = { y: 365 * 864e5, w: 7 * 864e5, d: 864e5, h: 36e5, m: 6e4, s: 1e3, ms: 1 };
+/** Milliseconds in a duration DURATION accepts. */
+const durationMs = (d) => [...String(d).matchAll(/(\d+)(ms|y|w|d|h|m|s)/g)].reduce((t, [, n, u]) => t + Number(n) * UNIT_MS[u], 0);
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
 const MATCHER = String.raw`\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*`;
 const SELECTOR = new RegExp(`^${MATCHER}(,${MATCHER})*$`);
@@ -107,9 +111,15 @@ export function validateParams(p) {
     const c = p.alerts[key];
     if (!(c.factor > 1)) fail(`alerts.${key}.factor=${c.factor} must be above 1 (1.5 = 50 % slower than the baseline)`);
     if (!DURATION.test(String(c.over)) || ZERO.test(String(c.over))) fail(`alerts.${key}.over: bad duration ${c.over} (a positive Prometheus duration, e.g. 30m)`);
+    // Shorter than a step, the count of steps is empty between whole minutes and the alert never
+    // fires; longer than the day offset, the past traffic it averages overlaps today's.
+    const step = p.subqueryStep ?? '1m';
+    if (durationMs(c.over) < durationMs(step) || durationMs(c.over) > durationMs(p.comparison.day)) {
+      fail(`alerts.${key}.over=${c.over} must lie between one step (${step}) and comparison.day (${p.comparison.day})`);
+    }
     if (!(c.share > 0 && c.share <= 1)) fail(`alerts.${key}.share=${c.share} must be in (0, 1]: the share of the steps of \`over\` that must be slow`);
   }
-  if (!p.quantiles.includes(0.99)) fail('quantiles must include 0.99 (alerts.itlTailRegression reads the p99 gap)');
+  if (!p.quantiles.includes(0.99) || !p.quantiles.includes(0.5)) fail('quantiles must include 0.5 and 0.99 (alerts.itlTailRegression reads the p99 gap, and its description the p50)');
   const gapBuckets = p.gapBuckets ?? GAP_BUCKETS;
   if (!Array.isArray(gapBuckets) || gapBuckets.length === 0 || gapBuckets.some((b, i) => typeof b !== 'number' || !(b > 0) || (i > 0 && !(b > gapBuckets[i - 1])))) {
     fail('gapBuckets must be the proxy\'s metrics.buckets.itl: positive numbers, ascending');
@@ -276,8 +286,9 @@ export function recordingRules(p) {
   const { day, week } = p.comparison;
   // The traffic is averaged over the alert's `over`, as the alert's own gate reads it now: a past
   // 5m rate tested alone dropped about half the steps of a model at 0.1 req/s from the count.
+  // `> 0` drops a past window's NaN (no request in its 5m, while the traffic around it passed the gate).
   const past = (src, rateRule, c, off) =>
-    `label_replace(${src} offset ${off} and on (${g}) avg_over_time(${rateRule}[${c.over}] offset ${off}) >= ${c.minRequestRate}, "baseline", "${off}", "", "")`;
+    `label_replace(${src} offset ${off} > 0 and on (${g}) avg_over_time(${rateRule}[${c.over}] offset ${off}) >= ${c.minRequestRate}, "baseline", "${off}", "", "")`;
   const baseline = (src, rateRule, c) => `max by (${g}) (\n  ${past(src, rateRule, c, day)}\n  or\n  ${past(src, rateRule, c, week)}\n)`;
   rules.push({ record: n.tpotBaseline, expr: baseline(n.tpot.p95, n.tpotRate, p.alerts.itlRegression) });
   rules.push({ record: n.ttftBaseline, expr: baseline(n.ttft.p95, n.ttftRate, p.alerts.ttftRegression) });

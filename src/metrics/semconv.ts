@@ -88,9 +88,9 @@ export const ERROR_TYPE = {
 /** Default bucket boundaries in seconds (see README: why these). */
 export const DEFAULT_BUCKETS = {
   // 0.25 ms .. 2.5 s, dense where the fastest providers stream (1-3 ms) so that
-  // 1.4 ms and 2.3 ms land in different buckets, and 9-20 % wide from 15 to 60 ms, where
+  // 1.4 ms and 2.3 ms land in different buckets, and 10-20 % apart from 15 to 60 ms, where
   // typical providers stream: a p95 read from a bucket is off by up to its width, and at
-  // 25-50 % wide a +50 % regression of a 25 ms/token model paged or not by where it sat.
+  // 20-50 % apart a +50 % regression of a 25 ms/token model paged or not by where it sat.
   itl: [
     0.00025, 0.0005, 0.00075, 0.001, 0.00125, 0.0015, 0.00175, 0.002, 0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01,
     0.015, 0.0175, 0.02, 0.0225, 0.025, 0.0275, 0.03, 0.035, 0.04, 0.045, 0.05, 0.06, 0.075, 0.1, 0.15, 0.2, 0.3,

@@ -20,7 +20,8 @@ const CLI = join(ROOT, 'dist/cli.js');
 const DASHBOARD_FILE = join(ROOT, 'grafana', build.OUTPUT_FILES.dashboard as string);
 
 // The offsets set how long the test waits for history. "1d" only has to outlast the slowdown
-// until the alert clears (15.7-18.7 s in the runs logged here), so the restore is what clears it.
+// until the alert clears (27.2 s once the alert judged its share of slow steps, 29.6 s with
+// keep_firing_for, 2026-12-05; it was 15.7-18.7 s before), so the restore is what clears it.
 const SCALE = { window: '10s', day: '45s', week: '55s', forDuration: '3s', lookback: '60s' };
 const DAY_OFFSET_S = 45;
 const WEEK_OFFSET_S = 55;

@@ -329,6 +329,11 @@ function checkPrometheusRule(o: Obj): string[] {
     for (const r of g.rules ?? []) {
       if ((r.record === undefined) === (r.alert === undefined)) errs.push(`group ${g.name}: a rule needs exactly one of record/alert`);
       if (typeof r.expr !== 'string' && typeof r.expr !== 'number') errs.push(`group ${g.name}: rule without expr`);
+      // The schemas of @kubernetes-models/prometheus-operator 4.x predate keep_firing_for (CRD v0.66):
+      // an unknown field to them, so its value is checked here (Prometheus's duration pattern).
+      for (const d of ['for', 'keep_firing_for']) {
+        if (r[d] !== undefined && !/^(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$/.test(r[d])) errs.push(`group ${g.name}: ${r.alert ?? r.record}: bad ${d} ${r[d]}`);
+      }
     }
   }
   return errs;
@@ -769,6 +774,11 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
     const rule = badFor.find((o) => o.kind === 'PrometheusRule')!.spec.groups.flatMap((g: Obj) => g.rules).find((r: Obj) => r.for !== undefined);
     rule.for = '5 minutes';
     expect(badFor.flatMap(validateObject).join('\n')).toMatch(/rules\/\d+\/for must match pattern/);
+    // keep_firing_for: unknown to the 4.x schemas, checked by checkPrometheusRule
+    const badHold = render();
+    const held = badHold.find((o) => o.kind === 'PrometheusRule')!.spec.groups.flatMap((g: Obj) => g.rules).find((r: Obj) => r.keep_firing_for !== undefined);
+    held.keep_firing_for = '15 minutes';
+    expect(badHold.flatMap(validateObject).join('\n')).toMatch(/LLMProxy\w+Regression: bad keep_firing_for 15 minutes/);
     const numericPort = render();
     numericPort.find((o) => o.kind === 'PodMonitor')!.spec.podMetricsEndpoints[0].port = 9464;
     expect(numericPort.flatMap(validateObject).join('\n')).toMatch(/podMetricsEndpoints\/0\/port must be string/);

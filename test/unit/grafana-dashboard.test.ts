@@ -68,7 +68,14 @@ describe('grafana/ generated files', () => {
     refused((p) => (p.alerts.itlTailRegression.factor = 1), /alerts\.itlTailRegression\.factor=1 must be above 1/);
     refused((p) => (p.alerts.itlRegression.share = 60), /alerts\.itlRegression\.share=60 must be in \(0, 1\]/); // 60 meant as 60 %
     refused((p) => (p.alerts.ttftRegression.over = '30'), /alerts\.ttftRegression\.over: bad duration 30/);
-    refused((p) => (p.quantiles = [0.5, 0.95]), /quantiles must include 0\.99/);
+    refused((p) => (p.quantiles = [0.5, 0.95]), /quantiles must include 0\.5 and 0\.99/);
+    refused((p) => (p.quantiles = [0.95, 0.99]), /quantiles must include 0\.5 and 0\.99/);
+    // shorter than a step the count of steps is empty and the alert never fires; units out of order
+    refused((p) => (p.alerts.itlRegression.over = '30s'), /alerts\.itlRegression\.over=30s must lie between one step \(1m\) and comparison\.day \(1d\)/);
+    refused((p) => (p.alerts.itlTailRegression.over = '25h'), /alerts\.itlTailRegression\.over=25h must lie between/);
+    refused((p) => (p.alerts.itlRegression.over = '1m30m'), /alerts\.itlRegression\.over: bad duration 1m30m/);
+    refused((p) => (p.alerts.itlRegression.keepFiringFor = '1m15m'), /alerts\.itlRegression\.keepFiringFor: bad duration 1m15m/);
+    refused((p) => (p.window = ''), /bad duration ""/);
     // 20 meant as 20 ms: a p95 cannot pass the last finite gap bucket (2.5 s).
     refused((p) => (p.alerts.itlObjective.perModel = { 'gpt-4o-mini': 20 }), /alerts\.itlObjective gpt-4o-mini=20 must be seconds per token/);
     refused((p) => (p.alerts.itlObjective.defaultSeconds = 2.5), /alerts\.itlObjective defaultSeconds=2\.5/);

@@ -337,6 +337,27 @@ describe('grafana/alerts rules', () => {
         file: 'regression.test.yaml',
         expect: misses('LLMProxyITLRegression', model('o3-mini')),
       },
+      // keepFiringFor 15m: gpt-4o in hold.test.yaml is still firing 14 minutes after its condition
+      // ended and resolved 16 minutes after.
+      {
+        name: 'itlRegression keepFiringFor 10m',
+        rules: rendered((p) => (p.alerts.itlRegression.keepFiringFor = '10m')),
+        file: 'hold.test.yaml',
+        expect: misses('LLMProxyITLRegression', model('gpt-4o')),
+      },
+      {
+        name: 'itlRegression keepFiringFor 30m',
+        rules: rendered((p) => (p.alerts.itlRegression.keepFiringFor = '30m')),
+        file: 'hold.test.yaml',
+        expect: fires('LLMProxyITLRegression', model('gpt-4o')),
+      },
+      {
+        // o3's day-earlier window without requests: a NaN baseline
+        name: 'TPOT baselines without dropping NaN',
+        rules: edited(/(label_replace\(llm_proxy:tpot_seconds:p95_5m offset \w+) > 0 and on/g, '$1 and on'),
+        file: 'hold.test.yaml',
+        expect: /llm_proxy:tpot_seconds:p95_5m_baseline[^\n]*time: 7d2h40m[\s\S]*got:[^\n]*o3[^\n]*NaN/,
+      },
       {
         // gpt-4o's 8-minute blip is above the factor in 12 of 31 steps
         name: 'itlRegression share 0.35',
@@ -360,14 +381,14 @@ describe('grafana/alerts rules', () => {
       {
         // gpt-4.1-nano's past: 3 streams a minute, no baseline
         name: 'gap baselines without the past-traffic gate',
-        rules: edited(/(label_replace\(llm_proxy:chunk_gap_seconds:p99_5m offset (\w+)) and on \([^)]*\) avg_over_time\(llm_proxy:streams:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
+        rules: edited(/(label_replace\(llm_proxy:chunk_gap_seconds:p99_5m offset (\w+) > 0) and on \([^)]*\) avg_over_time\(llm_proxy:streams:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
         file: 'tail-regression.test.yaml',
         expect: fires('LLMProxyITLTailRegression', model('gpt-4.1-nano')),
       },
       {
         // o3's past: 1 request every 3 minutes, no baseline
         name: 'TTFT baselines without the past-traffic gate',
-        rules: edited(/(label_replace\(llm_proxy:ttft_seconds:p95_5m offset (\w+)) and on \([^)]*\) avg_over_time\(llm_proxy:ttft_requests:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
+        rules: edited(/(label_replace\(llm_proxy:ttft_seconds:p95_5m offset (\w+) > 0) and on \([^)]*\) avg_over_time\(llm_proxy:ttft_requests:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
         file: 'bands-regression.test.yaml',
         expect: fires('LLMProxyTTFTRegression', model('o3')),
       },
