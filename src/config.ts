@@ -64,6 +64,12 @@ const routeSchema = z
     providerName: z.string().min(1).optional(),
     /** Remove the prefix before forwarding (default true). */
     stripPrefix: z.boolean().default(true),
+    /**
+     * Add `X-Forwarded-For` (the client's address), `-Proto` and `-Host` (default true). false for a
+     * third-party provider that need not learn the clients' addresses: it sees the proxy alone
+     * (fields a client sent itself still pass, as every end-to-end field does).
+     */
+    forwardedHeaders: z.boolean().default(true),
   })
   .strict();
 
@@ -340,13 +346,13 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   let routes: RouteConfig[];
   const upstream = overrides.upstream ?? f.upstream;
   if (f.routes === undefined) {
-    routes = upstream === undefined ? [] : [{ prefix: '/', upstream, stripPrefix: true }];
+    routes = upstream === undefined ? [] : [{ prefix: '/', upstream, stripPrefix: true, forwardedHeaders: true }];
   } else if (overrides.upstream !== undefined) {
     // --upstream / LLM_PROXY_UPSTREAM is the upstream of "/": it replaces the file's "/" route's
     // upstream (keeping its other settings) or adds a "/" route; the file's other routes stay.
     const root = f.routes.findIndex((r) => normalizePrefix(r.prefix) === '/');
     routes = [...f.routes];
-    if (root === -1) routes.push({ prefix: '/', upstream: overrides.upstream, stripPrefix: true });
+    if (root === -1) routes.push({ prefix: '/', upstream: overrides.upstream, stripPrefix: true, forwardedHeaders: true });
     else routes[root] = { ...routes[root]!, upstream: overrides.upstream };
   } else {
     routes = f.routes;

@@ -50,7 +50,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       `no upstream configured: using the built-in simulator at ${simulatorUrl} as the default upstream (no API key needed)`,
     );
     // The in-process simulator is on this host's loopback: never through an egress proxy.
-    cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true }], egress: NO_EGRESS });
+    cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true, forwardedHeaders: true }], egress: NO_EGRESS });
   }
 
   // A push that fails (collector down, wrong endpoint) reaches OpenTelemetry's diag logger,

@@ -255,7 +255,7 @@ export class Forwarder {
     const requestId = requestIdOf(req);
     const headers = endToEndHeaders(req.rawHeaders, REQUEST_DROP, ['host', match.resolved.upstream.host]);
     headers.push('connection', 'upgrade', 'upgrade', rawHeader(req.rawHeaders, 'upgrade') ?? 'websocket');
-    addProxyHeaders(headers, req, requestId);
+    addProxyHeaders(headers, req, requestId, match.resolved.route.forwardedHeaders);
     const { timeouts } = this.deps.config;
     const tunnel = new Tunnel(
       {
@@ -448,7 +448,7 @@ class InFlight implements ExchangeHandler {
     }
     this.bodyFraming = body;
     endToEndHeaders(req.rawHeaders, REQUEST_DROP, headers);
-    addProxyHeaders(headers, req, this.requestId);
+    addProxyHeaders(headers, req, this.requestId, match.resolved.route.forwardedHeaders);
     if (deps.instruments && deps.config.metrics.identityEncoding && (req.method === 'POST' || req.method === 'GET') && req.headers['accept-encoding'] !== undefined) this.askIdentity(headers);
 
     // Client body -> upstream, with backpressure; the model name is read as it passes.
@@ -827,10 +827,13 @@ function requestIdOf(req: IncomingMessage): string {
 }
 
 /**
- * `X-Forwarded-For/-Proto/-Host`, and `X-Request-Id`: the upstream gets the id the proxy logs,
- * the client's when usable, else the proxy's in its place (`Host` leads the head, set by the caller).
+ * `X-Forwarded-For/-Proto/-Host` unless the route turns them off, and `X-Request-Id`: the upstream
+ * gets the id the proxy logs, the client's when usable, else the proxy's in its place (`Host`
+ * leads the head, set by the caller).
  */
-function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: string): void {
+function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: string, forwarded: boolean): void {
+  if (req.headers['x-request-id'] !== requestId || countRaw(headers, 'x-request-id') !== 1) replaceRaw(headers, 'x-request-id', requestId);
+  if (!forwarded) return;
   const xff = req.headers['x-forwarded-for'];
   // An IPv4 client of a dual-stack (`::`) listener as IPv4 (`::ffff:10.0.0.1` is 10.0.0.1), as
   // nginx and Envoy write it: upstream allow-lists and rate limits key on that form.
@@ -840,7 +843,6 @@ function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: str
   else replaceRaw(headers, 'x-forwarded-for', `${Array.isArray(xff) ? xff.join(', ') : xff}, ${peer}`);
   headers.push('x-forwarded-proto', 'http');
   if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
-  if (req.headers['x-request-id'] !== requestId || countRaw(headers, 'x-request-id') !== 1) replaceRaw(headers, 'x-request-id', requestId);
 }
 
 /** The proxy's own refusals that a request and an upgrade share: status, error type, message. */

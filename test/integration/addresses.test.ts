@@ -31,4 +31,34 @@ describe('addresses', () => {
     }
     expect(xff).toEqual(['127.0.0.1', '10.0.0.1, 127.0.0.1']);
   });
+
+  it('a route with forwardedHeaders: false adds no X-Forwarded-* (requests and WebSocket upgrades); what a client sent passes as sent; X-Request-Id stays', async () => {
+    const seen: http.IncomingHttpHeaders[] = [];
+    const server = http.createServer((req, res) => { seen.push(req.headers); res.end('ok'); });
+    server.on('upgrade', (req, socket) => { seen.push(req.headers); socket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n'); });
+    const port = await serve(server);
+    const upstream = `http://127.0.0.1:${port}`;
+    proxy = await startTestProxy(undefined, { routes: [{ prefix: '/private', upstream, forwardedHeaders: false }, { prefix: '/', upstream }] });
+    const base = proxy.proxyUrl;
+    await (await fetch(`${base}/private/v1/models`)).text();
+    await (await fetch(`${base}/private/v1/models`, { headers: { 'x-forwarded-for': '10.0.0.1' } })).text();
+    await (await fetch(`${base}/v1/models`)).text();
+    // An upgrade (fetch cannot send one): the upstream declines it, which the client gets.
+    const status = await new Promise<number | undefined>((resolve) => {
+      const r = http.request(`${base}/private/v1/realtime`, { headers: { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' } });
+      r.on('response', (res) => (res.resume(), res.on('end', () => resolve(res.statusCode))));
+      r.on('upgrade', (_res, socket) => (socket.destroy(), resolve(101)));
+      r.on('error', () => resolve(undefined));
+      r.end();
+    });
+    expect(status).toBe(403);
+    const fwd = (h: http.IncomingHttpHeaders) => [h['x-forwarded-for'], h['x-forwarded-proto'], h['x-forwarded-host']];
+    expect(seen).toHaveLength(4);
+    expect(fwd(seen[0]!)).toEqual([undefined, undefined, undefined]);
+    expect(fwd(seen[1]!)).toEqual(['10.0.0.1', undefined, undefined]);
+    expect(fwd(seen[2]!)).toEqual(['127.0.0.1', 'http', new URL(base).host]);
+    expect(fwd(seen[3]!)).toEqual([undefined, undefined, undefined]); // the upgrade
+    expect(seen[3]!.upgrade).toBe('websocket');
+    for (const h of seen) expect(h['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
+  });
 });

@@ -236,7 +236,7 @@ describe('config', () => {
     expect(loadConfig({ config: file }, { LLM_PROXY_UPSTREAM: '' }).routes[0]!.upstream).toBe('http://file:1');
     expect(loadConfig({ upstream: 'http://flag:1' }, { LLM_PROXY_UPSTREAM: '' }).routes[0]!.upstream).toBe('http://flag:1');
     // routes: [] with an upstream from a flag or variable: that upstream's "/" route.
-    expect(buildConfig({ routes: [] }, { upstream: 'http://flag:1' }).routes).toEqual([{ prefix: '/', upstream: 'http://flag:1', stripPrefix: true }]);
+    expect(buildConfig({ routes: [] }, { upstream: 'http://flag:1' }).routes).toEqual([{ prefix: '/', upstream: 'http://flag:1', stripPrefix: true, forwardedHeaders: true }]);
   });
 
   it('refuses route prefixes no request path can match: a query, a fragment, a glob, white space (review 121)', () => {

@@ -58,7 +58,7 @@ describe('NO_PROXY', () => {
     expect(egressFor(s, 'https:', 'api.openai.com', 443)).toBe(https);
     expect(egressFor(s, 'http:', 'vllm', 8000)).toBe(http);
     expect(egressFor(s, 'https:', 'llm.internal.corp', 443)).toBeUndefined();
-    const r = new Router([{ prefix: '/', upstream: 'https://api.openai.com/v1', stripPrefix: true }], s);
+    const r = new Router([{ prefix: '/', upstream: 'https://api.openai.com/v1', stripPrefix: true, forwardedHeaders: true }], s);
     expect(r.match('/chat/completions')!.resolved.origin).toEqual({ protocol: 'https:', host: 'api.openai.com', port: 443, via: https });
   });
 });
@@ -73,7 +73,7 @@ describe('NO_PROXY with IPv6', () => {
 
 describe('a fully qualified upstream name (trailing dot)', () => {
   it('is labelled and recognised without the dot (the TLS server name too: serverName), and connected to as written', () => {
-    const r = new Router([{ prefix: '/', upstream: 'https://x.openai.azure.com.:8443', stripPrefix: true }]).match('/v1/chat/completions')!.resolved;
+    const r = new Router([{ prefix: '/', upstream: 'https://x.openai.azure.com.:8443', stripPrefix: true, forwardedHeaders: true }]).match('/v1/chat/completions')!.resolved;
     expect(r.serverAddress).toBe('x.openai.azure.com');
     expect(r.providerName).toBe('azure.ai.openai');
     expect(r.origin.host).toBe('x.openai.azure.com.');

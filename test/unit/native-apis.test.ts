@@ -387,7 +387,7 @@ describe('Cohere Chat', () => {
     // serves OpenAI-shaped chunks there; LM Studio's `/api/v1/chat` has its own adapter.
     expect(detectApi('/v1/chat', undefined, ['cohere'])?.api).toBe('cohere-chat');
     // A route to Cohere's host whose label says otherwise is still Cohere's: the router gives both names.
-    const r = new Router([{ prefix: '/', upstream: 'https://api.cohere.com', stripPrefix: true, providerName: 'my-gateway' }]).match('/v1/chat')!;
+    const r = new Router([{ prefix: '/', upstream: 'https://api.cohere.com', stripPrefix: true, forwardedHeaders: true, providerName: 'my-gateway' }]).match('/v1/chat')!;
     expect(r.resolved.providerName).toBe('my-gateway');
     expect(detectApi(r.upstreamPath, undefined, r.resolved.providerNames)?.api).toBe('cohere-chat');
     expect(detectApi('/v1/chat', undefined)?.api).toBe('generic');

@@ -10,7 +10,7 @@ import { RequestBodyTap } from '../../src/proxy/request-info.js';
 import { CardinalityLimiter, OTHER } from '../../src/metrics/labels.js';
 import { prometheusBaseName } from '../../src/metrics/prometheus-names.js';
 
-const route = (prefix: string, upstream: string, stripPrefix = true) => ({ prefix, upstream, stripPrefix });
+const route = (prefix: string, upstream: string, stripPrefix = true) => ({ prefix, upstream, stripPrefix, forwardedHeaders: true });
 
 describe('Router', () => {
   const r = new Router([route('/openai', 'https://api.openai.com'), route('/anthropic', 'https://api.anthropic.com/'), route('/', 'http://vllm:8000/base')]);
@@ -174,7 +174,7 @@ describe('originForm', () => {
 
 describe('server.address and server.port (what the metrics label a route with)', () => {
   it('the host without IPv6 brackets, and the port, the scheme\'s default when the URL names none', () => {
-    const at = (upstream: string) => new Router([{ prefix: '/', upstream, stripPrefix: false }]).match('/v1/chat/completions')!.resolved.origin;
+    const at = (upstream: string) => new Router([{ prefix: '/', upstream, stripPrefix: false, forwardedHeaders: true }]).match('/v1/chat/completions')!.resolved.origin;
     expect(at('https://api.openai.com/v1')).toMatchObject({ host: 'api.openai.com', port: 443 });
     expect(at('http://10.0.0.5')).toMatchObject({ host: '10.0.0.5', port: 80 });
     expect(at('http://[::1]:8080')).toMatchObject({ host: '::1', port: 8080 });
