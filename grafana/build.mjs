@@ -340,16 +340,19 @@ export function alertRules(p) {
   // reset by every good 5m window, so a slowdown that came and went (10 minutes in every 15) never
   // paged; and a request rate tested minute by minute opened and closed the gate at its threshold.
   const step = p.subqueryStep ?? '1m';
-  const slowSteps = (c, now, base) => `sum_over_time((${now} > bool ${c.factor} * ${base})[${c.over}:${step}])`;
+  /** The number of `step`s in `range`, counted by Prometheus itself (no derived literal). */
+  const stepsIn = (range) => `count_over_time(vector(1)[${range}:${step}])`;
+  /** The steps of the last `over` at which `now` was above factor x `base` (`join`: a vector matching, or none between one series each). */
+  const slowSteps = (c, now, base, join = '') => `sum_over_time((${now} > bool ${join}${c.factor} * ${base})[${c.over}:${step}])`;
   // `> 0` drops the NaN p95 of a window without traffic (the alert would fire on with value NaN).
   const regression = (c, now, base, rate) =>
     `${now}${NOT_OTHER} > 0\nand ${on}\n` +
-    `sum_over_time((${now} > bool ${on} ${c.factor} * ${base})[${c.over}:${step}])\n  >= ${c.share} * scalar(count_over_time(vector(1)[${c.over}:${step}]))\n` +
+    `${slowSteps(c, now, base, `${on} `)}\n  >= ${c.share} * scalar(${stepsIn(c.over)})\n` +
     `and ${on}\navg_over_time(${rate}[${c.over}]) >= ${c.minRequestRate}`;
   /** The figures every regression alert's description ends with. */
   const regressionFigures = (c, now, base, rate, what) =>
     `Above ${c.factor}x in ${tq(p, slowSteps(c, `${now}MATCH`, `${base}MATCH`), 'printf "%.0f"')} of the ` +
-    `${tq(p, `count_over_time(vector(1)[${c.over}:${step}])`, 'printf "%.0f"')} ${step} steps of the last ${c.over} ` +
+    `${tq(p, stepsIn(c.over), 'printf "%.0f"')} ${step} steps of the last ${c.over} ` +
     `(fires from ${Math.round(c.share * 100)} %, at >= ${c.minRequestRate} ${what} averaged over ${c.over}; ` +
     `now ${tq(p, `avg_over_time(${rate}MATCH[${c.over}])`, 'printf "%.2f"')}).`;
   const pastWindows = `the slower of the same ${p.window} window ${p.comparison.day} and ${p.comparison.week} earlier`;
@@ -479,9 +482,7 @@ export function alertRules(p) {
   {
     const c = a.noData;
     const name = 'LLMProxyModelNoData';
-    const step = p.subqueryStep ?? '1m';
-    // The number of steps in `sustained`, counted by Prometheus itself (no derived literal).
-    const needed = `${c.sustainedShare} * scalar(count_over_time(vector(1)[${c.sustained}:${step}]))`;
+    const needed = `${c.sustainedShare} * scalar(${stepsIn(c.sustained)})`;
     rules.push({
       ...common(name, c),
       // Traffic held for `sustainedShare` of `sustained`, counted in steps, at some point in the last

@@ -16,6 +16,7 @@ import {
 import { checkHealth, healthUrl, pid1Cmdline, proxyArgsOf } from './healthcheck.js';
 import { PLAN_KEYS, planValueError, scheduleError } from './simulate/schedule.js';
 import { VERSION } from './version.js';
+import type { Logger } from './log.js';
 
 const USAGE = `llm-latency-proxy ${VERSION}: a transparent streaming proxy that measures LLM TTFT and inter-token latency
 
@@ -62,7 +63,7 @@ function ignoreDebugSignals(): void {
   for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) process.on(signal, () => onIgnoredSignal(signal));
 }
 
-function logIgnoredSignals(log: { warn: (o: object, msg: string) => void }): void {
+function logIgnoredSignals(log: Logger): void {
   onIgnoredSignal = (signal) => log.warn({ signal }, 'signal ignored');
   for (const signal of ignoredSignals.splice(0)) onIgnoredSignal(signal);
 }
