@@ -11,8 +11,10 @@ export interface AlertParams {
   severity: string;
   [key: string]: unknown;
 }
+/** An alert judged by the share of slow steps: above its threshold in `share` of the steps of `over`. */
+export type ShareParams = AlertParams & { over: string; share: number; minRequestRate: number };
 /** An "against the past" alert: above `factor` x its baseline in `share` of the steps of `over`. */
-export type RegressionParams = AlertParams & { factor: number; over: string; share: number; minRequestRate: number };
+export type RegressionParams = ShareParams & { factor: number };
 export interface Params {
   selector: string;
   groupBy: string[];
@@ -30,7 +32,7 @@ export interface Params {
     ttftRegression: RegressionParams;
     itlTailRegression: RegressionParams;
     errorRatio: AlertParams & { threshold: number; minRequestRate: number };
-    itlObjective: AlertParams & { defaultSeconds: number; perModel: Record<string, number>; minRequestRate: number };
+    itlObjective: ShareParams & { defaultSeconds: number; perModel: Record<string, number> };
     stalls: AlertParams & { gapSeconds: number; threshold: number; minRequestRate: number };
     noData: AlertParams & { lookback: string; minRequestRate: number };
     proxyDown: AlertParams & { lookback: string };

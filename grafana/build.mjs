@@ -60,6 +60,8 @@ export function loadParams(file = PARAMS_FILE) {
 
 /** The "against the past" alerts, judged step by step over `over` (params.yaml). */
 const REGRESSIONS = ['itlRegression', 'ttftRegression', 'itlTailRegression'];
+/** The alerts judged by the share of slow steps over `over` (the regressions and the objective). */
+const BY_SHARE = [...REGRESSIONS, 'itlObjective'];
 
 // Prometheus's own pattern: units from the largest down, each at most once ("1m30m" is refused).
 const DURATION = /^(?=\d)(\d+y)?(\d+w)?(\d+d)?(\d+h)?(\d+m)?(\d+s)?(\d+ms)?$/;
@@ -110,6 +112,9 @@ export function validateParams(p) {
   for (const key of REGRESSIONS) {
     const c = p.alerts[key];
     if (!(c.factor > 1)) fail(`alerts.${key}.factor=${c.factor} must be above 1 (1.5 = 50 % slower than the baseline)`);
+  }
+  for (const key of BY_SHARE) {
+    const c = p.alerts[key];
     if (!DURATION.test(String(c.over)) || ZERO.test(String(c.over))) fail(`alerts.${key}.over: bad duration ${c.over} (a positive Prometheus duration, e.g. 30m)`);
     // Shorter than a step, the count of steps is empty between whole minutes and the alert never
     // fires; longer than the day offset, the past traffic it averages overlaps today's.
@@ -154,7 +159,7 @@ export function scaleDurations(params, { window, day, week, forDuration, lookbac
     a.for = forDuration;
     if (a.keepFiringFor !== undefined) a.keepFiringFor = forDuration;
   }
-  for (const key of REGRESSIONS) p.alerts[key].over = over;
+  for (const key of BY_SHARE) p.alerts[key].over = over;
   p.alerts.noData.lookback = lookback;
   p.alerts.noData.sustained = sustained;
   p.subqueryStep = '1s';
@@ -342,19 +347,23 @@ export function alertRules(p) {
   const step = p.subqueryStep ?? '1m';
   /** The number of `step`s in `range`, counted by Prometheus itself (no derived literal). */
   const stepsIn = (range) => `count_over_time(vector(1)[${range}:${step}])`;
-  /** The steps of the last `over` at which `now` was above factor x `base` (`join`: a vector matching, or none between one series each). */
-  const slowSteps = (c, now, base, join = '') => `sum_over_time((${now} > bool ${join}${c.factor} * ${base})[${c.over}:${step}])`;
+  /** The steps of the last `over` at which `now` was above `threshold` (`join`: a vector matching, or none between one series each). */
+  const stepsAbove = (c, now, threshold, join = '') => `sum_over_time((${now} > bool ${join}${threshold})[${c.over}:${step}])`;
+  const slowSteps = (c, now, base, join = '') => stepsAbove(c, now, `${c.factor} * ${base}`, join);
   // `> 0` drops the NaN p95 of a window without traffic (the alert would fire on with value NaN).
-  const regression = (c, now, base, rate) =>
-    `${now}${NOT_OTHER} > 0\nand ${on}\n` +
-    `${slowSteps(c, now, base, `${on} `)}\n  >= ${c.share} * scalar(${stepsIn(c.over)})\n` +
+  const byShare = (c, now, threshold, rate, nowFilter = '') =>
+    `${now}${nowFilter} > 0\nand ${on}\n` +
+    `${stepsAbove(c, now, threshold, `${on} `)}\n  >= ${c.share} * scalar(${stepsIn(c.over)})\n` +
     `and ${on}\navg_over_time(${rate}[${c.over}]) >= ${c.minRequestRate}`;
-  /** The figures every regression alert's description ends with. */
-  const regressionFigures = (c, now, base, rate, what) =>
-    `Above ${c.factor}x in ${tq(p, slowSteps(c, `${now}MATCH`, `${base}MATCH`), 'printf "%.0f"')} of the ` +
+  const regression = (c, now, base, rate) => byShare(c, now, `${c.factor} * ${base}`, rate, NOT_OTHER);
+  /** The figures every alert judged by its share of slow steps ends its description with (`above`: what a slow step is above). */
+  const shareFigures = (c, above, slow, rate, what) =>
+    `Above ${above} in ${tq(p, slow, 'printf "%.0f"')} of the ` +
     `${tq(p, stepsIn(c.over), 'printf "%.0f"')} ${step} steps of the last ${c.over} ` +
     `(fires from ${Math.round(c.share * 100)} %, at >= ${c.minRequestRate} ${what} averaged over ${c.over}; ` +
     `now ${tq(p, `avg_over_time(${rate}MATCH[${c.over}])`, 'printf "%.2f"')}).`;
+  const regressionFigures = (c, now, base, rate, what) =>
+    shareFigures(c, `${c.factor}x`, slowSteps(c, `${now}MATCH`, `${base}MATCH`), rate, what);
   const pastWindows = `the slower of the same ${p.window} window ${p.comparison.day} and ${p.comparison.week} earlier`;
   {
     const c = a.itlRegression;
@@ -398,15 +407,15 @@ export function alertRules(p) {
     const name = 'LLMProxyITLAboveObjective';
     rules.push({
       ...common(name, c),
-      expr: `${n.tpot.p95}\n  > ${on} ${n.tpotObjectiveBySeries}\nand ${on}\n${n.tpotRate} >= ${c.minRequestRate}`,
+      expr: byShare(c, n.tpot.p95, n.tpotObjectiveBySeries, n.tpotRate),
       annotations: {
-        summary: `p95 time per output token of ${who(p)} is above its objective`,
+        summary: `p95 time per output token of ${who(p)} was above its objective for most of the last ${c.over}`,
         description:
-          `p95 TPOT of ${who(p)} over ${p.window} is {{ $value | humanizeDuration }} per token ` +
+          `p95 TPOT of ${who(p)} over ${p.window} is {{ $value | humanizeDuration }} per token now ` +
           `(${tq(p, `1 / ${n.tpot.p95}MATCH`, 'printf "%.0f"')} tokens/s); objective ` +
           `${tq(p, `${n.tpotObjectiveBySeries}MATCH`, 'humanizeDuration')} ` +
           `(${tq(p, `1 / ${n.tpotObjectiveBySeries}MATCH`, 'printf "%.0f"')} tokens/s). ` +
-          `Rate ${tq(p, `${n.tpotRate}MATCH`, 'printf "%.2f"')} req/s (min ${c.minRequestRate}).`,
+          shareFigures(c, 'it', stepsAbove(c, `${n.tpot.p95}MATCH`, `${n.tpotObjectiveBySeries}MATCH`), n.tpotRate, 'req/s'),
         runbook_url: runbook(p, name),
       },
     });

@@ -74,6 +74,9 @@ describe('grafana/ generated files', () => {
     refused((p) => (p.alerts.itlRegression.over = '30s'), /alerts\.itlRegression\.over=30s must lie between one step \(1m\) and comparison\.day \(1d\)/);
     refused((p) => (p.alerts.itlTailRegression.over = '25h'), /alerts\.itlTailRegression\.over=25h must lie between/);
     refused((p) => (p.alerts.itlRegression.over = '1m30m'), /alerts\.itlRegression\.over: bad duration 1m30m/);
+    // the objective alert is judged by its share of slow steps too
+    refused((p) => (p.alerts.itlObjective.share = 1.5), /alerts\.itlObjective\.share=1\.5 must be in \(0, 1\]/);
+    refused((p) => delete (p.alerts.itlObjective as Partial<build.ShareParams>).over, /alerts\.itlObjective\.over: bad duration undefined/);
     refused((p) => (p.alerts.itlRegression.keepFiringFor = '1m15m'), /alerts\.itlRegression\.keepFiringFor: bad duration 1m15m/);
     refused((p) => (p.window = ''), /bad duration ""/);
     // 20 meant as 20 ms: a p95 cannot pass the last finite gap bucket (2.5 s).

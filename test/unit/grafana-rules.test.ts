@@ -198,13 +198,15 @@ describe('grafana/alerts rules', () => {
         expect: /LLMProxyITLRegression[\s\S]*gpt-4\.1"/,
       },
       {
-        // every blip then outlasts for: (o4-mini is the blip model of each group, proxy-2 the blipping proxy)
+        // every blip then outlasts for: (o4-mini is the blip model of each group, proxy-2 the blipping
+        // proxy); gpt-4o's objective alert, pending from 19m, fires at 20m
         name: 'for: 1m everywhere',
         rules: rendered((p) => Object.values(p.alerts).forEach((a) => (a.for = '1m'))),
         file: 'alerts.test.yaml',
         expect: new RegExp(
           [
-            'LLMProxyITLAboveObjective", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+            'LLMProxyITLAboveObjective, time: 20m',
+            'LLMProxyITLAboveObjective", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="gpt-4o"',
             'LLMProxyHighErrorRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
             'LLMProxyHighCancellationRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
             'LLMProxyStreamStalls", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
@@ -364,6 +366,51 @@ describe('grafana/alerts rules', () => {
         rules: exprsOf((p) => (p.alerts.itlRegression.share = 0.35)),
         file: 'regression.test.yaml',
         expect: fires('LLMProxyITLRegression', model('gpt-4o')),
+      },
+      // The objective alert, judged by its share of slow steps (objective.test.yaml, alerts.test.yaml).
+      {
+        // the old rule's shape: above at every step of the last 15m (its `for:`), no hold; o1 is
+        // above 14 minutes in every 15
+        name: 'itlObjective share 1 over 15m',
+        rules: rendered((p) => {
+          Object.assign(p.alerts.itlObjective, { share: 1, over: '15m' });
+          delete p.alerts.itlObjective.keepFiringFor;
+        }),
+        file: 'objective.test.yaml',
+        expect: misses('LLMProxyITLAboveObjective', model('o1')),
+      },
+      {
+        // o1-pro, slow 5 minutes in every 15, is at 18 of 31 steps at 40-45m: it flapped
+        name: 'itlObjective without keepFiringFor',
+        rules: rendered((p) => delete p.alerts.itlObjective.keepFiringFor),
+        file: 'objective.test.yaml',
+        expect: misses('LLMProxyITLAboveObjective', model('o1-pro')),
+      },
+      // keepFiringFor 15m: o1-mini's condition ended at 46m; firing at 60m, resolved at 62m.
+      {
+        name: 'itlObjective keepFiringFor 10m',
+        rules: rendered((p) => (p.alerts.itlObjective.keepFiringFor = '10m')),
+        file: 'objective.test.yaml',
+        expect: misses('LLMProxyITLAboveObjective', model('o1-mini')),
+      },
+      {
+        name: 'itlObjective keepFiringFor 30m',
+        rules: rendered((p) => (p.alerts.itlObjective.keepFiringFor = '30m')),
+        file: 'objective.test.yaml',
+        expect: fires('LLMProxyITLAboveObjective', model('o1-mini')),
+      },
+      // Share 0.6 of 31 steps (18.6): o4-mini's 8-minute blip is above in 12, o1-pro in 19.
+      {
+        name: 'itlObjective share 0.35',
+        rules: exprsOf((p) => (p.alerts.itlObjective.share = 0.35)),
+        file: 'alerts.test.yaml',
+        expect: fires('LLMProxyITLAboveObjective', model('o4-mini')),
+      },
+      {
+        name: 'itlObjective share 0.65',
+        rules: exprsOf((p) => (p.alerts.itlObjective.share = 0.65)),
+        file: 'objective.test.yaml',
+        expect: misses('LLMProxyITLAboveObjective', model('o1-pro')),
       },
       // ITL tail factor 1.75: o3 at 1.79x fires, o4-mini at 1.70x does not.
       {
