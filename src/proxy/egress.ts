@@ -244,7 +244,7 @@ export function openTunnel(proxy: EgressProxy, host: string, port: number, done:
       return;
     }
   };
-  const onError = (err: NodeJS.ErrnoException) => settle(new EgressProxyError(`egress proxy ${proxy.display}: ${err.code ?? err.message}`));
+  const onError = (err: NodeJS.ErrnoException) => settle(new EgressProxyError(`egress proxy ${proxy.display}: ${err.code ?? err.message}`, { cause: err }));
   const onEnd = () => settle(new EgressProxyError(`egress proxy ${proxy.display} closed the connection before the tunnel to ${target} was open`));
   socket.on('data', onData);
   socket.on('error', onError);

@@ -16,6 +16,7 @@ import type { ApiDescriptor } from '../providers/types.js';
 import { countRaw, endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
+import { lackMessage, lackOf } from './out-of-resources.js';
 import { RequestBodyTap } from './request-info.js';
 import { answerClientError, answerInProgress, sendDeferredContinue } from './server-answers.js';
 import { Router, safePath, type RouteMatch } from './routes.js';
@@ -697,8 +698,8 @@ class InFlight implements ExchangeHandler {
       const code = (err as NodeJS.ErrnoException).code;
       // Out of file descriptors or buffers: the proxy's own state, not the provider's (a 503, as
       // for any server that cannot take more now).
-      const lacking = code !== undefined && this.exchange?.connected !== true ? OUT_OF_RESOURCES.get(code) : undefined;
-      const exhausted = lacking !== undefined;
+      const lack = this.exchange?.connected !== true ? lackOf(err) : undefined;
+      const exhausted = lack !== undefined;
       const status = timeout ? 504 : exhausted ? 503 : 502;
       // A connection that was up and then closed or reset (a pooled one the server dropped, too) is
       // a reset; one that never came up is unreachable.
@@ -706,14 +707,14 @@ class InFlight implements ExchangeHandler {
       const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : exhausted ? ERROR_TYPE.outOfResources : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
       // Every address of a name refused: an AggregateError, whose own message is empty.
       const detail = err.message || ((err as Partial<AggregateError>).errors ?? []).map((e: Error) => e.message).join('; ');
-      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, code }, 'upstream request failed');
+      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, code: code ?? lack?.code }, 'upstream request failed');
       if (this.fwd.draining) this.res.shouldKeepAlive = false;
       const message = timeout
         ? err.message
         : protocol
           ? `invalid upstream response: ${err.message}`
           : exhausted
-            ? `the proxy could not open a connection to the upstream: ${code} (out of ${lacking})`
+            ? lackMessage(lack)
             : reset
               ? (err as NodeJS.ErrnoException).syscall === 'write'
                 ? `upstream closed the connection while the request body was being sent (${code ?? err.message}); it may have answered before reading it all`
@@ -878,13 +879,6 @@ const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
 const HTTP_STATUS = /^[1-9]\d\d$/;
 
 /** Error codes of the proxy's own resources running out, and what ran out. */
-const OUT_OF_RESOURCES: ReadonlyMap<string, string> = new Map([
-  ['EMFILE', 'file descriptors'],
-  ['ENFILE', 'file descriptors'],
-  ['ENOBUFS', 'buffer space'],
-  ['ENOMEM', 'memory'],
-]);
-
 /** A `.` or `..` path segment, also percent-encoded (`%2e`), or with a `;` parameter (`..;x`). */
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:;[^/]*)?(?:\/|$)/i;
 /** What some upstreams take for a slash before they route: `%2F` (nginx decodes it), `%5C`. */

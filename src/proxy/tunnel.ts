@@ -9,6 +9,7 @@ import { ChunkedDecoder } from './chunked.js';
 import { endToEndHeaders, rawHeader } from './headers.js';
 import { headEnd, HttpParseError, MAX_HEAD_BYTES, parseResponseHead, requestHead, responseFraming, type BodyFraming, type ResponseHead } from './http1.js';
 import { ConnectStage } from './connect-stage.js';
+import { lackMessage, lackOf } from './out-of-resources.js';
 import { upstreamTlsContext } from './tls-context.js';
 import { authority, openTunnel } from './egress.js';
 import { safePath } from './routes.js';
@@ -123,7 +124,9 @@ export class Tunnel {
       const raw = openTunnel(via, origin.host, origin.port, (err) => {
         if (this.done) return; // closed meanwhile; close() destroyed the socket
         if (err !== undefined) {
-          this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${err.message}`);
+          const lack = lackOf(err);
+          if (lack !== undefined) this.fail(503, ERROR_TYPE.outOfResources, lackMessage(lack), err.message);
+          else this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${err.message}`);
           return;
         }
         const secure = origin.protocol === 'https:';
@@ -364,7 +367,9 @@ export class Tunnel {
     if (this.done) return;
     if (this.status === undefined) {
       const code = err?.code;
+      const lack = this.connected ? undefined : lackOf(err);
       if (this.connected) this.fail(502, ERROR_TYPE.upstreamReset, `upstream closed the connection before responding (${code ?? err?.message ?? 'closed'})`);
+      else if (lack !== undefined) this.fail(503, ERROR_TYPE.outOfResources, lackMessage(lack));
       else this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${code ?? err?.message ?? 'closed'}`);
       return;
     }
@@ -372,14 +377,14 @@ export class Tunnel {
     this.close(err === undefined && this.upstreamEnded && this.status === 101 ? undefined : ERROR_TYPE.upstreamReset);
   }
 
-  /** Before any upstream answer reached the client: answer for the upstream, then close. */
-  private fail(status: number, errorType: string, message: string): void {
+  /** Before any upstream answer reached the client: answer for the upstream, then close. `detail`: what the log says, if more. */
+  private fail(status: number, errorType: string, message: string, detail = message): void {
     if (this.done) return;
     if (this.status !== undefined || this.bytesDown > 0) {
       this.close(errorType);
       return;
     }
-    this.opts.log.warn({ reqId: this.opts.requestId, err: message }, 'upstream upgrade failed');
+    this.opts.log.warn({ reqId: this.opts.requestId, err: detail }, 'upstream upgrade failed');
     this.ownStatus = status;
     writeRawError(this.client, status, errorType, message);
     if (status >= 500) this.recordFailure(status, errorType); // not the client's own 400

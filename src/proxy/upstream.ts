@@ -352,7 +352,7 @@ class Connection {
       // A timeout stays a timeout (504); its detail already names the proxy.
       if (via !== undefined && !this.established && !(err instanceof UpstreamTimeout)) {
         const what = err.code ?? err.message;
-        err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`);
+        err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`, { cause: err });
       }
       this.exchange?.fail(err);
     });

@@ -8,6 +8,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { sleepUntil } from '../helpers/bands.js';
+import { startForwardProxy } from '../helpers/forward-proxy.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { startOtlpReceiver } from '../helpers/otlp-receiver.js';
 import { CLI, spawnCli, type Spawned } from '../helpers/process.js';
@@ -449,6 +450,66 @@ describe('out of file descriptors', () => {
     await sleep(200);
     const metrics = parseProm(await (await fetch(`${metricsUrl}/metrics`)).text());
     expect(hist(metrics, 'gen_ai_client_operation_duration_seconds', { error_type: 'proxy_out_of_resources' }).count).toBeGreaterThanOrEqual(byAnswer['503 proxy_out_of_resources']!);
+  });
+  it('through the egress proxy, and for WebSocket upgrades direct or through it, is the same 503 proxy_out_of_resources', async () => {
+    // An upstream that takes connections and never answers, reached directly or through an egress proxy.
+    const held = new Set<net.Socket>();
+    const silent = net.createServer((s) => (held.add(s), s.on('error', () => {})));
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const egress = await startForwardProxy();
+    closers.push(async () => {
+      for (const s of held) s.destroy();
+      await new Promise((r) => silent.close(r));
+      await egress.close();
+    });
+    const upstream = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    /** 40 requests of one kind to a proxy left ~20 descriptors: the answers by status and error type. */
+    const starve = async (kind: 'post' | 'upgrade', env: NodeJS.ProcessEnv) => {
+      const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0'], { LLM_PROXY_EGRESS_PROXY: 'none', ...env });
+      procs.push(p);
+      const { proxyUrl } = (await p.waitFor((l) => l.msg === 'listening')) as { proxyUrl: string };
+      const open = readdirSync(`/proc/${p.child.pid}/fd`).length;
+      execFileSync('prlimit', ['--pid', String(p.child.pid), `--nofile=${open + 20}:${open + 20}`]);
+      const agent = new http.Agent({ keepAlive: false, maxSockets: 100 });
+      closers.push(async () => agent.destroy());
+      const headers: http.OutgoingHttpHeaders =
+        kind === 'post'
+          ? { 'content-type': 'application/json' }
+          : { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' };
+      const answers = await Promise.all(
+        Array.from(
+          { length: 40 },
+          () =>
+            new Promise<string>((resolve) => {
+              const req = http.request(`${proxyUrl}/v1/realtime?model=fd-model`, { method: kind === 'post' ? 'POST' : 'GET', agent, headers }, (res) => {
+                let body = '';
+                res.on('data', (d: Buffer) => (body += d.toString()));
+                res.on('end', () => resolve(`${res.statusCode} ${/"type":"([^"]+)"/.exec(body)?.[1]}`));
+              });
+              req.on('upgrade', (_res, socket) => (socket.destroy(), resolve('101')));
+              req.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
+              req.end(kind === 'post' ? '{"model":"fd-model","stream":true}' : undefined);
+              setTimeout(() => (req.destroy(), resolve('waiting')), 2500);
+            }),
+        ),
+      );
+      return { p, byAnswer: answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {}) };
+    };
+    const runs = await Promise.all([
+      starve('post', { LLM_PROXY_EGRESS_PROXY: egress.url }),
+      starve('upgrade', { LLM_PROXY_EGRESS_PROXY: egress.url }),
+      starve('upgrade', {}),
+    ]);
+    for (const [i, { p, byAnswer }] of runs.entries()) {
+      const what = `${['post through egress', 'upgrade through egress', 'upgrade direct'][i]}: ${JSON.stringify(byAnswer)}`;
+      expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThan(0);
+      expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable')), what).toEqual([]);
+      const failed = p.lines.filter((l) => l.msg === 'upstream request failed' || l.msg === 'upstream upgrade failed');
+      expect(failed.length, what).toBeGreaterThan(0);
+      // The log names the egress proxy the connection was for (an upgrade's answer does not).
+      for (const l of failed) expect(l.err, what).toMatch(i < 2 ? `egress proxy ${egress.url}: EMFILE` : /^the proxy could not open a connection to the upstream: EMFILE/);
+      if (i === 0) expect(new Set(failed.map((l) => l.code)), what).toEqual(new Set(['EMFILE']));
+    }
   });
 });
 

@@ -1,0 +1,28 @@
+/**
+ * Errors that are the proxy's own state, not the provider's: a connection it could not open for
+ * want of file descriptors, buffers or memory. Answered 503 `proxy_out_of_resources` (as any
+ * server that cannot take more now), where `upstream_unreachable` would blame the upstream.
+ */
+const OUT_OF_RESOURCES: ReadonlyMap<string, string> = new Map([
+  ['EMFILE', 'file descriptors'],
+  ['ENFILE', 'file descriptors'],
+  ['ENOBUFS', 'buffer space'],
+  ['ENOMEM', 'memory'],
+]);
+
+/**
+ * What the proxy ran out of when `err` (or the error it wraps: an egress proxy's failure keeps the
+ * socket's as its `cause`) says so; undefined for any other error. With the system code.
+ */
+export function lackOf(err: unknown): { code: string; lacking: string } | undefined {
+  for (let e = err as { code?: unknown; cause?: unknown } | undefined, depth = 0; e !== undefined && e !== null && depth < 3; e = e.cause as typeof e, depth++) {
+    const lacking = typeof e.code === 'string' ? OUT_OF_RESOURCES.get(e.code) : undefined;
+    if (lacking !== undefined) return { code: e.code as string, lacking };
+  }
+  return undefined;
+}
+
+/** The proxy's own 503 message for it. */
+export function lackMessage(lack: { code: string; lacking: string }): string {
+  return `the proxy could not open a connection to the upstream: ${lack.code} (out of ${lack.lacking})`;
+}
