@@ -23,6 +23,7 @@ export const METRICS = Object.freeze({
   duration: 'gen_ai_client_operation_duration_seconds',
   tokens: 'gen_ai_client_token_usage',
   streams: 'llm_proxy_streams_total',
+  clientPaced: 'llm_proxy_streams_client_paced_total',
   active: 'llm_proxy_streams_active',
   connect: 'llm_proxy_upstream_connect_duration_seconds',
   loopP50: 'nodejs_eventloop_delay_p50_seconds',
@@ -815,6 +816,7 @@ export function renderDashboard(p) {
     title: `Stalls: share of inter-chunk gaps longer than ${p.alerts.stalls.gapSeconds}s (%)`,
     description: `Share of gaps between content chunks (${METRICS.gap}) above ${p.alerts.stalls.gapSeconds} s, per provider/model: 1 - rate(bucket ${leMatcher(p.alerts.stalls.gapSeconds)}) / rate(count).`,
     unit: 'percentunit',
+    w: 8,
     min: 0,
     targets: [
       target(
@@ -827,7 +829,18 @@ export function renderDashboard(p) {
     title: 'Inter-chunk gap p50 / p95 / p99 by model (seconds)',
     description: `Quantiles of every gap between consecutive content chunks (${METRICS.gap}). Unlike TPOT this is per gap, so a single long stall moves p99 here while barely moving TPOT.`,
     unit: 's',
+    w: 8,
     targets: quantiles(METRICS.gap, pm, pmLegend),
+  });
+  panel({
+    title: 'Client-paced streams (% of streams)',
+    description: `Share of finished streams per provider/model whose client did not take the bytes as fast as the provider sent them, so that the proxy paused reading the upstream (${METRICS.clientPaced} / ${METRICS.streams}). From that pause on, a stream's gaps, TPOT and duration show the client's pace (a browser, a speech pipeline paced to playback, a slow network to the client), not only the provider's: a latency regression together with a rise here points at the clients. Shows 0 while no client held a stream back.`,
+    unit: 'percentunit',
+    w: 8,
+    min: 0,
+    targets: [
+      target(`(sum by (${pm}) (rate(${METRICS.clientPaced}{${f.all}}[${ri}])) or 0 * ${streamRate('')}) / ${streamRate('')}`, pmLegend),
+    ],
   });
 
   row('Regression: now vs a day and a week earlier (the alert inputs)');

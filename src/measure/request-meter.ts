@@ -377,7 +377,12 @@ export class RequestMeter {
    * The request ended at `end` (ms): `errorType` undefined for a complete
    * response. Idempotent: only the first call records.
    */
-  finish(end: number, errorType?: string): MeterSummary | undefined {
+  /**
+   * `clientPaced`: the proxy paused the upstream read at least once because the client had not
+   * taken what it was sent (counted, so that a share of client-paced streams can be told apart
+   * from a slower provider; their gaps and TPOT are still recorded).
+   */
+  finish(end: number, errorType?: string, clientPaced = false): MeterSummary | undefined {
     if (this.finished) return undefined;
     this.finished = true;
     this.inactive();
@@ -472,6 +477,7 @@ export class RequestMeter {
     const durationMs = this.opts.unknownStart === true ? undefined : this.clock.durationMs(end);
     if (durationMs !== undefined) this.ins.duration.record(durationMs / 1000, durationLabels);
     this.ins.streams.add(1, sets.with(sets.with(base, ATTR.outcome, outcome), ATTR.tokenCountSource, source));
+    if (clientPaced) this.ins.clientPacedStreams.add(1, base);
 
     return {
       status: this.status,

@@ -57,6 +57,7 @@ export class Instruments {
   readonly serverTpot: Recorder;
   readonly serverDuration: Recorder;
   readonly streams: Adder;
+  readonly clientPacedStreams: Adder;
   readonly streamsActive: Adder;
   private readonly runtime: RuntimeMetrics;
 
@@ -144,6 +145,12 @@ export class Instruments {
       return monotonic ? meter.createCounter(name, { unit, description }) : meter.createUpDownCounter(name, { unit, description });
     };
     this.streams = sum(METRIC.streams, '{stream}', 'Measured requests that finished, by outcome and by where the output token count came from.', true);
+    this.clientPacedStreams = sum(
+      METRIC.clientPacedStreams,
+      '{stream}',
+      'Measured requests whose upstream read the proxy paused at least once because the client had not taken the bytes already sent (backpressure): from then on their gaps, TPOT and duration show the client\'s pace, not only the provider\'s.',
+      true,
+    );
     this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'HTTP requests in flight, from their arrival (an API the proxy does not recognise under operation _OTHER), and Realtime or Live responses being answered.', false);
 
     this.runtime = new RuntimeMetrics(meter);

@@ -30,6 +30,8 @@ export const METRIC = {
   /** What the server says about itself: request duration. */
   serverDuration: 'llm_proxy.server.duration',
   streams: 'llm_proxy.streams',
+  /** Measured requests whose upstream read was paused by their client's backpressure at least once. */
+  clientPacedStreams: 'llm_proxy.streams.client_paced',
   streamsActive: 'llm_proxy.streams.active',
   eventLoopDelayP50: 'nodejs.eventloop.delay.p50',
   eventLoopDelayP99: 'nodejs.eventloop.delay.p99',

@@ -359,6 +359,9 @@ class InFlight implements ExchangeHandler {
   /** The client socket when the body is forwarded verbatim, else undefined (ServerResponse.write). */
   private raw: Socket | undefined;
   private paused = false;
+  /** When the client's backpressure last paused the upstream read, and the time it held it before. */
+  private pausedSince: number | undefined;
+  private pausedMs: number | undefined;
   private bodyFraming: RequestBody = 'none';
   /** The client's body waits for the upstream to take what was written (backpressure). */
   private bodyHeld = false;
@@ -368,8 +371,15 @@ class InFlight implements ExchangeHandler {
   queued = false;
   private readonly resume = (): void => {
     this.paused = false;
+    this.endPause(performance.now());
     this.exchange?.resume();
   };
+
+  private endPause(now: number): void {
+    if (this.pausedSince === undefined) return;
+    this.pausedMs = (this.pausedMs ?? 0) + (now - this.pausedSince);
+    this.pausedSince = undefined;
+  }
 
   constructor(
     private readonly fwd: Forwarder,
@@ -640,6 +650,7 @@ class InFlight implements ExchangeHandler {
 
   private waitFor(sink: { once(ev: 'drain', cb: () => void): unknown }): void {
     this.paused = true;
+    this.pausedSince = performance.now();
     this.exchange?.pause();
     sink.once('drain', this.resume);
   }
@@ -754,6 +765,7 @@ class InFlight implements ExchangeHandler {
     if (this.done) return;
     const end = performance.now();
     this.done = true;
+    this.endPause(end);
     // An answer that came before the whole request body (a 413, a 401): the rest of the body is
     // read and dropped, as Node does for unread bodies, so the connection can serve the next
     // request; it may have been paused by backpressure from an upstream socket now gone.
@@ -768,7 +780,7 @@ class InFlight implements ExchangeHandler {
     this.setUpMeter();
     let summary: MeterSummary | undefined;
     try {
-      summary = this.meter?.finish(end, errorType);
+      summary = this.meter?.finish(end, errorType, this.pausedMs !== undefined);
     } catch (e) {
       this.deps.log.error({ err: (e as Error).message }, 'measurement failed');
     }
@@ -806,6 +818,8 @@ class InFlight implements ExchangeHandler {
           outputTokens: summary?.outputTokens,
           tokenSource: summary?.tokenCountSource,
           durationMs: round(end - this.start),
+          // How long the client's backpressure held the upstream read: absent when it never did.
+          clientPausedMs: round(this.pausedMs),
           // A new upstream connection's set-up (inside TTFT), absent when a pooled one was reused.
           upstreamConnectMs: round(this.exchange?.connectMs),
           upstreamAddr: this.exchange?.remote,

@@ -1072,6 +1072,62 @@ describe('cancellation and backpressure', () => {
     expect(received).toBeGreaterThanOrEqual(total);
     sock.destroy();
   });
+  it('counts a stream its client held back (the upstream read paused by backpressure), and logs for how long', async () => {
+    // m-paced: 800 events of 50 KiB (40 MiB, more than the sockets on the way hold); m-fast: 50 small ones.
+    const content = 'a'.repeat(50 * 1024);
+    const up = await upstream((_req, res, body) => {
+      const big = body.toString().includes('m-paced');
+      const event = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: big ? content : 'a' } }] })}\n\n`;
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      let n = 0;
+      const pump = () => {
+        while (n < (big ? 800 : 50)) {
+          n++;
+          if (!res.write(event)) return void res.once('drain', pump);
+        }
+        res.end('data: [DONE]\n\n');
+      };
+      pump();
+    });
+    cleanups.push(up.close);
+    const lines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines: lines });
+    const fast = await fetch(`${proxy.proxyUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m-fast","stream":true}' });
+    expect((await fast.text()).endsWith('data: [DONE]\n\n')).toBe(true);
+    // A client that reads the head, then nothing for a second, then the rest.
+    const sock = net.connect(Number(new URL(proxy.proxyUrl).port), '127.0.0.1');
+    await new Promise<void>((r) => sock.once('connect', () => r()));
+    const b = '{"model":"m-paced","stream":true}';
+    sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`);
+    let tail = '';
+    let received = 0;
+    sock.once('data', (d: Buffer) => ((received += d.length), sock.pause()));
+    await sleep(1000);
+    sock.on('data', (d: Buffer) => ((received += d.length), (tail = (tail + d.toString('latin1')).slice(-64))));
+    sock.resume();
+    for (const deadline = performance.now() + 30_000; !tail.endsWith('0\r\n\r\n') && performance.now() < deadline; ) await sleep(20);
+    expect(tail).toContain('data: [DONE]');
+    expect(received).toBeGreaterThan(800 * content.length);
+    sock.destroy();
+    const line = async (model: string) => {
+      for (let i = 0; i < 100 && !lines.some((l) => l.msg === 'request' && l.model === model); i++) await sleep(20);
+      return lines.find((l) => l.msg === 'request' && l.model === model)!;
+    };
+    const paced = await line('m-paced');
+    const fastLine = await line('m-fast');
+    expect(paced.outcome).toBe('ok');
+    // Held from some time after the first bytes until the client read again, within the request.
+    expect(paced.clientPausedMs as number).toBeGreaterThan(0);
+    expect(paced.clientPausedMs as number).toBeLessThanOrEqual(paced.durationMs as number);
+    expect(paced.durationMs as number).toBeGreaterThan(1000 - 50);
+    expect(fastLine.outcome).toBe('ok');
+    expect(fastLine).not.toHaveProperty('clientPausedMs');
+    const samples = await scrape(proxy.metricsUrl);
+    expect(total(samples, 'llm_proxy_streams_client_paced_total', { gen_ai_request_model: 'm-paced' })).toBe(1);
+    expect(total(samples, 'llm_proxy_streams_client_paced_total', { gen_ai_request_model: 'm-fast' })).toBe(0);
+    // Its gaps and TPOT are still recorded (the counter tells how many such streams there are).
+    expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-paced', outcome: 'ok' })).toBe(1);
+  });
 });
 
 describe('graceful shutdown', () => {
