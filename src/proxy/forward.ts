@@ -362,6 +362,8 @@ class InFlight implements ExchangeHandler {
   /** When the client's backpressure last paused the upstream read, and the time it held it before. */
   private pausedSince: number | undefined;
   private pausedMs: number | undefined;
+  /** The open pause outlived the turn it began in (see waitFor). */
+  private pauseHeld = false;
   private bodyFraming: RequestBody = 'none';
   /** The client's body waits for the upstream to take what was written (backpressure). */
   private bodyHeld = false;
@@ -377,8 +379,9 @@ class InFlight implements ExchangeHandler {
 
   private endPause(now: number): void {
     if (this.pausedSince === undefined) return;
-    this.pausedMs = (this.pausedMs ?? 0) + (now - this.pausedSince);
+    if (this.pauseHeld) this.pausedMs = (this.pausedMs ?? 0) + (now - this.pausedSince);
     this.pausedSince = undefined;
+    this.pauseHeld = false;
   }
 
   constructor(
@@ -650,7 +653,14 @@ class InFlight implements ExchangeHandler {
 
   private waitFor(sink: { once(ev: 'drain', cb: () => void): unknown }): void {
     this.paused = true;
-    this.pausedSince = performance.now();
+    const since = (this.pausedSince = performance.now());
+    // A write to a corked socket (the response head's turn, the last read, every ServerResponse
+    // write) returns false from 16 KiB on, and a fast client's socket takes it when it is uncorked
+    // in the same turn: its drain comes before the loop polls again. Only a pause still open when
+    // this turn's check phase runs waited for the client, and counts as client pacing.
+    setImmediate(() => {
+      if (this.pausedSince === since) this.pauseHeld = true;
+    });
     this.exchange?.pause();
     sink.once('drain', this.resume);
   }

@@ -1073,27 +1073,45 @@ describe('cancellation and backpressure', () => {
     sock.destroy();
   });
   it('counts a stream its client held back (the upstream read paused by backpressure), and logs for how long', async () => {
-    // m-paced: 800 events of 50 KiB (40 MiB, more than the sockets on the way hold); m-fast: 50 small ones.
+    // m-paced: 800 events of 50 KiB (40 MiB, more than the sockets on the way hold). Read by fast
+    // clients: m-fast, 50 small events; m-first, a 40 KiB first event; m-last, a 40 KiB last event
+    // in the read that ends the body; m-json, a 100 KB JSON answer with a Content-Length (each a
+    // write of over 16 KiB to a corked client socket, which returns false without any client pacing).
     const content = 'a'.repeat(50 * 1024);
+    const chunk = (text: string) => `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: text } }] })}\n\n`;
     const up = await upstream((_req, res, body) => {
-      const big = body.toString().includes('m-paced');
-      const event = `data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: big ? content : 'a' } }] })}\n\n`;
+      const model = /"model":"([^"]+)"/.exec(body.toString())![1]!;
+      if (model === 'm-json') {
+        const json = JSON.stringify({ object: 'chat.completion', model, choices: [{ index: 0, message: { role: 'assistant', content: 'b'.repeat(100_000) }, finish_reason: 'stop' }] });
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(json) }).end(json);
+        return;
+      }
       res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (model === 'm-first') res.write(chunk('c'.repeat(40 * 1024)));
+      if (model === 'm-last') {
+        for (let i = 0; i < 20; i++) res.write(chunk('a'));
+        setTimeout(() => res.end(chunk('d'.repeat(40 * 1024)) + 'data: [DONE]\n\n'), 20);
+        return;
+      }
       let n = 0;
       const pump = () => {
-        while (n < (big ? 800 : 50)) {
+        while (n < (model === 'm-paced' ? 800 : 50)) {
           n++;
-          if (!res.write(event)) return void res.once('drain', pump);
+          if (!res.write(chunk(model === 'm-paced' ? content : 'a'))) return void res.once('drain', pump);
         }
         res.end('data: [DONE]\n\n');
       };
-      pump();
+      setTimeout(pump, model === 'm-first' ? 20 : 0);
     });
     cleanups.push(up.close);
     const lines: Record<string, unknown>[] = [];
     proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines: lines });
-    const fast = await fetch(`${proxy.proxyUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m-fast","stream":true}' });
-    expect((await fast.text()).endsWith('data: [DONE]\n\n')).toBe(true);
+    const fastModels = ['m-fast', 'm-first', 'm-last', 'm-json'];
+    for (const model of fastModels) {
+      const fast = await fetch(`${proxy.proxyUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: `{"model":"${model}","stream":${model !== 'm-json'}}` });
+      const text = await fast.text();
+      expect(model === 'm-json' ? text.length > 100_000 : text.endsWith('data: [DONE]\n\n'), model).toBe(true);
+    }
     // A client that reads the head, then nothing for a second, then the rest.
     const sock = net.connect(Number(new URL(proxy.proxyUrl).port), '127.0.0.1');
     await new Promise<void>((r) => sock.once('connect', () => r()));
@@ -1114,17 +1132,19 @@ describe('cancellation and backpressure', () => {
       return lines.find((l) => l.msg === 'request' && l.model === model)!;
     };
     const paced = await line('m-paced');
-    const fastLine = await line('m-fast');
     expect(paced.outcome).toBe('ok');
     // Held from some time after the first bytes until the client read again, within the request.
     expect(paced.clientPausedMs as number).toBeGreaterThan(0);
     expect(paced.clientPausedMs as number).toBeLessThanOrEqual(paced.durationMs as number);
     expect(paced.durationMs as number).toBeGreaterThan(1000 - 50);
-    expect(fastLine.outcome).toBe('ok');
-    expect(fastLine).not.toHaveProperty('clientPausedMs');
     const samples = await scrape(proxy.metricsUrl);
+    for (const model of fastModels) {
+      const fastLine = await line(model);
+      expect(fastLine.outcome, model).toBe('ok');
+      expect(fastLine, model).not.toHaveProperty('clientPausedMs');
+      expect(total(samples, 'llm_proxy_streams_client_paced_total', { gen_ai_request_model: model }), model).toBe(0);
+    }
     expect(total(samples, 'llm_proxy_streams_client_paced_total', { gen_ai_request_model: 'm-paced' })).toBe(1);
-    expect(total(samples, 'llm_proxy_streams_client_paced_total', { gen_ai_request_model: 'm-fast' })).toBe(0);
     // Its gaps and TPOT are still recorded (the counter tells how many such streams there are).
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-paced', outcome: 'ok' })).toBe(1);
   });
