@@ -315,43 +315,58 @@ describe('grafana/alerts rules', () => {
         { name: `${key} factor ${higher}`, rules: exprsOf((p) => (p.alerts[key].factor = higher)), file: 'bands-regression.test.yaml', expect: misses(alert, model('gpt-4o')) },
         { name: `${key} factor ${lower}`, rules: exprsOf((p) => (p.alerts[key].factor = lower)), file: 'bands-regression.test.yaml', expect: fires(alert, model('gpt-4.1')) },
       ]),
+      // The alerts judged by their share of slow steps (0.6 of 31 steps: 18.6), each pinned the
+      // same way: a case on either side of the share, the old shape (above at every step of the
+      // last 15m, its `for:`, no hold) missing an intermittent model, and the 15m hold (no hold
+      // misses a model at the share that dips below it; 10m misses and 30m fires a model 14 and
+      // 16 minutes after its condition ended).
+      ...(
+        [
+          // regression.test.yaml: gpt-4o's 8-minute blip is above the factor in 12 of 31 steps;
+          // gpt-4.1-mini, slow 7 minutes in every 15, in 21-23; o3-mini, slow 5 in 15, dips to 18
+          // at 10240. hold.test.yaml: gpt-4o's condition ended at 10208.
+          {
+            key: 'itlRegression', alert: 'LLMProxyITLRegression',
+            lower: [0.35, 'regression.test.yaml', 'gpt-4o'], higher: [0.8, 'regression.test.yaml', 'gpt-4.1-mini'],
+            oldShape: ['regression.test.yaml', 'gpt-4.1-mini'], noHold: ['regression.test.yaml', 'o3-mini'], hold: ['hold.test.yaml', 'gpt-4o'],
+          },
+          // objective.test.yaml: o1-pro, slow 5 minutes in every 15, is above its objective in 18 steps
+          // at 28-30m (0.55 x 31 = 17.05: firing at 30m) and 19 from 31m, and 18 at 40-45m; o1,
+          // above 14 minutes in every 15; o1-mini's condition ended at 46m.
+          {
+            key: 'itlObjective', alert: 'LLMProxyITLAboveObjective',
+            lower: [0.55, 'objective.test.yaml', 'o1-pro'], higher: [0.65, 'objective.test.yaml', 'o1-pro'],
+            oldShape: ['objective.test.yaml', 'o1'], noHold: ['objective.test.yaml', 'o1-pro'], hold: ['objective.test.yaml', 'o1-mini'],
+          },
+        ] as const
+      ).flatMap(({ key, alert, lower, higher, oldShape, noHold, hold }) => [
+        { name: `${key} share ${lower[0]}`, rules: exprsOf((p) => (p.alerts[key].share = lower[0])), file: lower[1], expect: fires(alert, model(lower[2])) },
+        { name: `${key} share ${higher[0]}`, rules: exprsOf((p) => (p.alerts[key].share = higher[0])), file: higher[1], expect: misses(alert, model(higher[2])) },
+        {
+          name: `${key} share 1 over 15m`,
+          rules: rendered((p) => {
+            Object.assign(p.alerts[key], { share: 1, over: '15m' });
+            delete p.alerts[key].keepFiringFor;
+          }),
+          file: oldShape[0],
+          expect: misses(alert, model(oldShape[1])),
+        },
+        { name: `${key} without keepFiringFor`, rules: rendered((p) => delete p.alerts[key].keepFiringFor), file: noHold[0], expect: misses(alert, model(noHold[1])) },
+        { name: `${key} keepFiringFor 10m`, rules: rendered((p) => (p.alerts[key].keepFiringFor = '10m')), file: hold[0], expect: misses(alert, model(hold[1])) },
+        { name: `${key} keepFiringFor 30m`, rules: rendered((p) => (p.alerts[key].keepFiringFor = '30m')), file: hold[0], expect: fires(alert, model(hold[1])) },
+      ]),
+      // objective.test.yaml: o3-mini's traffic stopped (p95 NaN from 35m), o4's fell to 0.05 req/s.
       {
-        // gpt-4.1-mini, slow 7 minutes in every 15, is above the factor in 21-23 of 31 steps
-        name: 'itlRegression share 0.8',
-        rules: exprsOf((p) => (p.alerts.itlRegression.share = 0.8)),
-        file: 'regression.test.yaml',
-        expect: misses('LLMProxyITLRegression', model('gpt-4.1-mini')),
+        name: 'itlObjective without the p95 > 0 guard',
+        rules: edited(/^(\s+)llm_proxy:tpot_seconds:p95_5m > 0$/m, '$1llm_proxy:tpot_seconds:p95_5m'),
+        file: 'objective.test.yaml',
+        expect: fires('LLMProxyITLAboveObjective', model('o3-mini')),
       },
       {
-        // the old rule's shape: above the factor at every step of the last 15m (its `for:`), no hold
-        name: 'itlRegression share 1 over 15m',
-        rules: rendered((p) => {
-          Object.assign(p.alerts.itlRegression, { share: 1, over: '15m' });
-          delete p.alerts.itlRegression.keepFiringFor;
-        }),
-        file: 'regression.test.yaml',
-        expect: misses('LLMProxyITLRegression', model('gpt-4.1-mini')),
-      },
-      {
-        // o3-mini, slow 5 minutes in every 15, dips to 18 of 31 steps at 10240: it flapped
-        name: 'itlRegression without keepFiringFor',
-        rules: rendered((p) => delete p.alerts.itlRegression.keepFiringFor),
-        file: 'regression.test.yaml',
-        expect: misses('LLMProxyITLRegression', model('o3-mini')),
-      },
-      // keepFiringFor 15m: gpt-4o in hold.test.yaml is still firing 14 minutes after its condition
-      // ended and resolved 16 minutes after.
-      {
-        name: 'itlRegression keepFiringFor 10m',
-        rules: rendered((p) => (p.alerts.itlRegression.keepFiringFor = '10m')),
-        file: 'hold.test.yaml',
-        expect: misses('LLMProxyITLRegression', model('gpt-4o')),
-      },
-      {
-        name: 'itlRegression keepFiringFor 30m',
-        rules: rendered((p) => (p.alerts.itlRegression.keepFiringFor = '30m')),
-        file: 'hold.test.yaml',
-        expect: fires('LLMProxyITLRegression', model('gpt-4o')),
+        name: 'itlObjective gated on the instant rate',
+        rules: edited(/(llm_proxy:tpot_seconds:objective\)\[30m:1m\]\)[\s\S]*?)avg_over_time\(llm_proxy:tpot_requests:rate5m\[30m\]\)/, '$1llm_proxy:tpot_requests:rate5m'),
+        file: 'objective.test.yaml',
+        expect: misses('LLMProxyITLAboveObjective', model('o4')),
       },
       {
         // o3's day-earlier window without requests: a NaN baseline
@@ -359,58 +374,6 @@ describe('grafana/alerts rules', () => {
         rules: edited(/(label_replace\(llm_proxy:tpot_seconds:p95_5m offset \w+) > 0 and on/g, '$1 and on'),
         file: 'hold.test.yaml',
         expect: /llm_proxy:tpot_seconds:p95_5m_baseline[^\n]*time: 7d2h40m[\s\S]*got:[^\n]*o3[^\n]*NaN/,
-      },
-      {
-        // gpt-4o's 8-minute blip is above the factor in 12 of 31 steps
-        name: 'itlRegression share 0.35',
-        rules: exprsOf((p) => (p.alerts.itlRegression.share = 0.35)),
-        file: 'regression.test.yaml',
-        expect: fires('LLMProxyITLRegression', model('gpt-4o')),
-      },
-      // The objective alert, judged by its share of slow steps (objective.test.yaml, alerts.test.yaml).
-      {
-        // the old rule's shape: above at every step of the last 15m (its `for:`), no hold; o1 is
-        // above 14 minutes in every 15
-        name: 'itlObjective share 1 over 15m',
-        rules: rendered((p) => {
-          Object.assign(p.alerts.itlObjective, { share: 1, over: '15m' });
-          delete p.alerts.itlObjective.keepFiringFor;
-        }),
-        file: 'objective.test.yaml',
-        expect: misses('LLMProxyITLAboveObjective', model('o1')),
-      },
-      {
-        // o1-pro, slow 5 minutes in every 15, is at 18 of 31 steps at 40-45m: it flapped
-        name: 'itlObjective without keepFiringFor',
-        rules: rendered((p) => delete p.alerts.itlObjective.keepFiringFor),
-        file: 'objective.test.yaml',
-        expect: misses('LLMProxyITLAboveObjective', model('o1-pro')),
-      },
-      // keepFiringFor 15m: o1-mini's condition ended at 46m; firing at 60m, resolved at 62m.
-      {
-        name: 'itlObjective keepFiringFor 10m',
-        rules: rendered((p) => (p.alerts.itlObjective.keepFiringFor = '10m')),
-        file: 'objective.test.yaml',
-        expect: misses('LLMProxyITLAboveObjective', model('o1-mini')),
-      },
-      {
-        name: 'itlObjective keepFiringFor 30m',
-        rules: rendered((p) => (p.alerts.itlObjective.keepFiringFor = '30m')),
-        file: 'objective.test.yaml',
-        expect: fires('LLMProxyITLAboveObjective', model('o1-mini')),
-      },
-      // Share 0.6 of 31 steps (18.6): o4-mini's 8-minute blip is above in 12, o1-pro in 19.
-      {
-        name: 'itlObjective share 0.35',
-        rules: exprsOf((p) => (p.alerts.itlObjective.share = 0.35)),
-        file: 'alerts.test.yaml',
-        expect: fires('LLMProxyITLAboveObjective', model('o4-mini')),
-      },
-      {
-        name: 'itlObjective share 0.65',
-        rules: exprsOf((p) => (p.alerts.itlObjective.share = 0.65)),
-        file: 'objective.test.yaml',
-        expect: misses('LLMProxyITLAboveObjective', model('o1-pro')),
       },
       // ITL tail factor 1.75: o3 at 1.79x fires, o4-mini at 1.70x does not.
       {
@@ -440,6 +403,12 @@ describe('grafana/alerts rules', () => {
         expect: fires('LLMProxyTTFTRegression', model('o3')),
       },
     ];
+    // The generated entries are there (a table that produced none would pass unnoticed).
+    const names = mutations.map((m) => m.name);
+    expect(new Set(names).size).toBe(names.length);
+    for (const key of ['itlRegression', 'itlObjective']) {
+      for (const m of ['share 1 over 15m', 'without keepFiringFor', 'keepFiringFor 10m', 'keepFiringFor 30m']) expect(names).toContain(`${key} ${m}`);
+    }
     const dirs: string[] = [];
     try {
       const results = await Promise.all(
