@@ -476,6 +476,7 @@ describe('out of file descriptors', () => {
         kind === 'post'
           ? { 'content-type': 'application/json' }
           : { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' };
+      const messages = new Set<string>();
       const answers = await Promise.all(
         Array.from(
           { length: 40 },
@@ -484,7 +485,10 @@ describe('out of file descriptors', () => {
               const req = http.request(`${proxyUrl}/v1/realtime?model=fd-model`, { method: kind === 'post' ? 'POST' : 'GET', agent, headers }, (res) => {
                 let body = '';
                 res.on('data', (d: Buffer) => (body += d.toString()));
-                res.on('end', () => resolve(`${res.statusCode} ${/"type":"([^"]+)"/.exec(body)?.[1]}`));
+                res.on('end', () => {
+                  if (res.statusCode === 503) messages.add(/"message":"([^"]+)"/.exec(body)?.[1] ?? body);
+                  resolve(`${res.statusCode} ${/"type":"([^"]+)"/.exec(body)?.[1]}`);
+                });
               });
               req.on('upgrade', (_res, socket) => (socket.destroy(), resolve('101')));
               req.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
@@ -493,17 +497,19 @@ describe('out of file descriptors', () => {
             }),
         ),
       );
-      return { p, byAnswer: answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {}) };
+      return { p, messages, byAnswer: answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {}) };
     };
     const runs = await Promise.all([
       starve('post', { LLM_PROXY_EGRESS_PROXY: egress.url }),
       starve('upgrade', { LLM_PROXY_EGRESS_PROXY: egress.url }),
       starve('upgrade', {}),
     ]);
-    for (const [i, { p, byAnswer }] of runs.entries()) {
+    for (const [i, { p, messages, byAnswer }] of runs.entries()) {
       const what = `${['post through egress', 'upgrade through egress', 'upgrade direct'][i]}: ${JSON.stringify(byAnswer)}`;
       expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThan(0);
       expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable')), what).toEqual([]);
+      // The answer says which connection could not be opened.
+      expect([...messages], what).toEqual([`the proxy could not open a connection to ${i < 2 ? 'the egress proxy' : 'the upstream'}: EMFILE (out of file descriptors)`]);
       const failed = p.lines.filter((l) => l.msg === 'upstream request failed' || l.msg === 'upstream upgrade failed');
       expect(failed.length, what).toBeGreaterThan(0);
       // The log names the egress proxy the connection was for (an upgrade's answer does not).
