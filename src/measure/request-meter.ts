@@ -375,12 +375,10 @@ export class RequestMeter {
 
   /**
    * The request ended at `end` (ms): `errorType` undefined for a complete
-   * response. Idempotent: only the first call records.
-   */
-  /**
-   * `clientPaced`: the proxy paused the upstream read at least once because the client had not
-   * taken what it was sent (counted, so that a share of client-paced streams can be told apart
-   * from a slower provider; their gaps and TPOT are still recorded).
+   * response. Idempotent: only the first call records. `clientPaced`: the proxy paused the
+   * upstream read at least once because the client had not taken what it was sent (counted, so
+   * that a share of client-paced streams can be told apart from a slower provider; their gaps
+   * and TPOT are still recorded).
    */
   finish(end: number, errorType?: string, clientPaced = false): MeterSummary | undefined {
     if (this.finished) return undefined;

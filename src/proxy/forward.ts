@@ -902,7 +902,6 @@ const OWN_ERROR_TYPES: ReadonlySet<string> = new Set(Object.values(ERROR_TYPE));
 /** Three digits, as forwarded: 600-999 are invalid (RFC 9110 §15) but a bounded set, and not the in-band budget's. */
 const HTTP_STATUS = /^[1-9]\d\d$/;
 
-/** Error codes of the proxy's own resources running out, and what ran out. */
 /** A `.` or `..` path segment, also percent-encoded (`%2e`), or with a `;` parameter (`..;x`). */
 const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:;[^/]*)?(?:\/|$)/i;
 /** What some upstreams take for a slash before they route: `%2F` (nginx decodes it), `%5C`. */
