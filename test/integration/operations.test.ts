@@ -463,37 +463,57 @@ describe('out of file descriptors', () => {
       await egress.close();
     });
     const upstream = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
-    /** 40 requests of one kind to a proxy left ~20 descriptors: the answers by status and error type. */
+    /**
+     * 40 requests of one kind on connections the proxy accepted before its descriptor limit was
+     * lowered to its lowest free descriptor number: every upstream (or egress) connection it then
+     * opens fails, but for one that finds a descriptor an earlier answer freed. The answers by
+     * status and type.
+     */
     const starve = async (kind: 'post' | 'upgrade', env: NodeJS.ProcessEnv) => {
       const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0'], { LLM_PROXY_EGRESS_PROXY: 'none', ...env });
       procs.push(p);
       const { proxyUrl } = (await p.waitFor((l) => l.msg === 'listening')) as { proxyUrl: string };
-      const open = readdirSync(`/proc/${p.child.pid}/fd`).length;
-      execFileSync('prlimit', ['--pid', String(p.child.pid), `--nofile=${open + 20}:${open + 20}`]);
-      const agent = new http.Agent({ keepAlive: false, maxSockets: 100 });
-      closers.push(async () => agent.destroy());
-      const headers: http.OutgoingHttpHeaders =
+      const fds = () => readdirSync(`/proc/${p.child.pid}/fd`).map(Number);
+      const before = fds().length;
+      const port = Number(new URL(proxyUrl).port);
+      const socks = await Promise.all(
+        Array.from({ length: 40 }, () => new Promise<net.Socket>((r) => { const s = net.connect(port, '127.0.0.1', () => r(s)); s.on('error', () => {}); })),
+      );
+      closers.push(async () => socks.forEach((s) => s.destroy()));
+      for (let i = 0; i < 100 && fds().length < before + 40; i++) await sleep(20);
+      // The lowest free descriptor number: no new descriptor can be below the limit (those open
+      // above it, such as one Node keeps near 250, stay valid).
+      const open = new Set(fds());
+      let free = 0;
+      while (open.has(free)) free++;
+      execFileSync('prlimit', ['--pid', String(p.child.pid), `--nofile=${free}:${free}`]);
+      const body = '{"model":"fd-model","stream":true}';
+      const request =
         kind === 'post'
-          ? { 'content-type': 'application/json' }
-          : { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' };
+          ? `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+          : 'GET /v1/realtime?model=fd-model HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n';
       const messages = new Set<string>();
       const answers = await Promise.all(
-        Array.from(
-          { length: 40 },
-          () =>
+        socks.map(
+          (sock) =>
             new Promise<string>((resolve) => {
-              const req = http.request(`${proxyUrl}/v1/realtime?model=fd-model`, { method: kind === 'post' ? 'POST' : 'GET', agent, headers }, (res) => {
-                let body = '';
-                res.on('data', (d: Buffer) => (body += d.toString()));
-                res.on('end', () => {
-                  if (res.statusCode === 503) messages.add(/"message":"([^"]+)"/.exec(body)?.[1] ?? body);
-                  resolve(`${res.statusCode} ${/"type":"([^"]+)"/.exec(body)?.[1]}`);
-                });
+              let text = '';
+              let settled = false;
+              const done = (unanswered: string) => {
+                if (settled) return;
+                settled = true;
+                clearTimeout(timer);
+                const status = /^HTTP\/1\.1 (\d+)/.exec(text)?.[1];
+                if (status === '503') messages.add(/"message":"([^"]+)"/.exec(text)?.[1] ?? text);
+                resolve(status === undefined ? unanswered : `${status} ${/"type":"([^"]+)"/.exec(text)?.[1]}`);
+              };
+              sock.on('data', (d: Buffer) => {
+                text += d.toString('latin1');
+                if (/\r\n\r\n[\s\S]*\}/.test(text) || text.startsWith('HTTP/1.1 101')) done('');
               });
-              req.on('upgrade', (_res, socket) => (socket.destroy(), resolve('101')));
-              req.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
-              req.end(kind === 'post' ? '{"model":"fd-model","stream":true}' : undefined);
-              setTimeout(() => (req.destroy(), resolve('waiting')), 2500);
+              sock.on('close', () => done('closed'));
+              sock.write(request);
+              const timer = setTimeout(() => done('waiting'), 2500);
             }),
         ),
       );
@@ -506,7 +526,8 @@ describe('out of file descriptors', () => {
     ]);
     for (const [i, { p, messages, byAnswer }] of runs.entries()) {
       const what = `${['post through egress', 'upgrade through egress', 'upgrade direct'][i]}: ${JSON.stringify(byAnswer)}`;
-      expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThan(0);
+      // All but the few that found a descriptor an earlier answer freed (38-40 of 40 in the runs seen).
+      expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThanOrEqual(30);
       expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable')), what).toEqual([]);
       // The answer says which connection could not be opened.
       expect([...messages], what).toEqual([`the proxy could not open a connection to ${i < 2 ? 'the egress proxy' : 'the upstream'}: EMFILE (out of file descriptors)`]);
