@@ -185,6 +185,11 @@ const fileSchema = z
   .strict();
 
 export type RouteConfig = z.output<typeof routeSchema>;
+
+/** The "/" route to `upstream` with every setting at its default (--upstream, the simulator). */
+export function rootRoute(upstream: string): RouteConfig {
+  return { prefix: '/', upstream, stripPrefix: true, forwardedHeaders: true };
+}
 export type SimulatorConfig = z.output<typeof simulatorSchema>;
 export type FileConfig = z.input<typeof fileSchema>;
 
@@ -346,13 +351,13 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   let routes: RouteConfig[];
   const upstream = overrides.upstream ?? f.upstream;
   if (f.routes === undefined) {
-    routes = upstream === undefined ? [] : [{ prefix: '/', upstream, stripPrefix: true, forwardedHeaders: true }];
+    routes = upstream === undefined ? [] : [rootRoute(upstream)];
   } else if (overrides.upstream !== undefined) {
     // --upstream / LLM_PROXY_UPSTREAM is the upstream of "/": it replaces the file's "/" route's
     // upstream (keeping its other settings) or adds a "/" route; the file's other routes stay.
     const root = f.routes.findIndex((r) => normalizePrefix(r.prefix) === '/');
     routes = [...f.routes];
-    if (root === -1) routes.push({ prefix: '/', upstream: overrides.upstream, stripPrefix: true, forwardedHeaders: true });
+    if (root === -1) routes.push(rootRoute(overrides.upstream));
     else routes[root] = { ...routes[root]!, upstream: overrides.upstream };
   } else {
     routes = f.routes;

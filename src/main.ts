@@ -2,7 +2,7 @@ import { diag, DiagLogLevel, type DiagLogger } from '@opentelemetry/api';
 import type { Server } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Config } from './config.js';
+import { rootRoute, type Config } from './config.js';
 import { droppedLogLines, serverErrorLog, type Logger } from './log.js';
 import { drainAfterIo } from './measure/after-io.js';
 import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
@@ -50,7 +50,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       `no upstream configured: using the built-in simulator at ${simulatorUrl} as the default upstream (no API key needed)`,
     );
     // The in-process simulator is on this host's loopback: never through an egress proxy.
-    cfg = Object.freeze({ ...config, routes: [{ prefix: '/', upstream: simulatorUrl, stripPrefix: true, forwardedHeaders: true }], egress: NO_EGRESS });
+    cfg = Object.freeze({ ...config, routes: [rootRoute(simulatorUrl)], egress: NO_EGRESS });
   }
 
   // A push that fails (collector down, wrong endpoint) reaches OpenTelemetry's diag logger,

@@ -124,9 +124,7 @@ export class Tunnel {
       const raw = openTunnel(via, origin.host, origin.port, (err) => {
         if (this.done) return; // closed meanwhile; close() destroyed the socket
         if (err !== undefined) {
-          const lack = lackOf(err);
-          if (lack !== undefined) this.fail(503, ERROR_TYPE.outOfResources, lackMessage(lack), err.message);
-          else this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${err.message}`);
+          this.connectFailed(err, err.message, err.message);
           return;
         }
         const secure = origin.protocol === 'https:';
@@ -367,14 +365,22 @@ export class Tunnel {
     if (this.done) return;
     if (this.status === undefined) {
       const code = err?.code;
-      const lack = this.connected ? undefined : lackOf(err);
       if (this.connected) this.fail(502, ERROR_TYPE.upstreamReset, `upstream closed the connection before responding (${code ?? err?.message ?? 'closed'})`);
-      else if (lack !== undefined) this.fail(503, ERROR_TYPE.outOfResources, lackMessage(lack));
-      else this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${code ?? err?.message ?? 'closed'}`);
+      else this.connectFailed(err, code ?? err?.message ?? 'closed');
       return;
     }
     // After a clean end (a TLS socket closes on it): the client's half ends too. Anything else is a cut.
     this.close(err === undefined && this.upstreamEnded && this.status === 101 ? undefined : ERROR_TYPE.upstreamReset);
+  }
+
+  /**
+   * The upstream (or egress) connection never came up: the proxy's own 503 when it ran out of
+   * descriptors or memory, else the upstream's 502 naming `what`. `detail`: what the log says.
+   */
+  private connectFailed(err: unknown, what: string, detail?: string): void {
+    const lack = lackOf(err);
+    if (lack !== undefined) this.fail(503, ERROR_TYPE.outOfResources, lackMessage(lack), detail);
+    else this.fail(502, ERROR_TYPE.unreachable, `upstream unreachable: ${what}`);
   }
 
   /** Before any upstream answer reached the client: answer for the upstream, then close. `detail`: what the log says, if more. */
