@@ -404,129 +404,107 @@ describe('signals that mean nothing to the proxy', () => {
 });
 
 describe('out of file descriptors', () => {
-  it('an upstream connection the proxy cannot open for want of descriptors is its own 503 proxy_out_of_resources, not the provider\'s upstream_unreachable, and is recorded so', async () => {
-    // An upstream that takes connections and never answers: each request holds two descriptors.
+  /** An upstream that takes connections and never answers, and an egress proxy to reach it through. */
+  const silentUpstream = async () => {
     const held = new Set<net.Socket>();
     const silent = net.createServer((s) => (held.add(s), s.on('error', () => {})));
     await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const release = () => held.forEach((s) => s.destroy());
     closers.push(async () => {
-      for (const s of held) s.destroy();
+      release();
       await new Promise((r) => silent.close(r));
     });
-    const p = spawnCli(['--upstream', `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, '--port', '0', '--metrics-port', '0'], { OTEL_METRICS_EXPORTER: 'prometheus' });
+    return { url: `http://127.0.0.1:${(silent.address() as AddressInfo).port}`, release };
+  };
+  /**
+   * 40 requests of one kind on connections the proxy accepted before its descriptor limit was
+   * lowered to its lowest free descriptor number: every upstream (or egress) connection it then
+   * opens fails, but for one that finds a descriptor an earlier answer freed. The answers by
+   * status and type, and the 503s' messages.
+   */
+  const starve = async (upstream: string, kind: 'post' | 'upgrade', env: NodeJS.ProcessEnv) => {
+    const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0'], { LLM_PROXY_EGRESS_PROXY: 'none', ...env });
     procs.push(p);
     const { proxyUrl, metricsUrl } = (await p.waitFor((l) => l.msg === 'listening')) as { proxyUrl: string; metricsUrl: string };
-    // Room for ~20 more descriptors than the process has open now.
-    const open = readdirSync(`/proc/${p.child.pid}/fd`).length;
-    execFileSync('prlimit', ['--pid', String(p.child.pid), `--nofile=${open + 20}:${open + 20}`]);
-    const agent = new http.Agent({ keepAlive: false, maxSockets: 100 });
-    closers.push(async () => agent.destroy());
+    const fds = () => readdirSync(`/proc/${p.child.pid}/fd`).map(Number);
+    const before = fds().length;
+    const port = Number(new URL(proxyUrl).port);
+    const socks = await Promise.all(
+      Array.from({ length: 40 }, () => new Promise<net.Socket>((r) => { const s = net.connect(port, '127.0.0.1', () => r(s)); s.on('error', () => {}); })),
+    );
+    const release = () => socks.forEach((s) => s.destroy());
+    closers.push(async () => release());
+    for (let i = 0; i < 100 && fds().length < before + 40; i++) await sleep(20);
+    // The lowest free descriptor number: no new descriptor can be below the limit (those open
+    // above it, such as one Node keeps near 250, stay valid).
+    const open = new Set(fds());
+    let free = 0;
+    while (open.has(free)) free++;
+    execFileSync('prlimit', ['--pid', String(p.child.pid), `--nofile=${free}:${free}`]);
+    const body = '{"model":"fd-model","stream":true}';
+    const request =
+      kind === 'post'
+        ? `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+        : 'GET /v1/realtime?model=fd-model HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n';
+    const messages = new Set<string>();
     const answers = await Promise.all(
-      Array.from(
-        { length: 40 },
-        () =>
+      socks.map(
+        (sock) =>
           new Promise<string>((resolve) => {
-            const req = http.request(`${proxyUrl}/v1/chat/completions`, { method: 'POST', agent, headers: { 'content-type': 'application/json' } }, (res) => {
-              let body = '';
-              res.on('data', (d: Buffer) => (body += d.toString()));
-              res.on('end', () => resolve(`${res.statusCode} ${/"type":"([^"]+)"/.exec(body)?.[1]}`));
+            let text = '';
+            let settled = false;
+            const done = (unanswered: string) => {
+              if (settled) return;
+              settled = true;
+              clearTimeout(timer);
+              const status = /^HTTP\/1\.1 (\d+)/.exec(text)?.[1];
+              if (status === '503') messages.add(/"message":"([^"]+)"/.exec(text)?.[1] ?? text);
+              resolve(status === undefined ? unanswered : `${status} ${/"type":"([^"]+)"/.exec(text)?.[1]}`);
+            };
+            sock.on('data', (d: Buffer) => {
+              text += d.toString('latin1');
+              if (/\r\n\r\n[\s\S]*\}/.test(text) || text.startsWith('HTTP/1.1 101')) done('');
             });
-            req.on('error', (e: NodeJS.ErrnoException) => resolve(e.code ?? e.message));
-            req.end('{"model":"fd-model","stream":true}');
-            // The requests that got through wait on the silent upstream: given up on here.
-            setTimeout(() => (req.destroy(), resolve('waiting')), 2500);
+            sock.on('close', () => done('closed'));
+            sock.write(request);
+            const timer = setTimeout(() => done('waiting'), 2500);
           }),
       ),
     );
-    const byAnswer = answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {});
-    expect(byAnswer['503 proxy_out_of_resources'], JSON.stringify(byAnswer)).toBeGreaterThan(0);
-    expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable'))).toEqual([]);
+    return { p, metricsUrl, release, messages, byAnswer: answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {}) };
+  };
+
+  it('an upstream connection the proxy cannot open for want of descriptors is its own 503 proxy_out_of_resources, not the provider\'s upstream_unreachable, and is recorded so', async () => {
+    const silent = await silentUpstream();
+    const { p, metricsUrl, release, messages, byAnswer } = await starve(silent.url, 'post', { OTEL_METRICS_EXPORTER: 'prometheus' });
+    const what = JSON.stringify(byAnswer);
+    // All but the few that found a descriptor an earlier answer freed (38-40 of 40 in the runs seen).
+    expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThanOrEqual(30);
+    expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable')), what).toEqual([]);
+    expect([...messages], what).toEqual(['the proxy could not open a connection to the upstream: EMFILE (out of file descriptors)']);
     const lines = p.lines.filter((l) => l.msg === 'upstream request failed');
-    expect(lines.length).toBeGreaterThan(0);
+    expect(lines.length, what).toBeGreaterThan(0); // the child's log pipe may lag the answers
     expect(new Set(lines.map((l) => l.code))).toEqual(new Set(['EMFILE']));
-    // Descriptors free again (the held upstream connections closed) for the scrape. A 503 the
-    // client gave up waiting for (a stalled machine) is recorded all the same: at least as many.
-    for (const s of held) s.destroy();
+    // Descriptors free again (the client and held upstream connections closed) for the scrape.
+    // A 503 the client gave up waiting for (a stalled machine) is recorded all the same: at least as many.
+    release();
+    silent.release();
     await sleep(200);
     const metrics = parseProm(await (await fetch(`${metricsUrl}/metrics`)).text());
     expect(hist(metrics, 'gen_ai_client_operation_duration_seconds', { error_type: 'proxy_out_of_resources' }).count).toBeGreaterThanOrEqual(byAnswer['503 proxy_out_of_resources']!);
   });
+
   it('through the egress proxy, and for WebSocket upgrades direct or through it, is the same 503 proxy_out_of_resources', async () => {
-    // An upstream that takes connections and never answers, reached directly or through an egress proxy.
-    const held = new Set<net.Socket>();
-    const silent = net.createServer((s) => (held.add(s), s.on('error', () => {})));
-    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', r));
+    const silent = await silentUpstream();
     const egress = await startForwardProxy();
-    closers.push(async () => {
-      for (const s of held) s.destroy();
-      await new Promise((r) => silent.close(r));
-      await egress.close();
-    });
-    const upstream = `http://127.0.0.1:${(silent.address() as AddressInfo).port}`;
-    /**
-     * 40 requests of one kind on connections the proxy accepted before its descriptor limit was
-     * lowered to its lowest free descriptor number: every upstream (or egress) connection it then
-     * opens fails, but for one that finds a descriptor an earlier answer freed. The answers by
-     * status and type.
-     */
-    const starve = async (kind: 'post' | 'upgrade', env: NodeJS.ProcessEnv) => {
-      const p = spawnCli(['--upstream', upstream, '--port', '0', '--metrics-port', '0'], { LLM_PROXY_EGRESS_PROXY: 'none', ...env });
-      procs.push(p);
-      const { proxyUrl } = (await p.waitFor((l) => l.msg === 'listening')) as { proxyUrl: string };
-      const fds = () => readdirSync(`/proc/${p.child.pid}/fd`).map(Number);
-      const before = fds().length;
-      const port = Number(new URL(proxyUrl).port);
-      const socks = await Promise.all(
-        Array.from({ length: 40 }, () => new Promise<net.Socket>((r) => { const s = net.connect(port, '127.0.0.1', () => r(s)); s.on('error', () => {}); })),
-      );
-      closers.push(async () => socks.forEach((s) => s.destroy()));
-      for (let i = 0; i < 100 && fds().length < before + 40; i++) await sleep(20);
-      // The lowest free descriptor number: no new descriptor can be below the limit (those open
-      // above it, such as one Node keeps near 250, stay valid).
-      const open = new Set(fds());
-      let free = 0;
-      while (open.has(free)) free++;
-      execFileSync('prlimit', ['--pid', String(p.child.pid), `--nofile=${free}:${free}`]);
-      const body = '{"model":"fd-model","stream":true}';
-      const request =
-        kind === 'post'
-          ? `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
-          : 'GET /v1/realtime?model=fd-model HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n';
-      const messages = new Set<string>();
-      const answers = await Promise.all(
-        socks.map(
-          (sock) =>
-            new Promise<string>((resolve) => {
-              let text = '';
-              let settled = false;
-              const done = (unanswered: string) => {
-                if (settled) return;
-                settled = true;
-                clearTimeout(timer);
-                const status = /^HTTP\/1\.1 (\d+)/.exec(text)?.[1];
-                if (status === '503') messages.add(/"message":"([^"]+)"/.exec(text)?.[1] ?? text);
-                resolve(status === undefined ? unanswered : `${status} ${/"type":"([^"]+)"/.exec(text)?.[1]}`);
-              };
-              sock.on('data', (d: Buffer) => {
-                text += d.toString('latin1');
-                if (/\r\n\r\n[\s\S]*\}/.test(text) || text.startsWith('HTTP/1.1 101')) done('');
-              });
-              sock.on('close', () => done('closed'));
-              sock.write(request);
-              const timer = setTimeout(() => done('waiting'), 2500);
-            }),
-        ),
-      );
-      return { p, messages, byAnswer: answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {}) };
-    };
+    closers.push(async () => egress.close());
     const runs = await Promise.all([
-      starve('post', { LLM_PROXY_EGRESS_PROXY: egress.url }),
-      starve('upgrade', { LLM_PROXY_EGRESS_PROXY: egress.url }),
-      starve('upgrade', {}),
+      starve(silent.url, 'post', { LLM_PROXY_EGRESS_PROXY: egress.url }),
+      starve(silent.url, 'upgrade', { LLM_PROXY_EGRESS_PROXY: egress.url }),
+      starve(silent.url, 'upgrade', {}),
     ]);
     for (const [i, { p, messages, byAnswer }] of runs.entries()) {
       const what = `${['post through egress', 'upgrade through egress', 'upgrade direct'][i]}: ${JSON.stringify(byAnswer)}`;
-      // All but the few that found a descriptor an earlier answer freed (38-40 of 40 in the runs seen).
       expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThanOrEqual(30);
       expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable')), what).toEqual([]);
       // The answer says which connection could not be opened.
