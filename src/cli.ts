@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import zlib from 'node:zlib';
 import {
@@ -302,6 +303,11 @@ function defined(o: Overrides): Overrides {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Overrides;
 }
 
+/** Below this open-file limit the start itself may run out (110 sufficed here, 96 did not): a module not found is then read as that. */
+const MIN_OPEN_FILES = 256;
+/** Read before the modules load: once they have taken every descriptor it could not be. */
+const OPEN_FILE_LIMIT = openFileLimit();
+
 async function main(): Promise<void> {
   // npm only warns about `engines`; without this an older Node dies on a module's missing export.
   if (typeof (zlib as { crc32?: unknown }).crc32 !== 'function') fail(`needs Node.js >= 20.15.0 (zlib.crc32, for Bedrock's frames); this is ${process.version}`);
@@ -322,6 +328,24 @@ main().catch((e: unknown) => {
   if (['EADDRINUSE', 'EACCES', 'EADDRNOTAVAIL', 'EINVAL', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME'].includes(err.code ?? '')) {
     fail(`cannot listen: ${err.message}`);
   }
+  // Too few descriptors to load the modules: Node's loader reads them in parallel (~100 at once)
+  // and reports one it could not open as EMFILE, or as a package it cannot find.
+  const limit = OPEN_FILE_LIMIT;
+  const low = limit !== undefined && limit < MIN_OPEN_FILES;
+  if (err.code === 'EMFILE' || err.code === 'ENFILE' || (low && err.code === 'ERR_MODULE_NOT_FOUND')) {
+    const why = err.code === 'ENFILE' ? "the system's file table is full" : `the process may open ${limit ?? 'too few'} files (ulimit -n, systemd's LimitNOFILE, a container's nofile)`;
+    fail(`cannot start: out of file descriptors: ${why}. It needs over 100 to start and two per open stream: give it several thousand. (${err.message})`);
+  }
   process.stderr.write(`llm-latency-proxy: fatal: ${err.stack ?? String(e)}\n`);
   process.exit(1);
 });
+
+/** The soft open-file limit (Linux), or undefined where it cannot be read or is unlimited. */
+function openFileLimit(): number | undefined {
+  try {
+    const n = Number(/^Max open files\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'))?.[1]);
+    return Number.isFinite(n) && n > 0 ? n : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -494,6 +494,17 @@ describe('out of file descriptors', () => {
     expect(hist(metrics, 'gen_ai_client_operation_duration_seconds', { error_type: 'proxy_out_of_resources' }).count).toBeGreaterThanOrEqual(byAnswer['503 proxy_out_of_resources']!);
   });
 
+  it('too few to start (a low ulimit -n): one line that says so and names the limit, exit 2, not a stack trace', () => {
+    // Node's loader opens the modules in parallel; under ~100 descriptors it runs out (EMFILE) or
+    // reports a module it could not open as a package it cannot find.
+    for (const n of [32, 64]) {
+      const r = spawnSync('prlimit', [`--nofile=${n}:${n}`, process.execPath, CLI, '--port', '0', '--metrics-port', '0'], { encoding: 'utf8', timeout: 20_000 });
+      expect(r.status, r.stderr).toBe(2);
+      expect(r.stderr).toMatch(new RegExp(`^llm-latency-proxy: cannot start: out of file descriptors: the process may open ${n} files \\(ulimit -n, .*\\)\\. It needs over 100 to start .*\\((EMFILE|Cannot find package)`));
+      expect(r.stderr).not.toMatch(/\n\s+at /);
+    }
+  });
+
   it('through the egress proxy, and for WebSocket upgrades direct or through it, is the same 503 proxy_out_of_resources', async () => {
     const silent = await silentUpstream();
     const egress = await startForwardProxy();
