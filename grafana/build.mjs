@@ -538,7 +538,7 @@ export function alertRules(p) {
         summary: `Proxy ${instWho} counts requests under model _OTHER: its model-name cap is reached`,
         description:
           `{{ $value | printf "%.2f" }} finished streams per second of proxy ${instWho} were counted under gen_ai_request_model="_OTHER" over the last ${p.window}: ` +
-          `the proxy had already seen limits.maxModelValues other model names since it started (or the names were longer than 128 characters). ` +
+          `the proxy had already given metrics.maxModelValues other model names an upstream served their own series since it started (or the names were longer than 128 characters). ` +
           `Their latency reaches no per-model alert, and a model that lands there after a restart pages as LLMProxyModelNoData.`,
         runbook_url: runbook(p, name),
       },

@@ -290,7 +290,7 @@ export class Forwarder {
     if (deflate === null) return undefined; // an extension whose frames cannot be read
     return new WsSession(api, {
       instruments: ins!,
-      labels: this.wsLabels(match, api),
+      labels: this.wsLabels(match, api, this.modelLabel(api.requestModel, 101)),
       // No deferral: every message is measured after its bytes were forwarded already.
       meter: this.wsMeterOptions(),
       deflate,
@@ -303,8 +303,10 @@ export class Forwarder {
     const ins = this.deps.instruments;
     const api = ins ? detectWsApi(match.upstreamPath) : undefined;
     if (api === undefined) return;
+    // `errorType` set: the proxy's own answer (unreachable, out of resources), not the upstream's.
+    const labels = this.wsLabels(match, api, this.modelLabel(api.requestModel, errorType === undefined && status > 0 ? status : undefined));
     try {
-      recordUnopened(ins!, this.wsLabels(match, api), start, status, errorType, this.wsMeterOptions());
+      recordUnopened(ins!, labels, start, status, errorType, this.wsMeterOptions());
     } catch (e) {
       this.deps.log.error({ err: (e as Error).message }, 'measurement failed');
     }
@@ -314,11 +316,11 @@ export class Forwarder {
     return { ...this.deps.config.limits, limitResponseModel: this.limitResponseModel, limitErrorType: this.limitErrorType };
   }
 
-  private wsLabels(match: RouteMatch, api: WsApiMatch): RequestLabels {
+  private wsLabels(match: RouteMatch, api: WsApiMatch, requestModel: string | undefined): RequestLabels {
     return {
       provider: match.resolved.providerName ?? api.defaultProviderName,
       operation: REALTIME_OPERATION,
-      requestModel: this.limitModel(api.requestModel),
+      requestModel,
       serverAddress: match.resolved.serverAddress,
       serverPort: match.resolved.origin.port,
     };
@@ -327,6 +329,18 @@ export class Forwarder {
   /** An empty model is no model: Prometheus reads a label with an empty value as no label. */
   limitModel(model: string | undefined): string | undefined {
     return model === undefined || model === '' ? undefined : this.models.limit(model);
+  }
+
+  /**
+   * A request model's label once the upstream's answer is known (`status`; undefined when none
+   * came: the proxy's own answer, a client that left first). A new name takes a place under the
+   * cap only when the upstream answered it, and not as providers answer a name they do not serve
+   * or a request they did not authenticate (NOT_ADMITTED), so junk names cannot fill the cap:
+   * until a request of theirs is answered otherwise they have no model label.
+   */
+  modelLabel(model: string | undefined, status: number | undefined): string | undefined {
+    if (model === undefined || model === '') return undefined;
+    return status !== undefined && !NOT_ADMITTED.has(status) ? this.models.limit(model) : this.models.known(model);
   }
 
   /** Closes every tunnel: Node's server cannot close the sockets it handed over. */
@@ -345,6 +359,9 @@ class InFlight implements ExchangeHandler {
   private upstreamStatus: number | undefined;
   private meter: RequestMeter | undefined;
   private labels: RequestLabels | undefined;
+  /** The request's model (body or path), as the client named it. */
+  private model: string | undefined;
+  private modelFixed = false;
   /** The API, when it had to be known before the request left (to ask for identity encoding). */
   private api: ApiDescriptor | undefined;
   /** Reads the model name from the request body, once the meter is set up. */
@@ -552,11 +569,11 @@ class InFlight implements ExchangeHandler {
     const { match, deps } = this;
     const api = this.api ?? detectApi(match.upstreamPath, match.resolved.route.provider, match.resolved.providerNames, this.req.method);
     if (api === undefined) return;
-    const pathModel = api.modelFromPath?.(match.upstreamPath);
+    const pathModel = (this.model = api.modelFromPath?.(match.upstreamPath));
     this.labels = {
       provider: match.resolved.providerName ?? api.defaultProviderName,
       operation: api.operation,
-      requestModel: this.fwd.limitModel(pathModel),
+      requestModel: undefined, // set once the upstream's answer (or its absence) is known: modelLabel()
       serverAddress: match.resolved.serverAddress,
       serverPort: match.resolved.origin.port,
     };
@@ -573,9 +590,17 @@ class InFlight implements ExchangeHandler {
     this.takeModel(); // the body's end may have come first
   }
 
-  /** The body ended and was read by the tap: its model becomes the request's label. */
+  /** The body ended and was read by the tap: its model is the request's. */
   private takeModel(): void {
-    if (this.req.readableEnded && this.tap !== undefined && this.labels !== undefined) this.labels.requestModel = this.fwd.limitModel(this.tap.model());
+    if (this.req.readableEnded && this.tap !== undefined) this.model = this.tap.model();
+  }
+
+  /** The model label, once: at the upstream's response head, else at the end (no answer came). */
+  private fixModelLabel(status: number | undefined): void {
+    if (this.labels !== undefined && !this.modelFixed) {
+      this.modelFixed = true;
+      this.labels.requestModel = this.fwd.modelLabel(this.model, status);
+    }
   }
 
   onHead(head: ResponseHead, framing: BodyFraming): void {
@@ -584,6 +609,7 @@ class InFlight implements ExchangeHandler {
     const { res, meter } = this;
     if (this.done) return;
     this.upstreamStatus = head.status;
+    this.fixModelLabel(head.status);
     const headers = endToEndHeaders(head.rawHeaders);
     // The transfer coding wins over a Content-Length (RFC 9112 §6.3): never pass both on.
     if (framing.kind === 'chunked') removeRaw(headers, 'content-length');
@@ -788,6 +814,7 @@ class InFlight implements ExchangeHandler {
 
   private record(end: number, errorType: string | undefined): void {
     this.setUpMeter();
+    this.fixModelLabel(undefined);
     let summary: MeterSummary | undefined;
     try {
       summary = this.meter?.finish(end, errorType, this.pausedMs !== undefined);
@@ -811,7 +838,8 @@ class InFlight implements ExchangeHandler {
           path: safePath(this.match.upstreamPath),
           // Only for requests that were measured as an LLM API call.
           provider: summary ? this.labels?.provider : undefined,
-          model: summary ? this.labels?.requestModel : undefined,
+          // As the client named it: the label may be `_OTHER`, or none for a name not admitted.
+          model: summary ? this.model || undefined : undefined,
           // The meter says 0 when no response head came: then the proxy's own answer, or none at all
           // (a cancel or a shutdown cut before the upstream answered; not Node's default 200).
           status: summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
@@ -841,6 +869,15 @@ class InFlight implements ExchangeHandler {
 }
 
 function ignore(): void {}
+
+/**
+ * Answers that give a new model name no place under the cap: an unknown model (OpenAI, Anthropic,
+ * Gemini, Ollama, vLLM: 404; LiteLLM, Bedrock: 400; a retired one: 410), a request a validation
+ * refused (400, 422), no valid key (401, 403: nothing said of the name). A real model's first
+ * request refused so (a prompt over its context) waits for an answer of another kind; a 429, a
+ * 413 or a 5xx is about a served name.
+ */
+const NOT_ADMITTED = new Set([400, 401, 403, 404, 410, 422]);
 
 /** Requests queued behind an answer on a connection, per client socket. */
 const QUEUED = new WeakMap<Socket, Set<InFlight>>();

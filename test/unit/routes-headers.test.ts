@@ -203,6 +203,19 @@ describe('CardinalityLimiter', () => {
     expect(wide.limit('y'.repeat(128))).toBe('y'.repeat(128));
     expect(wide.limit('y'.repeat(129))).toBe(OTHER);
   });
+
+  it('known() reads whether a value was admitted, and admits none', () => {
+    const l = new CardinalityLimiter(1);
+    expect(l.known('a')).toBeUndefined();
+    expect(l.known('b')).toBeUndefined();
+    expect(l.limit('a')).toBe('a'); // the one place was still free
+    expect(l.known('a')).toBe('a');
+    expect(l.limit('b')).toBe(OTHER);
+    expect(l.known('b')).toBeUndefined(); // past the cap: no value, not _OTHER
+    const wf = new CardinalityLimiter(5);
+    wf.limit('m\ud800');
+    expect(wf.known('m\udc00')).toBe('m\ufffd'); // the exposed form, as limit() gives it
+  });
 });
 
 describe('Prometheus names (as the Collector writes them)', () => {
