@@ -118,10 +118,12 @@ export function validateParams(p) {
     const c = p.alerts[key];
     if (!DURATION.test(String(c.over)) || ZERO.test(String(c.over))) fail(`alerts.${key}.over: bad duration ${c.over} (a positive Prometheus duration, e.g. 30m)`);
     // Shorter than a step, the count of steps is empty between whole minutes and the alert never
-    // fires; longer than the day offset, the past traffic it averages overlaps today's.
+    // fires. Longer than the day offset, a regression's past traffic overlaps today's; the
+    // objective has no past traffic, and is bounded only because each evaluation reads every step.
     const step = p.subqueryStep ?? '1m';
-    if (durationMs(c.over) < durationMs(step) || durationMs(c.over) > durationMs(p.comparison.day)) {
-      fail(`alerts.${key}.over=${c.over} must lie between one step (${step}) and comparison.day (${p.comparison.day})`);
+    const [most, why] = REGRESSIONS.includes(key) ? [p.comparison.day, `comparison.day (${p.comparison.day})`] : ['1d', '1d (each evaluation reads every step of it)'];
+    if (durationMs(c.over) < durationMs(step) || durationMs(c.over) > durationMs(most)) {
+      fail(`alerts.${key}.over=${c.over} must lie between one step (${step}) and ${why}`);
     }
     if (!(c.share > 0 && c.share <= 1)) fail(`alerts.${key}.share=${c.share} must be in (0, 1]: the share of the steps of \`over\` that must be slow`);
   }

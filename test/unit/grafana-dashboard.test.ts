@@ -77,6 +77,14 @@ describe('grafana/ generated files', () => {
     // the objective alert is judged by its share of slow steps too
     refused((p) => (p.alerts.itlObjective.share = 1.5), /alerts\.itlObjective\.share=1\.5 must be in \(0, 1\]/);
     refused((p) => delete (p.alerts.itlObjective as Partial<build.ShareParams>).over, /alerts\.itlObjective\.over: bad duration undefined/);
+    // an absolute objective has no past traffic: its bound is the subquery's cost, not comparison.day
+    refused((p) => (p.alerts.itlObjective.over = '25h'), /alerts\.itlObjective\.over=25h must lie between one step \(1m\) and 1d \(each evaluation reads every step of it\)$/);
+    const shortDay = structuredClone(params);
+    shortDay.comparison.day = '12h';
+    shortDay.alerts.itlObjective.over = '20h';
+    expect(() => build.validateParams(shortDay)).not.toThrow();
+    shortDay.alerts.itlRegression.over = '20h';
+    expect(() => build.validateParams(shortDay)).toThrow(/alerts\.itlRegression\.over=20h must lie between one step \(1m\) and comparison\.day \(12h\)/);
     refused((p) => (p.alerts.itlRegression.keepFiringFor = '1m15m'), /alerts\.itlRegression\.keepFiringFor: bad duration 1m15m/);
     refused((p) => (p.window = ''), /bad duration ""/);
     // 20 meant as 20 ms: a p95 cannot pass the last finite gap bucket (2.5 s).
