@@ -474,12 +474,22 @@ describe('out of file descriptors', () => {
     return { p, metricsUrl, release, messages, byAnswer: answers.reduce<Record<string, number>>((m, a) => ((m[a] = (m[a] ?? 0) + 1), m), {}) };
   };
 
+  /**
+   * Each request got the 503, or found a descriptor an earlier answer freed (a refused upgrade's
+   * connection is closed) and waits on the silent upstream: how many do is a race (40 of 40 POSTs
+   * and 38-40 upgrades got the 503 on an idle machine, 26 upgrades in a loaded CI run). Nothing
+   * else: no 502 upstream_unreachable, no reset.
+   */
+  const expectStarved = (byAnswer: Record<string, number>, what: string) => {
+    expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThanOrEqual(10);
+    expect(Object.keys(byAnswer).filter((a) => a !== '503 proxy_out_of_resources' && a !== 'waiting'), what).toEqual([]);
+  };
+
   it('an upstream connection the proxy cannot open for want of descriptors is its own 503 proxy_out_of_resources, not the provider\'s upstream_unreachable, and is recorded so', async () => {
     const silent = await silentUpstream();
     const { p, metricsUrl, release, messages, byAnswer } = await starve(silent.url, 'post', { OTEL_METRICS_EXPORTER: 'prometheus' });
     const what = JSON.stringify(byAnswer);
-    // All but the few that found a descriptor an earlier answer freed (38-40 of 40 in the runs seen).
-    expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThanOrEqual(30);
+    expectStarved(byAnswer, what);
     expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable')), what).toEqual([]);
     expect([...messages], what).toEqual(['the proxy could not open a connection to the upstream: EMFILE (out of file descriptors)']);
     const lines = p.lines.filter((l) => l.msg === 'upstream request failed');
@@ -516,7 +526,7 @@ describe('out of file descriptors', () => {
     ]);
     for (const [i, { p, messages, byAnswer }] of runs.entries()) {
       const what = `${['post through egress', 'upgrade through egress', 'upgrade direct'][i]}: ${JSON.stringify(byAnswer)}`;
-      expect(byAnswer['503 proxy_out_of_resources'], what).toBeGreaterThanOrEqual(30);
+      expectStarved(byAnswer, what);
       expect(Object.keys(byAnswer).filter((a) => a.includes('upstream_unreachable')), what).toEqual([]);
       // The answer says which connection could not be opened.
       expect([...messages], what).toEqual([`the proxy could not open a connection to ${i < 2 ? 'the egress proxy' : 'the upstream'}: EMFILE (out of file descriptors)`]);
