@@ -290,7 +290,8 @@ export class Forwarder {
     if (deflate === null) return undefined; // an extension whose frames cannot be read
     return new WsSession(api, {
       instruments: ins!,
-      labels: this.wsLabels(match, api, this.modelLabel(api.requestModel, 101)),
+      // The URL's model takes its place with the first response, not at the 101 (see limitModel).
+      labels: this.wsLabels(match, api, api.requestModel),
       // No deferral: every message is measured after its bytes were forwarded already.
       meter: this.wsMeterOptions(),
       deflate,
@@ -874,8 +875,8 @@ function ignore(): void {}
  * Answers that give a new model name no place under the cap: an unknown model (OpenAI, Anthropic,
  * Gemini, Ollama, vLLM: 404; LiteLLM, Bedrock: 400; a retired one: 410), a request a validation
  * refused (400, 422), no valid key (401, 403: nothing said of the name). A real model's first
- * request refused so (a prompt over its context) waits for an answer of another kind; a 429, a
- * 413 or a 5xx is about a served name.
+ * request refused so (a prompt over its context) waits for an answer of another kind; a 429 or a
+ * 5xx is about a served name (or one the server did not check).
  */
 const NOT_ADMITTED = new Set([400, 401, 403, 404, 410, 422]);
 

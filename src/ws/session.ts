@@ -49,11 +49,15 @@ export function detectWsApi(path: string): WsApiMatch | undefined {
 
 export interface WsSessionDeps {
   readonly instruments: Instruments;
+  /** `requestModel`: the URL's, as the client named it (`limitModel` gives its label at each response). */
   readonly labels: RequestLabels;
   readonly meter: MeterOptions;
   /** permessage-deflate was accepted by the upstream's 101. */
   readonly deflate: boolean;
-  /** Caps `gen_ai.request.model` values (the client picks them). */
+  /**
+   * Caps `gen_ai.request.model` values (the client picks them). Called when a response begins: a
+   * session that never answers (OpenAI closes one for an unknown model with an error) takes no place.
+   */
   readonly limitModel: (model: string | undefined) => string | undefined;
   /** Each finished response, for the log. */
   readonly onResponse?: (s: MeterSummary) => void;
@@ -322,7 +326,7 @@ export class WsSession {
   private open(start: number | undefined, at: number, model: string | undefined): Turn {
     const d = this.deps;
     const adapter = new MessagesAdapter();
-    const labels: RequestLabels = { ...d.labels, requestModel: d.labels.requestModel ?? d.limitModel(model) };
+    const labels: RequestLabels = { ...d.labels, requestModel: d.limitModel(d.labels.requestModel ?? model) };
     const meter = new RequestMeter(d.instruments, adapter, labels, start ?? at, { ...d.meter, unknownStart: start === undefined });
     meter.messagesStart();
     const turn: Turn = { meter, adapter, finish: (end: number, err?: string) => this.finish(turn, end, err) };
