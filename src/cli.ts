@@ -1,5 +1,4 @@
 #!/usr/bin/env node
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import zlib from 'node:zlib';
 import {
@@ -16,6 +15,7 @@ import {
 } from './config-values.js';
 import { checkHealth, healthUrl, pid1Cmdline, proxyArgsOf } from './healthcheck.js';
 import { PLAN_KEYS, planValueError, scheduleError } from './simulate/schedule.js';
+import { descriptorShortage, openFileLimit } from './start-failure.js';
 import { VERSION } from './version.js';
 import type { Logger } from './log.js';
 
@@ -303,8 +303,6 @@ function defined(o: Overrides): Overrides {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Overrides;
 }
 
-/** Below this open-file limit the start itself may run out (110 sufficed here, 96 did not): a module not found is then read as that. */
-const MIN_OPEN_FILES = 256;
 /** Read before the modules load: once they have taken every descriptor it could not be. */
 const OPEN_FILE_LIMIT = openFileLimit();
 
@@ -328,24 +326,8 @@ main().catch((e: unknown) => {
   if (['EADDRINUSE', 'EACCES', 'EADDRNOTAVAIL', 'EINVAL', 'ENOTFOUND', 'EAI_AGAIN', 'EAI_FAIL', 'EAI_NONAME'].includes(err.code ?? '')) {
     fail(`cannot listen: ${err.message}`);
   }
-  // Too few descriptors to load the modules: Node's loader reads them in parallel (~100 at once)
-  // and reports one it could not open as EMFILE, or as a package it cannot find.
-  const limit = OPEN_FILE_LIMIT;
-  const low = limit !== undefined && limit < MIN_OPEN_FILES;
-  if (err.code === 'EMFILE' || err.code === 'ENFILE' || (low && err.code === 'ERR_MODULE_NOT_FOUND')) {
-    const why = err.code === 'ENFILE' ? "the system's file table is full" : `the process may open ${limit ?? 'too few'} files (ulimit -n, systemd's LimitNOFILE, a container's nofile)`;
-    fail(`cannot start: out of file descriptors: ${why}. It needs over 100 to start and two per open stream: give it several thousand. (${err.message})`);
-  }
+  const shortage = descriptorShortage(err, OPEN_FILE_LIMIT);
+  if (shortage !== undefined) fail(shortage);
   process.stderr.write(`llm-latency-proxy: fatal: ${err.stack ?? String(e)}\n`);
   process.exit(1);
 });
-
-/** The soft open-file limit (Linux), or undefined where it cannot be read or is unlimited. */
-function openFileLimit(): number | undefined {
-  try {
-    const n = Number(/^Max open files\s+(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'))?.[1]);
-    return Number.isFinite(n) && n > 0 ? n : undefined;
-  } catch {
-    return undefined;
-  }
-}
