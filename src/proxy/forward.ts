@@ -336,8 +336,8 @@ export class Forwarder {
    * A request model's label once the upstream's answer is known (`status`; undefined when none
    * came: the proxy's own answer, a client that left first). A new name takes a place under the
    * cap only when the upstream answered it, and not as providers answer a name they do not serve
-   * or a request they did not authenticate (NOT_ADMITTED), so junk names cannot fill the cap:
-   * until a request of theirs is answered otherwise they have no model label.
+   * or a request they did not authenticate (NOT_ADMITTED), so names a provider rejects cannot
+   * fill the cap: until a request of theirs is answered otherwise they have no model label.
    */
   modelLabel(model: string | undefined, status: number | undefined): string | undefined {
     if (model === undefined || model === '') return undefined;
