@@ -122,6 +122,11 @@ export class RequestMeter {
   private now = 0;
   private inbandError: string | undefined;
   private finished = false;
+  /**
+   * When the client first held the stream back (`clientHeld`): content that arrived from then
+   * on times the client, not the provider, and is not recorded. Infinity while it kept up.
+   */
+  private heldFrom = Infinity;
   private readonly defer: (fn: () => void) => void;
   /**
    * Events that need a full parse (a stream's first events, and any the byte path is not sure
@@ -352,6 +357,8 @@ export class RequestMeter {
    */
   private content(cum: number | undefined): void {
     const gap = this.clock.content(this.now);
+    // Still counted (the log's figures, the output count): only the records wait for a provider's pace.
+    if (this.now >= this.heldFrom) return;
     if (gap < 0) {
       if (this.opts.unknownStart === true) return;
       const ttft = this.clock.ttftMs! / 1000;
@@ -374,11 +381,22 @@ export class RequestMeter {
   }
 
   /**
+   * The proxy stopped reading the upstream at `since` (ms) because the client had not taken what
+   * it was sent, and the pause outlived its turn. From then on the stream's arrival times follow
+   * the client: content arriving at or after `since` is no longer recorded (TTFT, gaps, per-token
+   * ITL), nor is the stream's TPOT, whose span holds the pause. What arrived before is the
+   * provider's and stays recorded, also when its measurement was deferred past this call.
+   */
+  clientHeld(since: number): void {
+    if (since < this.heldFrom) this.heldFrom = since;
+  }
+
+  /**
    * The request ended at `end` (ms): `errorType` undefined for a complete
    * response. Idempotent: only the first call records. `clientPaced`: the proxy paused the
    * upstream read at least once because the client had not taken what it was sent (counted, so
-   * that a share of client-paced streams can be told apart from a slower provider; their gaps
-   * and TPOT are still recorded).
+   * that a share of client-paced streams can be told apart from a slower provider; see
+   * `clientHeld` for what is then left out).
    */
   finish(end: number, errorType?: string, clientPaced = false): MeterSummary | undefined {
     if (this.finished) return undefined;
@@ -453,8 +471,9 @@ export class RequestMeter {
           : outputTokens;
     const tpot = spanTokens !== undefined ? this.clock.tpotMs(spanTokens) : undefined;
     // `gen_ai.server.time_per_output_token` is defined for successful responses; the gaps of a
-    // cancelled or failed stream are still in the per-gap histogram.
-    if (tpot !== undefined && outcome === 'ok') this.ins.tpot.record(tpot / 1000, endLabels);
+    // cancelled or failed stream are still in the per-gap histogram. A stream its client held
+    // back has the client's pace in its span (the log still gives the TPOT it saw).
+    if (tpot !== undefined && outcome === 'ok' && this.heldFrom === Infinity) this.ins.tpot.record(tpot / 1000, endLabels);
     const tokens = (type: string, n: number | undefined) => {
       if (n !== undefined) this.ins.tokenUsage.record(n, sets.with(endLabels, ATTR.tokenType, type));
     };

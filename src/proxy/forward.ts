@@ -382,6 +382,8 @@ class InFlight implements ExchangeHandler {
   private pausedMs: number | undefined;
   /** The open pause outlived the turn it began in (see waitFor). */
   private pauseHeld = false;
+  /** When the first such pause began (for a meter set up after it). */
+  private heldSince: number | undefined;
   private bodyFraming: RequestBody = 'none';
   /** The client's body waits for the upstream to take what was written (backpressure). */
   private bodyHeld = false;
@@ -585,6 +587,7 @@ class InFlight implements ExchangeHandler {
       limitResponseModel: this.fwd.limitResponseModel,
       limitErrorType: this.fwd.limitErrorType,
     });
+    if (this.heldSince !== undefined) this.meter.clientHeld(this.heldSince);
     if (pathModel !== undefined) return;
     const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxRequestScanBytes));
     if (seen !== undefined) for (const c of seen) tap.push(c);
@@ -684,9 +687,13 @@ class InFlight implements ExchangeHandler {
     // A write to a corked socket (the response head's turn, the last read, every ServerResponse
     // write) returns false from 16 KiB on, and a fast client's socket takes it when it is uncorked
     // in the same turn: its drain comes before the loop polls again. Only a pause still open when
-    // this turn's check phase runs waited for the client, and counts as client pacing.
+    // this turn's check phase runs waited for the client, and counts as client pacing: from it
+    // on, the meter leaves the stream's timings out (RequestMeter.clientHeld).
     setImmediate(() => {
-      if (this.pausedSince === since) this.pauseHeld = true;
+      if (this.pausedSince !== since) return;
+      this.pauseHeld = true;
+      this.heldSince ??= since;
+      this.meter?.clientHeld(since);
     });
     this.exchange?.pause();
     sink.once('drain', this.resume);

@@ -1145,8 +1145,24 @@ describe('cancellation and backpressure', () => {
       expect(total(samples, 'llm_proxy_streams_client_paced_total', { gen_ai_request_model: model }), model).toBe(0);
     }
     expect(total(samples, 'llm_proxy_streams_client_paced_total', { gen_ai_request_model: 'm-paced' })).toBe(1);
-    // Its gaps and TPOT are still recorded (the counter tells how many such streams there are).
+    // The fast clients' streams are timed whole: every gap, and TPOT.
+    const gaps = (model: string) => hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds', { gen_ai_request_model: model }).count;
+    const tpots = (model: string) => hist(samples, 'gen_ai_server_time_per_output_token_seconds', { gen_ai_request_model: model }).count;
+    expect(gaps('m-fast')).toBe(49);
+    expect(tpots('m-fast')).toBe(1);
+    expect(gaps('m-first')).toBe(50);
+    expect(gaps('m-last')).toBe(20);
+    // The held stream: counted and finished, but from the pause on its times were the client's,
+    // and they are left out. It was held after its first bytes (the client read the head and
+    // some events), long before its 800th event, so some gaps were recorded and most were not.
     expect(total(samples, 'llm_proxy_streams_total', { gen_ai_request_model: 'm-paced', outcome: 'ok' })).toBe(1);
+    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds', { gen_ai_request_model: 'm-paced' }).count).toBe(1);
+    expect(gaps('m-paced')).toBeGreaterThan(0);
+    expect(gaps('m-paced')).toBeLessThan(400);
+    expect(tpots('m-paced')).toBe(0);
+    expect(hist(samples, 'gen_ai_client_token_usage', { gen_ai_request_model: 'm-paced', gen_ai_token_type: 'output' })).toMatchObject({ count: 1, sum: 800 });
+    // The longest gap in its log line is the pause's: the log keeps what the stream looked like.
+    expect(paced.maxGapMs as number).toBeGreaterThan(500);
   });
 });
 

@@ -86,6 +86,55 @@ describe('RequestMeter with a controllable clock', () => {
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
   });
 
+  it('a stream its client held back: content that arrived from the pause on is not recorded, nor is TPOT; what came before is, deferred or not', async () => {
+    const chunks = eventChunks(fixture('openai-chat-usage.sse'));
+    // `held`: when the pause began; told to the meter after the 8th content event (as the proxy
+    // tells it in the check phase of the turn the pause began in), or at once for `callFirst`.
+    const run = async (held: number | undefined, defer?: typeof afterIo, callFirst = false) => {
+      t = testInstruments();
+      const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 1000, { ...opts, defer });
+      m.responseStart(200, 'text/event-stream', undefined);
+      m.chunk(chunks[0]!, 1050);
+      if (callFirst && held !== undefined) m.clientHeld(held);
+      // 23 content events 20 ms apart from 1250; the pause (when held) began at 1395, between
+      // the 8th (1390) and the 9th (1410): the 9th and later arrived after it.
+      for (let k = 0; k < 23; k++) {
+        m.chunk(chunks[1 + k]!, 1250 + 20 * k);
+        if (k === 7 && held !== undefined && !callFirst) m.clientHeld(held);
+        // A later pause of the same stream does not move the first one's start.
+        if (k === 15 && held !== undefined) m.clientHeld(held + 300);
+      }
+      for (let k = 24; k < 27; k++) m.chunk(chunks[k]!, 1800);
+      if (defer) drainAfterIo();
+      const s = m.finish(1801)!;
+      if (defer) drainAfterIo();
+      const r = { s, ttft: await t.histogram(METRIC.ttft), gaps: await t.histogram(METRIC.chunkGap), tpot: await t.histogram(METRIC.tpot), out: await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' }), dur: await t.histogram(METRIC.duration) };
+      await t.shutdown();
+      return r;
+    };
+    for (const defer of [undefined, afterIo]) {
+      const kept = await run(undefined, defer);
+      expect([kept.ttft.count, kept.gaps.count, kept.tpot.count]).toEqual([1, 22, 1]);
+      const held = await run(1395, defer);
+      // TTFT and the 7 gaps up to the 8th event are the provider's; the rest are left out.
+      expect(held.ttft).toMatchObject({ count: 1 });
+      expect(held.ttft.sum).toBeCloseTo(0.25, 9);
+      expect(held.gaps.count).toBe(7);
+      expect(held.gaps.sum).toBeCloseTo(7 * 0.02, 9);
+      expect(held.tpot.count).toBe(0);
+      // The rest of the request is recorded as before; the log's summary keeps what it saw.
+      expect(held.out).toMatchObject({ count: 1, sum: 23 });
+      expect(held.dur.count).toBe(1);
+      expect(held.s).toMatchObject({ contentEvents: 23, outputTokens: 23, maxGapMs: 20, outcome: 'ok' });
+      expect(held.s.tpotMs).toBeCloseTo(20, 9);
+      // Held before the first content event: no TTFT either.
+      const early = await run(1100, defer, true);
+      expect([early.ttft.count, early.gaps.count, early.tpot.count]).toEqual([0, 0, 0]);
+      expect(early.out.count).toBe(1);
+    }
+    t = testInstruments(); // for afterEach
+  });
+
   it('with afterIo, the start-of-stream instrument calls wait for the end of the loop iteration, and record the same values', async () => {
     t = testInstruments();
     const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 1000, { ...opts, defer: afterIo });
