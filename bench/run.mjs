@@ -243,6 +243,9 @@ function metricsDiff(a, b) {
     const count = (b[`${name}_count`] ?? NaN) - (a[`${name}_count`] ?? 0);
     d[k] = { sumS: sum, count };
   }
+  // Streams whose client held the proxy back: their content from then on is not in the histograms.
+  const held = 'llm_proxy_streams_client_paced_total';
+  d.held = (b[held] ?? 0) - (a[held] ?? 0);
   return d;
 }
 

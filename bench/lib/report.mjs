@@ -12,7 +12,8 @@ const ADDED_FLOOR_MS = 0.1;
 const bad = (r) => r.lost + r.merged + r.mismatched + r.extra + (r.misrouted || 0);
 
 function table(head, rows) {
-  const all = [head, ...rows].map((r) => r.map((c) => String(c ?? '–')));
+  // A row with fewer cells than the header is padded: one short row must not throw the report away.
+  const all = [head, ...rows].map((r) => head.map((_, i) => String(r[i] ?? '–')));
   const w = head.map((_, i) => Math.max(3, ...all.map((r) => r[i].length)));
   const line = (r) => `| ${r.map((c, i) => c.padEnd(w[i])).join(' | ')} |`;
   return [line(all[0]), `|${w.map((x) => '-'.repeat(x + 2)).join('|')}|`, ...all.slice(1).map(line)].join('\n');
@@ -190,12 +191,13 @@ export function computeFigures(meta, runs) {
   // accuracy: proxy histograms vs client truth, per scenario
   for (const r of runs) {
     if (r.path !== 'proxy' || !r.metrics || r.failed || (r.phase !== 'ttft' && r.phase !== 'gap')) continue;
-    const e = (F.accuracy[r.key] ||= { ttft: [], itl: [], tpot: [], counts: [] });
+    const e = (F.accuracy[r.key] ||= { ttft: [], itl: [], tpot: [], counts: [], held: [] });
     if (r.metrics.error) {
       e.error = r.metrics.error;
       continue;
     }
     const m = r.metrics;
+    e.held.push(m.held); // undefined in a run of a bench before the column
     const truth = {
       ttft: { mean: r.ttft.mean, count: r.ttft.n },
       itl: { mean: r.gap.mean, count: r.gap.n },
@@ -224,6 +226,9 @@ export function computeFigures(meta, runs) {
       };
     }
     delete e.counts;
+    // Over all repetitions: the streams the proxy left out because the client held them back.
+    const held = e.held ?? [];
+    e.held = held.every((n) => typeof n === 'number') ? held.reduce((s, n) => s + n, 0) : undefined;
   }
   // integrity over every stream run
   for (const p of paths) {
@@ -337,7 +342,7 @@ function targets(F) {
         if (seen > 0) add(`measurement error ${k} (${key})`, null, '<= max(1 % of the mean, 0.1 ms)', false, `the proxy recorded no ${k} samples; the client saw ${seen}`, true);
         continue;
       }
-      add(`measurement error ${k} (${key})`, x.absErrMs.max, `<= ${fmt(x.tolMs.min, 3)} ms`, x.absErrMs.max <= x.tolMs.min && x.countsMatch, `worst rep, ms; proxy mean ${fmt(x.proxyMeanMs.median, 3)} vs client ${fmt(x.clientMeanMs.median, 3)}; counts ${x.countsMatch ? 'match' : 'DIFFER'}`);
+      add(`measurement error ${k} (${key})`, x.absErrMs.max, `<= ${fmt(x.tolMs.min, 3)} ms`, x.absErrMs.max <= x.tolMs.min && x.countsMatch, `worst rep, ms; proxy mean ${fmt(x.proxyMeanMs.median, 3)} vs client ${fmt(x.clientMeanMs.median, 3)}; counts ${x.countsMatch ? 'match' : 'DIFFER'}${e.held > 0 ? `; ${e.held} stream(s) held back by the client, left out by the proxy from then on` : ''}`);
     }
   }
   return T;
@@ -588,20 +593,20 @@ export function writeReports({ meta, runs, out }) {
   rows = [];
   for (const [key, e] of Object.entries(F.accuracy)) {
     if (e.error) {
-      rows.push([key, 'scrape failed', e.error, '', '', '', '', '', '']); // as many cells as the header (was 7 of 9: the report threw)
+      rows.push([key, 'scrape failed', e.error, '', '', '', '', '', '', '']); // as many cells as the header
       continue;
     }
     for (const k of ['ttft', 'itl', 'tpot']) {
       const x = e[k];
       if (k === 'ttft' && !key.startsWith('ttft')) continue; // batched runs: TTFT includes the wait for the whole batch
-      rows.push([key, k, fmtAgg(x.proxyMeanMs, 3), fmtAgg(x.clientMeanMs, 3), fmtAgg(x.errMs, 3), fmt(x.tolMs?.median, 3), x.countsMatch ? 'yes' : 'NO', fmtAgg(x.upstreamMeanMs, 3), fmtAgg(x.errUpMs, 3)]);
+      rows.push([key, k, fmtAgg(x.proxyMeanMs, 3), fmtAgg(x.clientMeanMs, 3), fmtAgg(x.errMs, 3), fmt(x.tolMs?.median, 3), x.countsMatch ? 'yes' : 'NO', e.held ?? '–', fmtAgg(x.upstreamMeanMs, 3), fmtAgg(x.errUpMs, 3)]);
     }
   }
   if (rows.length)
     parts.push(
       '## 7. Measurement accuracy: proxy /metrics (diff of sum/count around the run) vs client-observed truth\n\n' +
-        'The target is judged against the client. The last two columns compare the proxy with what the upstream (the emitter) sent, over the same streams: its TTFT from the request reaching it to its first token written, its gaps between first and last token written. The proxy measures the upstream from the other end of a loopback hop; the client sees the upstream through the proxy, so its figures also carry the proxy\'s own delays.\n\n' +
-        table(['scenario', 'histogram', 'proxy mean', 'client mean', 'error', 'tolerance', 'counts match', 'upstream mean', 'proxy − upstream'], rows),
+        'The target is judged against the client. The last two columns compare the proxy with what the upstream (the emitter) sent, over the same streams: its TTFT from the request reaching it to its first token written, its gaps between first and last token written. The proxy measures the upstream from the other end of a loopback hop; the client sees the upstream through the proxy, so its figures also carry the proxy\'s own delays. "Held": streams (all repetitions) whose client held the proxy back (`llm_proxy_streams_client_paced_total`); the proxy leaves their content from then on out of its histograms, so their counts cannot match.\n\n' +
+        table(['scenario', 'histogram', 'proxy mean', 'client mean', 'error', 'tolerance', 'counts match', 'held', 'upstream mean', 'proxy − upstream'], rows),
     );
 
   // integrity + targets
