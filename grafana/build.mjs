@@ -836,7 +836,7 @@ export function renderDashboard(p) {
   });
   panel({
     title: 'Client-paced streams (% of streams)',
-    description: `Share of finished streams per provider/model whose client did not take the bytes as fast as the provider sent them, so that the proxy paused reading the upstream (${METRICS.clientPaced} / ${METRICS.streams}). From that pause on, a stream's arrival times show the client's pace (a browser, a speech pipeline paced to playback, a slow network to the client), so its later gaps and its TPOT are left out of the latency histograms; its duration still holds the pause. A rise here means fewer of those streams' tokens in the ITL panels. Shows 0 while no client held a stream back.`,
+    description: `Share of finished streams per provider/model whose client did not take the bytes as fast as the provider sent them, so that the proxy paused reading the upstream for 100 ms or more (${METRICS.clientPaced} / ${METRICS.streams}). From that pause on, a stream's arrival times show the client's pace (a browser, a speech pipeline paced to playback, a slow network to the client), so its later gaps and its TPOT are left out of the latency histograms; its duration still holds the pause. A rise here means fewer of those streams' tokens in the ITL panels. Shows 0 while no client held a stream back.`,
     unit: 'percentunit',
     w: 8,
     min: 0,

@@ -382,10 +382,11 @@ export class RequestMeter {
 
   /**
    * The proxy stopped reading the upstream at `since` (ms) because the client had not taken what
-   * it was sent, and the pause outlived its turn. From then on the stream's arrival times follow
-   * the client: content arriving at or after `since` is no longer recorded (TTFT, gaps, per-token
-   * ITL), nor is the stream's TPOT, whose span holds the pause. What arrived before is the
-   * provider's and stays recorded, also when its measurement was deferred past this call.
+   * it was sent, for long enough to count (forward.ts, CLIENT_HELD_MS). From then on the stream's
+   * arrival times follow the client: content arriving at or after `since` is no longer recorded
+   * (TTFT, gaps, per-token ITL), nor is the stream's TPOT when its span holds the pause. What
+   * arrived before is the provider's and stays recorded, also when its measurement was deferred
+   * past this call.
    */
   clientHeld(since: number): void {
     if (since < this.heldFrom) this.heldFrom = since;
@@ -472,8 +473,11 @@ export class RequestMeter {
     const tpot = spanTokens !== undefined ? this.clock.tpotMs(spanTokens) : undefined;
     // `gen_ai.server.time_per_output_token` is defined for successful responses; the gaps of a
     // cancelled or failed stream are still in the per-gap histogram. A stream its client held
-    // back has the client's pace in its span (the log still gives the TPOT it saw).
-    if (tpot !== undefined && outcome === 'ok' && this.heldFrom === Infinity) this.ins.tpot.record(tpot / 1000, endLabels);
+    // back before its last content event has the client's pace in its span (the log still gives
+    // the TPOT it saw); held only after it (a long final event), the span is the provider's.
+    const lastContent = this.clock.lastContentAt;
+    const spanHeld = lastContent !== undefined && lastContent >= this.heldFrom;
+    if (tpot !== undefined && outcome === 'ok' && !spanHeld) this.ins.tpot.record(tpot / 1000, endLabels);
     const tokens = (type: string, n: number | undefined) => {
       if (n !== undefined) this.ins.tokenUsage.record(n, sets.with(endLabels, ATTR.tokenType, type));
     };

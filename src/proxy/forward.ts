@@ -43,6 +43,14 @@ export interface ForwarderDeps {
  * too, so the framing is valid as is); Node's ServerResponse writes the head
  * and the last chunk. Anything else goes through ServerResponse.write.
  */
+/**
+ * A pause of the upstream read this long or longer, because the client had not taken what it was
+ * sent, means the client held the stream back: from the pause on its arrival times are the
+ * client's, and the meter leaves them out (RequestMeter.clientHeld). Shorter pauses are a fast
+ * client's network draining a burst; they move one gap by less than this.
+ */
+export const CLIENT_HELD_MS = 100;
+
 export class Forwarder {
   private readonly router: Router;
   readonly upstream: UpstreamClient;
@@ -377,13 +385,9 @@ class InFlight implements ExchangeHandler {
   /** The client socket when the body is forwarded verbatim, else undefined (ServerResponse.write). */
   private raw: Socket | undefined;
   private paused = false;
-  /** When the client's backpressure last paused the upstream read, and the time it held it before. */
+  /** When the client's backpressure last paused the upstream read, and the time held pauses took before. */
   private pausedSince: number | undefined;
   private pausedMs: number | undefined;
-  /** The open pause outlived the turn it began in (see waitFor). */
-  private pauseHeld = false;
-  /** When the first such pause began (for a meter set up after it). */
-  private heldSince: number | undefined;
   private bodyFraming: RequestBody = 'none';
   /** The client's body waits for the upstream to take what was written (backpressure). */
   private bodyHeld = false;
@@ -397,11 +401,21 @@ class InFlight implements ExchangeHandler {
     this.exchange?.resume();
   };
 
+  /**
+   * A pause of the upstream read ended (the client took what it was sent, or the request ended).
+   * Only a pause of `CLIENT_HELD_MS` or more counts as the client holding the stream back: a fast
+   * client's socket whose send buffer a large write filled (a burst, a 200 KiB `response.completed`)
+   * drains within a round trip or two, while a client that paces its reading (speech playback) or
+   * a slow link holds it for seconds. The verdict comes before any later read is measured: the
+   * upstream is not read while paused.
+   */
   private endPause(now: number): void {
-    if (this.pausedSince === undefined) return;
-    if (this.pauseHeld) this.pausedMs = (this.pausedMs ?? 0) + (now - this.pausedSince);
+    const since = this.pausedSince;
+    if (since === undefined) return;
     this.pausedSince = undefined;
-    this.pauseHeld = false;
+    if (now - since < CLIENT_HELD_MS) return;
+    this.pausedMs = (this.pausedMs ?? 0) + (now - since);
+    this.meter?.clientHeld(since);
   }
 
   constructor(
@@ -587,7 +601,6 @@ class InFlight implements ExchangeHandler {
       limitResponseModel: this.fwd.limitResponseModel,
       limitErrorType: this.fwd.limitErrorType,
     });
-    if (this.heldSince !== undefined) this.meter.clientHeld(this.heldSince);
     if (pathModel !== undefined) return;
     const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxRequestScanBytes));
     if (seen !== undefined) for (const c of seen) tap.push(c);
@@ -683,18 +696,11 @@ class InFlight implements ExchangeHandler {
 
   private waitFor(sink: { once(ev: 'drain', cb: () => void): unknown }): void {
     this.paused = true;
-    const since = (this.pausedSince = performance.now());
     // A write to a corked socket (the response head's turn, the last read, every ServerResponse
     // write) returns false from 16 KiB on, and a fast client's socket takes it when it is uncorked
-    // in the same turn: its drain comes before the loop polls again. Only a pause still open when
-    // this turn's check phase runs waited for the client, and counts as client pacing: from it
-    // on, the meter leaves the stream's timings out (RequestMeter.clientHeld).
-    setImmediate(() => {
-      if (this.pausedSince !== since) return;
-      this.pauseHeld = true;
-      this.heldSince ??= since;
-      this.meter?.clientHeld(since);
-    });
+    // in the same turn; a large write fills a fast client's send buffer for a round trip. Whether
+    // the client held the stream back is judged by the pause's length, when it ends (endPause).
+    this.pausedSince = performance.now();
     this.exchange?.pause();
     sink.once('drain', this.resume);
   }

@@ -49,6 +49,11 @@ export class StreamClock {
     return this.last < 0 ? undefined : Math.max(this.maxGap, end - this.last);
   }
 
+  /** When the last content event arrived (ms), or undefined before the first. */
+  get lastContentAt(): number | undefined {
+    return this.last < 0 ? undefined : this.last;
+  }
+
   get ttftMs(): number | undefined {
     return this.first < 0 ? undefined : this.first - this.start;
   }

@@ -1087,6 +1087,24 @@ describe('cancellation and backpressure', () => {
         return;
       }
       res.writeHead(200, { 'content-type': 'text/event-stream' });
+      if (model === 'm-short') {
+        // 10 MiB at once (more than the sockets on the way hold), then, once the client has
+        // caught up, 20 small events.
+        let n = 0;
+        const small = () => {
+          for (let i = 0; i < 20; i++) res.write(chunk('s'));
+          res.end('data: [DONE]\n\n');
+        };
+        const big = () => {
+          while (n < 200) {
+            n++;
+            if (!res.write(chunk(content))) return void res.once('drain', big);
+          }
+          setTimeout(small, 300);
+        };
+        big();
+        return;
+      }
       if (model === 'm-first') res.write(chunk('c'.repeat(40 * 1024)));
       if (model === 'm-last') {
         for (let i = 0; i < 20; i++) res.write(chunk('a'));
@@ -1112,21 +1130,28 @@ describe('cancellation and backpressure', () => {
       const text = await fast.text();
       expect(model === 'm-json' ? text.length > 100_000 : text.endsWith('data: [DONE]\n\n'), model).toBe(true);
     }
-    // A client that reads the head, then nothing for a second, then the rest.
-    const sock = net.connect(Number(new URL(proxy.proxyUrl).port), '127.0.0.1');
-    await new Promise<void>((r) => sock.once('connect', () => r()));
-    const b = '{"model":"m-paced","stream":true}';
-    sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`);
-    let tail = '';
-    let received = 0;
-    sock.once('data', (d: Buffer) => ((received += d.length), sock.pause()));
-    await sleep(1000);
-    sock.on('data', (d: Buffer) => ((received += d.length), (tail = (tail + d.toString('latin1')).slice(-64))));
-    sock.resume();
-    for (const deadline = performance.now() + 30_000; !tail.endsWith('0\r\n\r\n') && performance.now() < deadline; ) await sleep(20);
-    expect(tail).toContain('data: [DONE]');
-    expect(received).toBeGreaterThan(800 * content.length);
-    sock.destroy();
+    // A client that reads the head, then nothing for `pauseMs`, then the rest.
+    const port = Number(new URL(proxy.proxyUrl).port);
+    const pausingClient = async (model: string, pauseMs: number, events: number) => {
+      const sock = net.connect(port, '127.0.0.1');
+      await new Promise<void>((r) => sock.once('connect', () => r()));
+      const b = `{"model":"${model}","stream":true}`;
+      sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`);
+      let tail = '';
+      let received = 0;
+      sock.once('data', (d: Buffer) => ((received += d.length), sock.pause()));
+      await sleep(pauseMs);
+      sock.on('data', (d: Buffer) => ((received += d.length), (tail = (tail + d.toString('latin1')).slice(-64))));
+      sock.resume();
+      for (const deadline = performance.now() + 30_000; !tail.endsWith('0\r\n\r\n') && performance.now() < deadline; ) await sleep(20);
+      expect(tail, model).toContain('data: [DONE]');
+      expect(received, model).toBeGreaterThan(events * content.length);
+      sock.destroy();
+    };
+    await pausingClient('m-paced', 1000, 800);
+    // 30 ms: the sockets fill and the proxy pauses, but for less than CLIENT_HELD_MS (100 ms):
+    // a fast client's network draining a burst, not a client that paces its reading.
+    await pausingClient('m-short', 30, 200);
     const line = async (model: string) => {
       for (let i = 0; i < 100 && !lines.some((l) => l.msg === 'request' && l.model === model); i++) await sleep(20);
       return lines.find((l) => l.msg === 'request' && l.model === model)!;
@@ -1138,7 +1163,7 @@ describe('cancellation and backpressure', () => {
     expect(paced.clientPausedMs as number).toBeLessThanOrEqual(paced.durationMs as number);
     expect(paced.durationMs as number).toBeGreaterThan(1000 - 50);
     const samples = await scrape(proxy.metricsUrl);
-    for (const model of fastModels) {
+    for (const model of [...fastModels, 'm-short']) {
       const fastLine = await line(model);
       expect(fastLine.outcome, model).toBe('ok');
       expect(fastLine, model).not.toHaveProperty('clientPausedMs');
@@ -1152,6 +1177,8 @@ describe('cancellation and backpressure', () => {
     expect(tpots('m-fast')).toBe(1);
     expect(gaps('m-first')).toBe(50);
     expect(gaps('m-last')).toBe(20);
+    expect(gaps('m-short')).toBe(219);
+    expect(tpots('m-short')).toBe(1);
     // The held stream: counted and finished, but from the pause on its times were the client's,
     // and they are left out. It was held after its first bytes (the client read the head and
     // some events), long before its 800th event, so some gaps were recorded and most were not.

@@ -86,7 +86,7 @@ describe('RequestMeter with a controllable clock', () => {
     expect(await t.sumValue(METRIC.streamsActive)).toBe(0);
   });
 
-  it('a stream its client held back: content that arrived from the pause on is not recorded, nor is TPOT; what came before is, deferred or not', async () => {
+  it('a stream its client held back: content that arrived from the pause on is not recorded, nor is a TPOT whose span holds the pause; what came before is, deferred or not', async () => {
     const chunks = eventChunks(fixture('openai-chat-usage.sse'));
     // `held`: when the pause began; told to the meter after the 8th content event (as the proxy
     // tells it in the check phase of the turn the pause began in), or at once for `callFirst`.
@@ -131,6 +131,15 @@ describe('RequestMeter with a controllable clock', () => {
       const early = await run(1100, defer, true);
       expect([early.ttft.count, early.gaps.count, early.tpot.count]).toEqual([0, 0, 0]);
       expect(early.out.count).toBe(1);
+      // "At or after": a pause that began at an event's own arrival (1390, the 8th) leaves it out
+      // when it is measured after the verdict.
+      const edge = await run(1390, defer, true);
+      expect([edge.ttft.count, edge.gaps.count, edge.tpot.count]).toEqual([1, 6, 0]);
+      // Held after the last content event (1690), on the trailing usage events: every gap and
+      // the TPOT span are the provider's.
+      const late = await run(1700, defer, true);
+      expect([late.ttft.count, late.gaps.count, late.tpot.count]).toEqual([1, 22, 1]);
+      expect(late.tpot.sum).toBeCloseTo(0.02, 9);
     }
     t = testInstruments(); // for afterEach
   });
