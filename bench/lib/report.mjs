@@ -12,9 +12,10 @@ const ADDED_FLOOR_MS = 0.1;
 const bad = (r) => r.lost + r.merged + r.mismatched + r.extra + (r.misrouted || 0);
 
 function table(head, rows) {
-  // A row with fewer cells than the header is padded: one short row must not throw the report away.
-  const all = [head, ...rows].map((r) => head.map((_, i) => String(r[i] ?? '–')));
-  const w = head.map((_, i) => Math.max(3, ...all.map((r) => r[i].length)));
+  // Rows are padded to the widest (a missing cell: '–'): one short row must not throw the report away.
+  const n = Math.max(head.length, ...rows.map((r) => r.length));
+  const all = [head, ...rows].map((r, j) => Array.from({ length: n }, (_, i) => String(r[i] ?? (j === 0 ? '' : '–'))));
+  const w = all[0].map((_, i) => Math.max(3, ...all.map((r) => r[i].length)));
   const line = (r) => `| ${r.map((c, i) => c.padEnd(w[i])).join(' | ')} |`;
   return [line(all[0]), `|${w.map((x) => '-'.repeat(x + 2)).join('|')}|`, ...all.slice(1).map(line)].join('\n');
 }
