@@ -34,6 +34,14 @@ export interface ForwarderDeps {
 }
 
 /**
+ * A pause of the upstream read this long or longer, because the client had not taken what it was
+ * sent, means the client held the stream back: from the pause on its arrival times are the
+ * client's, and the meter leaves them out (RequestMeter.clientHeld). Shorter pauses are a fast
+ * client's network draining a burst; they move one gap by less than this.
+ */
+export const CLIENT_HELD_MS = 100;
+
+/**
  * The data path: one upstream request per client request, bytes never
  * decompressed or re-framed, backpressure from the client to the upstream
  * read, and a meter that sees each read only after it was written.
@@ -43,14 +51,6 @@ export interface ForwarderDeps {
  * too, so the framing is valid as is); Node's ServerResponse writes the head
  * and the last chunk. Anything else goes through ServerResponse.write.
  */
-/**
- * A pause of the upstream read this long or longer, because the client had not taken what it was
- * sent, means the client held the stream back: from the pause on its arrival times are the
- * client's, and the meter leaves them out (RequestMeter.clientHeld). Shorter pauses are a fast
- * client's network draining a burst; they move one gap by less than this.
- */
-export const CLIENT_HELD_MS = 100;
-
 export class Forwarder {
   private readonly router: Router;
   readonly upstream: UpstreamClient;
