@@ -394,12 +394,11 @@ export class RequestMeter {
 
   /**
    * The request ended at `end` (ms): `errorType` undefined for a complete
-   * response. Idempotent: only the first call records. `clientPaced`: the proxy paused the
-   * upstream read at least once because the client had not taken what it was sent (counted, so
-   * that a share of client-paced streams can be told apart from a slower provider; see
-   * `clientHeld` for what is then left out).
+   * response. Idempotent: only the first call records. A stream its client held back
+   * (`clientHeld`) is counted, so that a share of client-paced streams can be told apart from a
+   * slower provider.
    */
-  finish(end: number, errorType?: string, clientPaced = false): MeterSummary | undefined {
+  finish(end: number, errorType?: string): MeterSummary | undefined {
     if (this.finished) return undefined;
     this.finished = true;
     this.inactive();
@@ -498,7 +497,7 @@ export class RequestMeter {
     const durationMs = this.opts.unknownStart === true ? undefined : this.clock.durationMs(end);
     if (durationMs !== undefined) this.ins.duration.record(durationMs / 1000, durationLabels);
     this.ins.streams.add(1, sets.with(sets.with(base, ATTR.outcome, outcome), ATTR.tokenCountSource, source));
-    if (clientPaced) this.ins.clientPacedStreams.add(1, base);
+    if (this.heldFrom !== Infinity) this.ins.clientPacedStreams.add(1, base);
 
     return {
       status: this.status,

@@ -831,7 +831,7 @@ class InFlight implements ExchangeHandler {
     this.fixModelLabel(undefined);
     let summary: MeterSummary | undefined;
     try {
-      summary = this.meter?.finish(end, errorType, this.pausedMs !== undefined);
+      summary = this.meter?.finish(end, errorType);
     } catch (e) {
       this.deps.log.error({ err: (e as Error).message }, 'measurement failed');
     }
