@@ -9,7 +9,7 @@
  * what it means: the prefix, closed with `x"` and the brackets still open,
  * must parse to an object whose `choices[0].delta[key]` is `"x"` and that
  * has no `error`, `timings`, non-null `usage` or `x_groq.usage`, and no
- * choice with a `finish_reason` (other than null or ""). JSON is
+ * choice with a `finish_reason` (other than null or "") or a `usage` object. JSON is
  * context-free, so a later event that starts with the same bytes has its
  * `choices[0].delta[key]` string start right there. `match()` then checks the rest itself:
  *  - the text is a non-empty, well-formed JSON string (no raw control
@@ -257,10 +257,13 @@ function proves(prefix: string, key: string): Uint8Array | undefined {
   if (groq && typeof groq === 'object' && groq.usage && typeof groq.usage === 'object') return undefined;
   const choices = probe.choices;
   if (!Array.isArray(choices)) return undefined;
-  // A choice that says why it stopped goes to the full parse, which reads its finish reason.
+  // A choice that says why it stopped goes to the full parse, which reads its finish reason; so
+  // does one with its own usage (Moonshot's).
   for (const c of choices) {
     const reason = (c as { finish_reason?: unknown } | null)?.finish_reason;
     if (reason !== undefined && reason !== null && reason !== '') return undefined;
+    const usage = (c as { usage?: unknown } | null)?.usage;
+    if (usage && typeof usage === 'object') return undefined;
   }
   const delta = (choices[0] as { delta?: unknown } | null | undefined)?.delta;
   if (delta === null || typeof delta !== 'object' || (delta as Record<string, unknown>)[key] !== 'x') return undefined;

@@ -39,7 +39,7 @@ const MANY = Symbol('usage beside several choices');
  *
  * Usage: the last `usage.completion_tokens` seen (final usage chunk, DeepSeek's
  * usage on the finish chunk, vLLM's cumulative usage on every chunk; Groq's
- * `x_groq.usage` where there is no `usage`).
+ * `x_groq.usage` where there is no `usage`; Moonshot's inside the finishing choice).
  * In-band errors: a chunk with `error` (typed by its `type`/`code`, or TGI's
  * `error_type` beside a message), an `event: error`, and llama.cpp's `error:`
  * field (see SseParser).
@@ -122,6 +122,7 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     } else {
       const groq = chunk.x_groq as Record<string, unknown> | null | undefined; // Groq before it sent `usage` too
       if (groq && typeof groq === 'object' && groq.usage && typeof groq.usage === 'object') this.readUsage(groq.usage as Record<string, unknown>);
+      else this.choiceUsage(chunk.choices);
     }
     if (chunk.timings && typeof chunk.timings === 'object') this.readTimings(chunk.timings as Record<string, unknown>);
     const choices = chunk.choices;
@@ -194,6 +195,21 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     if (sent(t.prompt_ms)) st.timeToFirstToken = prompt === undefined ? undefined : prompt / 1000;
   }
 
+  /**
+   * Moonshot (Kimi) sends no top-level `usage`: its finish chunk carries it inside the choice
+   * (`choices[0].usage`). Read as usage beside that choice: with several choices reporting, no
+   * request total is taken from them (see perChoiceUsage).
+   */
+  private choiceUsage(choices: unknown): void {
+    if (!Array.isArray(choices)) return;
+    for (const c of choices) {
+      const u = obj(c)?.usage;
+      if (!u || typeof u !== 'object') continue;
+      this.readUsage(u as Record<string, unknown>);
+      this.perChoiceUsage([c]);
+    }
+  }
+
   /** After a chunk's usage was read: a count beside one choice of several is that choice's only. */
   private perChoiceUsage(choices: unknown): void {
     if (!Array.isArray(choices) || choices.length === 0) return; // the request's total
@@ -229,10 +245,10 @@ export class OpenAIChatAdapter implements ResponseAdapter {
       this.cumulativeOutputTokens = out;
     }
     this.usage.inputTokens = countUpdate(this.usage.inputTokens, u.prompt_tokens);
-    // OpenAI's cached count, else DeepSeek's prompt_cache_hit_tokens.
+    // OpenAI's cached count, else DeepSeek's prompt_cache_hit_tokens, else Moonshot's cached_tokens.
     const promptDetails = obj(u.prompt_tokens_details);
     const cached = promptDetails?.cached_tokens;
-    this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, sent(cached) ? cached : u.prompt_cache_hit_tokens);
+    this.usage.cachedInputTokens = countUpdate(this.usage.cachedInputTokens, sent(cached) ? cached : sent(u.prompt_cache_hit_tokens) ? u.prompt_cache_hit_tokens : u.cached_tokens);
     // OpenRouter's prompt-cache writes (part of `prompt_tokens`, as the cached reads are).
     this.usage.cacheCreationInputTokens = countUpdate(this.usage.cacheCreationInputTokens, promptDetails?.cache_write_tokens);
     this.readGroqTimings(u);

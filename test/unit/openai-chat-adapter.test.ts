@@ -176,6 +176,56 @@ describe('OpenAI Chat adapter on recorded-shape streams', () => {
     expect(jumps.every((j) => j === 1 || j === 3)).toBe(true);
   });
 
+  it("Moonshot (Kimi): usage inside the finishing choice, its cached_tokens, on both paths and at every split", () => {
+    // The shape of a captured moonshot-v1-8k stream: no top-level usage; the finish chunk carries
+    // it in choices[0], with Kimi's cached_tokens at the usage's top level.
+    const head = '{"id":"chatcmpl-67c9","object":"chat.completion.chunk","created":1741252964,"model":"moonshot-v1-8k","choices":[{"index":0,';
+    const texts = ['Today', ' in', ' Paris', ' it', ' is', ' 22°C'];
+    const lines = [
+      `${head}"delta":{"role":"assistant","content":""},"finish_reason":null}],"system_fingerprint":"fpv0_ca1d2527"}`,
+      ...texts.map((t) => `${head}"delta":{"content":${JSON.stringify(t)}},"finish_reason":null}],"system_fingerprint":"fpv0_ca1d2527"}`),
+      `${head}"delta":{},"finish_reason":"stop","usage":{"prompt_tokens":39,"completion_tokens":7,"total_tokens":46,"cached_tokens":32}}],"system_fingerprint":"fpv0_ca1d2527"}`,
+      '[DONE]',
+    ];
+    const bytes = Buffer.from(lines.map((l) => `data: ${l}\n\n`).join(''));
+    const full = new OpenAIChatAdapter();
+    const kinds = sseEvents([bytes]).map((e) => full.onEvent(e));
+    expect(kinds.filter((k) => k === EventKind.Content).length).toBe(6);
+    expect(full.usage).toMatchObject({ inputTokens: 39, outputTokens: 7, cachedInputTokens: 32 });
+    expect(full.finishReasons.list()).toEqual(['stop']);
+    for (let i = 1; i < bytes.length; i++) {
+      const fast = classifyBytes([bytes.subarray(0, i), bytes.subarray(i)]);
+      if (fast.kinds.join() !== kinds.join()) expect(fast.kinds, `split at ${i}`).toEqual(kinds);
+      if (fast.adapter.usage.outputTokens !== 7 || fast.adapter.usage.cachedInputTokens !== 32) expect(fast.adapter.usage, `split at ${i}`).toMatchObject({ inputTokens: 39, outputTokens: 7, cachedInputTokens: 32 });
+    }
+    // Content in the chunk that carries the usage (a newer Kimi frame): read by the full parse,
+    // also once the byte path knows the stream's prefix.
+    const both = Buffer.from(
+      [...lines.slice(0, 3), `${head}"delta":{"content":"ok"},"finish_reason":null,"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12,"cached_tokens":7}}],"system_fingerprint":"fpv0_ca1d2527"}`]
+        .map((l) => `data: ${l}\n\n`)
+        .join(''),
+    );
+    const fast = classifyBytes([both]);
+    expect(fast.kinds.filter((k) => k === EventKind.Content).length).toBe(3);
+    expect(fast.adapter.usage).toMatchObject({ inputTokens: 10, outputTokens: 2, cachedInputTokens: 7 });
+    // A choice's usage before its delta is in the bytes a learned prefix would cover: such a
+    // prefix is not learned, so each event's own count reaches the meter as the full parse gives it.
+    const early = Buffer.from(
+      [1, 2, 3, 4]
+        .map((n) => `data: ${head}"usage":{"prompt_tokens":3,"completion_tokens":4},"delta":{"content":"t${n}"},"finish_reason":null}]}\n\n`)
+        .join(''),
+    );
+    const earlyFull = new OpenAIChatAdapter();
+    const earlyCounts = sseEvents([early]).map((e) => (earlyFull.onEvent(e), earlyFull.cumulativeOutputTokens));
+    expect(earlyCounts).toEqual([4, 4, 4, 4]);
+    expect(classifyBytes([early]).counts).toEqual(earlyCounts);
+    // Two choices each with their own: no request total from them (as vLLM's per-choice counts).
+    const two = new OpenAIChatAdapter();
+    for (const i of [0, 1]) two.onEvent({ type: '', data: `{"model":"moonshot-v1-8k","choices":[{"index":${i},"delta":{},"finish_reason":"stop","usage":{"prompt_tokens":39,"completion_tokens":${5 + i}}}]}`, id: undefined });
+    expect(two.usage.inputTokens).toBe(39);
+    expect(two.usage.outputTokens).toBeUndefined();
+  });
+
   it('treats an OpenAI-compatible error line as an in-band error with its type', () => {
     const a = new OpenAIChatAdapter();
     const k = a.onEvent({ type: '', data: '{"error":{"message":"secret prompt text","type":"server_error","code":null}}', id: undefined });
