@@ -51,7 +51,8 @@ export class AnthropicAdapter implements ResponseAdapter {
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
-    const t = ev.type;
+    // `message` is SSE's name for an event without one: the payload's `type` says which it is.
+    const t = ev.type === 'message' ? '' : ev.type;
     // The SSE event name equals the payload's `type`: skip parsing what we do not need.
     if (t === 'message_stop') {
       this.complete = true;

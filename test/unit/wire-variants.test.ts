@@ -230,6 +230,29 @@ const VARIANTS: Variant[] = [
     error: '500',
   },
   {
+    // WHATWG HTML §9.2.6: an event named `message` is one with no name (the default). A server that
+    // names every event so is read by its payloads' `type`, as one that sends no `event:` line.
+    name: 'Anthropic with every event named `message`: read as without names',
+    adapter: () => new AnthropicAdapter(),
+    framing: 'sse',
+    bytes: sse(
+      ...[
+        { type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: 'claude-sonnet-4-5', content: [], usage: { input_tokens: 12, output_tokens: 1 } } },
+        { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } },
+        { type: 'ping' },
+        { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Today in Paris' } },
+        { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: ' it is 22°C.' } },
+        { type: 'content_block_stop', index: 0 },
+        { type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 9 } },
+        { type: 'message_stop' },
+      ].map((o) => `event: message\n${data(o)}`),
+    ),
+    kinds: 'NNNCCNNN',
+    model: 'claude-sonnet-4-5',
+    usage: { inputTokens: 12, outputTokens: 9 },
+    finish: ['end_turn'],
+  },
+  {
     // docs.claude.com extended thinking, "Thinking redaction": a redacted_thinking block arrives whole in its
     // content_block_start (no deltas), with the encrypted thinking in `data`.
     name: 'Anthropic: a redacted_thinking block is content (it has no deltas); other block starts are not',
