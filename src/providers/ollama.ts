@@ -1,6 +1,10 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
+import { booleanField, numberFields, stringField } from './json-edges.js';
 import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage, countUpdate, sent } from './types.js';
+
+/** The last line's counts and durations (nanoseconds), read from its edges when it is too large. */
+const FINAL_NUMBERS = ['total_duration', 'load_duration', 'prompt_eval_count', 'prompt_eval_duration', 'eval_count', 'eval_duration'];
 
 /**
  * Ollama native API (`/api/chat`, `/api/generate`): NDJSON, one object a line.
@@ -25,6 +29,7 @@ export class OllamaAdapter implements ResponseAdapter {
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
+    if (ev.oversize !== undefined) return this.oversize(ev.oversize.head, ev.oversize.tail);
     const o = parseObject(ev.data);
     if (!o) return EventKind.None;
     return this.onLine(o);
@@ -49,6 +54,20 @@ export class OllamaAdapter implements ResponseAdapter {
       if (Array.isArray(m.tool_calls) && m.tool_calls.length > 0) return EventKind.Content;
     }
     return nonEmpty(o.response) || nonEmpty(o.thinking) ? EventKind.Content : EventKind.None;
+  }
+
+  /**
+   * A last line too large to keep (`/api/generate`'s `context`, the conversation's token ids,
+   * grows with it), from its first and last bytes: `done` and `done_reason` come before the
+   * context, the counts and durations after it.
+   */
+  private oversize(head: string, tail: string): EventKind {
+    if (booleanField(head, 'done') !== true) return EventKind.None;
+    const end = tail.lastIndexOf(']');
+    const o: Record<string, unknown> = { done: true, ...numberFields(end === -1 ? tail : tail.slice(end), FINAL_NUMBERS) };
+    const reason = stringField(head, 'done_reason');
+    if (reason !== undefined) o.done_reason = reason;
+    return this.onLine(o);
   }
 
   onBody(body: string): void {

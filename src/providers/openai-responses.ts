@@ -1,5 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
+import { objectField, stringField } from './json-edges.js';
 import { EventKind, firstString, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate, sent } from './types.js';
 
 /** Delta events that carry generated output (non-empty `delta`). */
@@ -47,7 +48,8 @@ const READ_EVENTS = new Set(['response.created', 'response.completed', 'response
  * per event, except audio: a `response.audio.delta` carries many (see multiTokenEvents).
  * A stream that sends no deltas (some gateways relay only final events) has its output in the
  * `.done` events of DONE_EVENTS, one content event each (a part's whole text: not one token).
- * Usage: `response.completed` (or `response.incomplete`) → `response.usage`.
+ * Usage: `response.completed` (or `response.incomplete`) → `response.usage`; from its edges when
+ * it is over `limits.maxEventBytes` (it repeats the output: a generated image's base64).
  * Finish reason: `incomplete_details.reason` of an incomplete response (`max_output_tokens`,
  * `content_filter`), else its `status` (`completed`).
  * In-band errors: `response.failed` (`response.error.code`) and `error`
@@ -96,6 +98,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
+    if (ev.oversize !== undefined) return this.oversize(ev.type, ev.oversize.head, ev.oversize.tail);
     let type = ev.type;
     let o: Record<string, unknown> | undefined;
     if (type === '' || type === 'message') {
@@ -158,6 +161,24 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       return this.fail(firstString(e?.code, e?.type) ?? 'response_failed');
     }
     return EventKind.None;
+  }
+
+  /**
+   * A finished response's event too large to keep (its `response` repeats the output), from its
+   * first and last bytes: the status and why it is incomplete come near the start, the usage
+   * near the end (after `output` and `tools`; only `user` and `metadata` follow it).
+   */
+  private oversize(name: string, head: string, tail: string): EventKind {
+    const type = name !== '' && name !== 'message' ? name : stringField(head, 'type');
+    if (type !== 'response.completed' && type !== 'response.incomplete') return EventKind.None;
+    const response: Record<string, unknown> = {};
+    const status = stringField(head, 'status');
+    if (status !== undefined) response.status = status;
+    const details = objectField(head, 'incomplete_details');
+    if (details !== undefined) response.incomplete_details = details;
+    const usage = objectField(tail, 'usage', true);
+    if (usage !== undefined) response.usage = usage;
+    return this.onEvent({ type, data: JSON.stringify({ type, response }), id: undefined });
   }
 
   onBody(body: string): void {

@@ -1,3 +1,4 @@
+import { EventEdges } from './event-edges.js';
 import type { SseEvent } from './parser.js';
 import { PendingBytes } from './pending-bytes.js';
 
@@ -7,7 +8,9 @@ import { PendingBytes } from './pending-bytes.js';
  * `{type: '', data: line, id: undefined}`, the same callback shape as the SSE
  * parser; a UTF-8 BOM that starts the body is left out. Bytes are decoded only
  * per complete line, so a UTF-8 character split across reads is reassembled.
- * Lines longer than `maxEventBytes` are dropped (counted in `oversizeLines`).
+ * Lines longer than `maxEventBytes` are dropped (counted in `oversizeLines`);
+ * in the place of each, an event with empty data and the line's first and last
+ * bytes (`oversize`, see EventEdges) is dispatched.
  * `end()` dispatches a final line that has no newline.
  */
 export interface NdjsonParserOptions {
@@ -23,6 +26,8 @@ export class NdjsonParser {
   private readonly pending: PendingBytes;
   /** No line has ended yet: the first may start with a UTF-8 BOM, which JSON.parse would refuse. */
   private first = true;
+  /** The edges of the line over the cap being dropped (`pending.over`). */
+  private edges: EventEdges | undefined;
   oversizeLines = 0;
 
   constructor(
@@ -41,20 +46,26 @@ export class NdjsonParser {
     while (i < len) {
       const j = buf.indexOf(LF, i);
       if (j === -1) {
-        if (pending.add(buf, i, len)) this.oversizeLines++;
+        if (pending.over) this.edges!.add(buf, i, len);
+        else this.add(buf, i, len);
         return;
       }
       if (pending.over) {
         // the rest of a line that went over the cap
+        this.edges!.add(buf, i, j);
+        this.emitOversize();
       } else if (pending.length > 0) {
-        if (pending.add(buf, i, j)) this.oversizeLines++;
+        if (this.add(buf, i, j)) this.emitOversize();
         else {
           const line = pending.bytes();
           this.emit(line, 0, line.length);
         }
       } else {
-        if (j - i > this.maxEventBytes) this.oversizeLines++;
-        else this.emit(buf, i, j);
+        if (j - i > this.maxEventBytes) {
+          this.oversizeLines++;
+          (this.edges = new EventEdges()).add(buf, i, j);
+          this.emitOversize();
+        } else this.emit(buf, i, j);
       }
       pending.clear();
       i = j + 1;
@@ -64,11 +75,32 @@ export class NdjsonParser {
   /** End of the body: a last line without a newline is still a line. */
   end(): void {
     const pending = this.pending;
-    if (!pending.over && pending.length > 0) {
+    if (pending.over) this.emitOversize();
+    else if (pending.length > 0) {
       const line = pending.bytes();
       this.emit(line, 0, line.length);
     }
     pending.clear();
+  }
+
+  /** Keeps `buf[from, to)` of a line that spans reads; true when it took the line over the cap. */
+  private add(buf: Buffer, from: number, to: number): boolean {
+    const pending = this.pending;
+    if (pending.length + (to - from) <= this.maxEventBytes) return pending.add(buf, from, to);
+    const edges = (this.edges = new EventEdges());
+    const held = pending.bytes();
+    edges.add(held, 0, held.length);
+    edges.add(buf, from, to);
+    this.oversizeLines++;
+    return pending.add(buf, from, to); // over: lets go of what it held
+  }
+
+  /** A line over the cap ended: dispatched with empty data and its edges. */
+  private emitOversize(): void {
+    const edges = this.edges!;
+    this.edges = undefined;
+    this.first = false;
+    this.onEvent({ type: '', data: '', id: undefined, oversize: { head: edges.head(), tail: edges.tail() } });
   }
 
   private emit(buf: Buffer, from: number, to: number): void {

@@ -1,3 +1,4 @@
+import { EventEdges } from './event-edges.js';
 import { PendingBytes } from './pending-bytes.js';
 
 /**
@@ -20,7 +21,9 @@ import { PendingBytes } from './pending-bytes.js';
  * An event whose data (its lines joined) or any one line (of any field, the
  * field name included) is longer than `maxEventBytes` is dropped (counted in
  * `oversizeEvents`), however the reads split it: measurement skips it;
- * forwarding is not this module's business.
+ * forwarding is not this module's business. When the cause was one `data:`
+ * line, an event with empty data and that line's first and last bytes
+ * (`oversize`, see EventEdges) is dispatched in its place.
  */
 
 export interface SseEvent {
@@ -29,6 +32,11 @@ export interface SseEvent {
   /** `data:` lines joined with "\n". */
   readonly data: string;
   readonly id: string | undefined;
+  /**
+   * Set on an event too large to keep (data empty): the first and last bytes of its data, where
+   * a finished response's status and totals are. Adapters that read nothing there ignore it.
+   */
+  readonly oversize?: { readonly head: string; readonly tail: string };
 }
 
 export interface SseParserOptions {
@@ -118,6 +126,10 @@ export class SseParser {
   private errorField: string | undefined = undefined;
   /** Current event exceeded the cap: ignore its fields until the blank line. */
   private skipping = false;
+  /** The edges of the line that took the current event over the cap, while it passes or when it has. */
+  private edges: EventEdges | undefined;
+  /** The line being dropped (`dropLine`) is the one `edges` are of: its further bytes go there. */
+  private edgesOpen = false;
 
   oversizeEvents = 0;
 
@@ -190,8 +202,13 @@ export class SseParser {
         this.stash(buf.subarray(i, len));
         return;
       }
-      if (this.dropLine) this.dropLine = false;
-      else this.line(buf, i, j);
+      if (this.dropLine) {
+        this.dropLine = false;
+        if (this.edgesOpen) {
+          this.edgesOpen = false;
+          this.edges!.add(buf, i, j);
+        }
+      } else this.line(buf, i, j);
       if (buf[j] === CR) {
         if (j + 1 < len) {
           i = buf[j + 1] === LF ? j + 2 : j + 1;
@@ -250,14 +267,34 @@ export class SseParser {
   }
 
   private stash(part: Buffer): void {
-    if (part.length === 0 || this.dropLine) return;
-    if (this.pending.add(part, 0, part.length)) {
-      // A single line beyond the cap: drop what we hold and the rest of the line,
-      // mark the event as skipped.
+    if (part.length === 0) return;
+    if (this.dropLine) {
+      if (this.edgesOpen) this.edges!.add(part, 0, part.length);
+      return;
+    }
+    if (this.pending.length + part.length > this.maxEventBytes) {
+      // A single line beyond the cap: drop what we hold and the rest of the line, keeping its
+      // edges; mark the event as skipped.
+      const edges = this.lineEdges(this.pending.bytes(), part);
       this.pending.clear();
       this.dropLine = true;
-      this.markOversize();
+      this.edgesOpen = edges !== undefined;
+      this.markOversize(edges);
+      return;
     }
+    this.pending.add(part, 0, part.length);
+  }
+
+  /**
+   * Edges for a line over the cap, from its pieces so far: kept only for the event's first line
+   * over the cap before any data (a later data line's edges are not the data's).
+   */
+  private lineEdges(a: Buffer, b?: Buffer, from = 0, to = b?.length ?? 0): EventEdges | undefined {
+    if (this.skipping || this.hasData) return undefined;
+    const edges = new EventEdges();
+    edges.add(a, 0, a.length);
+    if (b !== undefined) edges.add(b, from, to);
+    return edges;
   }
 
   private line(buf: Buffer, from: number, to: number): void {
@@ -265,14 +302,16 @@ export class SseParser {
     let s: number;
     let e: number;
     if (this.pending.length > 0) {
-      const over = this.pending.add(buf, from, to);
+      if (this.pending.length + (to - from) > this.maxEventBytes) {
+        const edges = this.lineEdges(this.pending.bytes(), buf, from, to);
+        this.pending.clear();
+        this.markOversize(edges);
+        return; // a line over the cap, which cannot be blank
+      }
+      this.pending.add(buf, from, to);
       // A view of the pending copy, which clear() lets go of (it is never reused).
       lineBuf = this.pending.bytes();
       this.pending.clear();
-      if (over) {
-        this.markOversize();
-        return; // a line over the cap, which cannot be blank
-      }
       s = 0;
       e = lineBuf.length;
     } else {
@@ -287,7 +326,7 @@ export class SseParser {
     if (this.skipping) return;
     if (e - s > this.maxEventBytes) {
       // As a line that spans reads is judged (`stash`, above), so that the split does not matter.
-      this.markOversize();
+      this.markOversize(this.lineEdges(lineBuf.subarray(s, e)));
       return;
     }
     if (lineBuf[s] === COLON) {
@@ -328,10 +367,12 @@ export class SseParser {
     // `retry` and unknown fields are ignored, as the spec says.
   }
 
-  private markOversize(): void {
+  /** `edges`: the line's that took the event over the cap (none when its data's lines together did). */
+  private markOversize(edges?: EventEdges): void {
     if (!this.skipping) {
       this.skipping = true;
       this.oversizeEvents++;
+      this.edges = edges;
     }
     this.oneBuf = undefined;
     this.data.clear();
@@ -347,6 +388,8 @@ export class SseParser {
 
   private dispatch(): void {
     if (this.skipping) {
+      const edges = this.edges;
+      if (edges !== undefined) this.dispatchOversize(edges);
       this.resetEvent();
       return;
     }
@@ -371,7 +414,23 @@ export class SseParser {
     this.resetEvent();
   }
 
+  /**
+   * An event dropped for a `data:` line over the cap: dispatched with empty data and the line's
+   * edges, its field name left out (and a line of another field: nothing dispatched).
+   */
+  private dispatchOversize(edges: EventEdges): void {
+    let head = edges.head();
+    if (!head.startsWith('data:')) return;
+    const field = head.charCodeAt(5) === SPACE ? 6 : 5;
+    head = head.slice(field);
+    let tail = edges.tail();
+    if (edges.total <= EventEdges.TAIL) tail = tail.slice(field); // the tail begins with the line
+    this.onEvent({ type: this.eventType, data: '', id: this.lastId, oversize: { head, tail } });
+  }
+
   private resetEvent(): void {
+    this.edges = undefined;
+    this.edgesOpen = false;
     this.oneBuf = undefined;
     this.data.clear();
     this.dataBytes = 0;

@@ -1227,6 +1227,46 @@ describe('cancellation and backpressure', () => {
   });
 });
 
+describe('events over limits.maxEventBytes', () => {
+  it('a Responses stream whose response.completed repeats a 1.5 MB image: forwarded whole, its usage and finish read, a client that leaves after it is ok', async () => {
+    const image = 'iVBORw0KGgo'.padEnd(1_500_000, 'QUFB');
+    const ev = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}\n\n`;
+    const response = { id: 'resp_1', object: 'response', status: 'completed', model: 'gpt-5-2025-08-07', output: [{ id: 'ig_1', type: 'image_generation_call', status: 'completed', result: image }], usage: { input_tokens: 11, output_tokens: 1290, total_tokens: 1301 }, metadata: {} };
+    const body = Buffer.from(
+      ev({ type: 'response.created', sequence_number: 0, response: { ...response, status: 'in_progress', output: [], usage: null } }) +
+        ['A', ' cat', '.'].map((delta, i) => ev({ type: 'response.output_text.delta', sequence_number: i + 1, delta })).join('') +
+        ev({ type: 'response.completed', sequence_number: 4, response }),
+    );
+    const up = await upstream((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write(body);
+      setTimeout(() => res.end(), 300); // the body ends after the client has left
+    });
+    cleanups.push(up.close);
+    const lines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines: lines });
+    const r = await fetch(`${proxy.proxyUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"gpt-5","stream":true,"tools":[{"type":"image_generation"}]}' });
+    const reader = r.body!.getReader();
+    const parts: Buffer[] = [];
+    let got = 0;
+    while (got < body.length) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      parts.push(Buffer.from(value));
+      got += value.length;
+    }
+    await reader.cancel(); // leaves once it has response.completed, before the body's end
+    expect(sha(Buffer.concat(parts))).toBe(sha(body));
+    let line: Record<string, unknown> | undefined;
+    for (let i = 0; i < 100 && !(line = lines.find((l) => l.msg === 'request')); i++) await sleep(20);
+    expect(line).toMatchObject({ outcome: 'ok', outputTokens: 1290, tokenSource: 'usage', finishReasons: ['completed'] });
+    const samples = await scrapeOnceRecorded(proxy.metricsUrl, 'gpt-5');
+    expect(hist(samples, 'gen_ai_client_token_usage', { gen_ai_request_model: 'gpt-5', gen_ai_token_type: 'output' })).toMatchObject({ count: 1, sum: 1290 });
+    expect(hist(samples, 'gen_ai_client_token_usage', { gen_ai_request_model: 'gpt-5', gen_ai_token_type: 'input' })).toMatchObject({ count: 1, sum: 11 });
+    expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds', { gen_ai_request_model: 'gpt-5' }).count).toBe(2);
+  });
+});
+
 describe('graceful shutdown', () => {
   /** A raw keep-alive connection: everything it receives, and when it closed. */
   function rawConnection(url: string) {

@@ -34,13 +34,25 @@ describe('NDJSON line framing', () => {
     expect(lines(['{"a":1}\n{"b":2}']).map((e) => e.data)).toEqual(['{"a":1}', '{"b":2}']);
   });
 
-  it('drops lines over the cap, in one chunk or across chunks, and keeps going', () => {
+  it('drops lines over the cap, in one chunk or across chunks, and keeps going: an event with their edges in their place', () => {
     const long = 'x'.repeat(100);
-    expect(lines([`${long}\n{"ok":1}\n`], 50).map((e) => e.data)).toEqual(['{"ok":1}']);
-    expect(lines([long.slice(0, 30), long.slice(30), '\n{"ok":2}\n'], 50).map((e) => e.data)).toEqual(['{"ok":2}']);
-    expect(lines([long], 50).length).toBe(0);
+    const show = (evs: { data: string; oversize?: { head: string; tail: string } }[]) => evs.map((e) => (e.oversize ? `*${e.oversize.head.length}/${e.oversize.tail}` : e.data));
+    expect(show(lines([`${long}\n{"ok":1}\n`], 50))).toEqual([`*100/${long}`, '{"ok":1}']);
+    expect(show(lines([long.slice(0, 30), long.slice(30), '\n{"ok":2}\n'], 50))).toEqual([`*100/${long}`, '{"ok":2}']);
+    // A last line without its newline, over the cap, at the body's end.
+    expect(show(lines([long], 50))).toEqual([`*100/${long}`]);
     // The rest of the long line comes with the next line in one read: only the next line is one.
-    expect(lines([long.slice(0, 60), 'tail\n{"ok":3}\n'], 50).map((e) => e.data)).toEqual(['{"ok":3}']);
+    expect(show(lines([long.slice(0, 60), 'tail\n{"ok":3}\n'], 50))).toEqual([`*64/${long.slice(0, 60)}tail`, '{"ok":3}']);
+    // Every split of a body with two lines over the cap between short ones.
+    const a = `{"done":true,"context":[${'1,'.repeat(40)}2],"eval_count":7}`;
+    const body = Buffer.from(`{"n":1}\n${a}\n{"n":2}\n${a.replace('7', '8')}\n{"n":3}\n`);
+    const want = ['{"n":1}', `*${a.length}/${a}`, '{"n":2}', `*${a.length}/${a.replace('7', '8')}`, '{"n":3}'];
+    for (let i = 0; i <= body.length; i++) {
+      for (let j = i; j <= body.length; j += 7) {
+        const got = show(lines([body.subarray(0, i), body.subarray(i, j), body.subarray(j)], 50));
+        if (got.join('|') !== want.join('|')) expect(got, `split at ${i}, ${j}`).toEqual(want);
+      }
+    }
   });
 
   it('leaves out a UTF-8 BOM that starts the body, also split across reads, and only there', () => {

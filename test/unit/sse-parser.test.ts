@@ -53,8 +53,11 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
   });
   for (const c of chunks) hooked.push(c);
   hooked.end();
-  expectSame(offered, events.map((e) => ({ type: e.type, data: e.data })));
-  expectSame(plain(declined), plain(events.filter((_, i) => i % 2 === 1)));
+  // An event over the cap is never offered as bytes: it comes to onEvent, with its edges.
+  const normal = events.filter((e) => e.oversize === undefined);
+  expectSame(offered, normal.map((e) => ({ type: e.type, data: e.data })));
+  expectSame(plain(declined.filter((e) => e.oversize === undefined)), plain(normal.filter((_, i) => i % 2 === 1)));
+  expect(declined.filter((e) => e.oversize !== undefined)).toEqual(events.filter((e) => e.oversize !== undefined));
 
   // And with a lane that recognises a value as the bytes up to the line's end,
   // or not at all when its length is odd: lane and normal path together must
@@ -94,7 +97,8 @@ function parseChunks(chunks: Uint8Array[], maxEventBytes?: number): { events: Ss
   }
   for (const p of [rangedParser, rangedHooked, rangedLaned]) p.end();
   expectSame(plain(ranged), plain(events));
-  expectSame(rangedOffered, events.map((e) => e.data));
+  expectSame(ranged.map((e) => e.oversize), events.map((e) => e.oversize));
+  expectSame(rangedOffered, normal.map((e) => e.data));
   expectSame(rangedMixed, events.map((e) => e.data));
   return { events, parser };
 }
@@ -274,41 +278,52 @@ describe('SseParser details', () => {
       const chunks: Buffer[] = [];
       for (let i = 0; i < bytes.length; i += chunkSize) chunks.push(bytes.subarray(i, i + chunkSize));
       const { events, parser } = parseChunks(chunks, 2048);
-      expect(events.map((e) => e.data)).toEqual(['small', 'after']);
+      // In its place, an event with no data and the edges of its first data line (the line
+      // after it is not read).
+      expect(events.map((e) => e.data)).toEqual(['small', '', 'after']);
+      expect(events[1]!.oversize).toEqual({ head: big.slice(0, 1024 - 'data: '.length), tail: big });
       expect(parser.oversizeEvents).toBe(1);
     }
   });
 
   it('ends an over-long line where it ends, wherever the reads split it', () => {
     const bytes = Buffer.from('data: 0123456789abcdef\ndata: b\n\ndata: c\n\n');
-    const whole = parseChunks([bytes], 10).events.map((e) => e.data);
-    expect(whole).toEqual(['c']);
+    const edges = { head: '0123456789abcdef', tail: '0123456789abcdef' };
+    const show = (evs: SseEvent[]) => evs.map((e) => (e.oversize ? `${e.oversize.head}/${e.oversize.tail}` : e.data)).join('|');
+    const want = `${edges.head}/${edges.tail}|c`;
+    expect(show(parseChunks([bytes], 10).events)).toBe(want);
     for (let i = 0; i <= bytes.length; i++) {
       for (let j = i; j <= bytes.length; j++) {
-        const got = parseChunks([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)], 10).events.map((e) => e.data);
-        if (got.join('|') !== 'c') expect(got, `split at ${i}, ${j}`).toEqual(['c']);
+        const got = show(parseChunks([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)], 10).events);
+        if (got !== want) expect(got, `split at ${i}, ${j}`).toBe(want);
       }
     }
   });
 
   it('drops the event of any line over the cap (a comment, id or event line too, the field name counted), however the reads split it', () => {
-    const cases: [string, string[]][] = [
-      [`: ${'p'.repeat(20)}\ndata: hello\n\ndata: c\n\n`, ['c']],
-      [`id: ${'i'.repeat(20)}\ndata: hello\n\ndata: c\n\n`, ['c']],
-      [`data: hello\nevent: ${'e'.repeat(20)}\n\ndata: c\n\n`, ['c']],
+    // Only a data line's event is dispatched in its place (with empty data), and only when it is
+    // the event's first data line: `*` marks it below.
+    const cases: [string, string[], number][] = [
+      [`: ${'p'.repeat(20)}\ndata: hello\n\ndata: c\n\n`, ['c'], 1],
+      [`id: ${'i'.repeat(20)}\ndata: hello\n\ndata: c\n\n`, ['c'], 1],
+      [`data: hi\nevent: ${'e'.repeat(20)}\n\ndata: c\n\n`, ['c'], 1],
+      [`data: hi\ndata: ${'y'.repeat(20)}\n\ndata: c\n\n`, ['c'], 1],
+      [`data: hello\nevent: ${'e'.repeat(20)}\n\ndata: c\n\n`, ['*hello', 'c'], 1],
       // A value of exactly the cap: its line is 6 bytes longer.
-      [`data: ${'x'.repeat(10)}\n\ndata: c\n\n`, ['c']],
+      [`data: ${'x'.repeat(10)}\n\ndata: c\n\n`, ['*xxxxxxxxxx', 'c'], 1],
+      [`event: big\ndata:${'z'.repeat(12)}\n\ndata: c\n\n`, ['*big:zzzzzzzzzzzz', 'c'], 1],
       // A line of exactly the cap is kept.
-      [`data: xxxx\n\ndata: c\n\n`, ['xxxx', 'c']],
+      [`data: xxxx\n\ndata: c\n\n`, ['xxxx', 'c'], 0],
     ];
-    for (const [text, want] of cases) {
+    const show = (e: SseEvent) => (e.oversize ? `*${e.type ? `${e.type}:` : ''}${e.oversize.head}` : e.data);
+    for (const [text, want, oversize] of cases) {
       const bytes = Buffer.from(text);
       for (let i = 0; i <= bytes.length; i++) {
         for (let j = i; j <= bytes.length; j++) {
           const { events, parser } = parseChunks([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)], 10);
-          const got = events.map((e) => e.data);
-          if (got.join('|') !== want.join('|') || parser.oversizeEvents !== (want.length === 1 ? 1 : 0)) {
-            expect({ got, oversize: parser.oversizeEvents }, `${JSON.stringify(text)} split at ${i}, ${j}`).toEqual({ got: want, oversize: want.length === 1 ? 1 : 0 });
+          const got = events.map(show);
+          if (got.join('|') !== want.join('|') || parser.oversizeEvents !== oversize) {
+            expect({ got, oversize: parser.oversizeEvents }, `${JSON.stringify(text)} split at ${i}, ${j}`).toEqual({ got: want, oversize });
           }
         }
       }
@@ -442,7 +457,7 @@ describe('SseParser lane', () => {
 
   it('leaves an event over the size cap to the normal path, which skips it', () => {
     const { got, parser } = run('data: 0123456789\n\ndata: ok\n\n', false, 8);
-    expect(got).toEqual(['lane ok']);
+    expect(got).toEqual(['event :', 'lane ok']);
     expect(parser.oversizeEvents).toBe(1);
   });
 
@@ -472,7 +487,7 @@ describe('SseParser lane', () => {
 
   it('takes a line of exactly the cap and leaves one byte longer to the normal path, as that path judges lines', () => {
     const { got, parser } = run('data: ab\n\ndata: abc\n\ndata: ok\n\n', false, 8);
-    expect(got).toEqual(['lane ab', 'lane ok']);
+    expect(got).toEqual(['lane ab', 'event :', 'lane ok']);
     expect(parser.oversizeEvents).toBe(1);
   });
 

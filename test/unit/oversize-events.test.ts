@@ -1,0 +1,188 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { booleanField, numberFields, objectField, stringField } from '../../src/providers/json-edges.js';
+import { OllamaAdapter } from '../../src/providers/ollama.js';
+import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
+import { EventKind, type ResponseAdapter } from '../../src/providers/types.js';
+import { EventEdges } from '../../src/sse/event-edges.js';
+import { NdjsonParser } from '../../src/sse/ndjson.js';
+import { SseParser, type SseEvent } from '../../src/sse/parser.js';
+
+/** `bytes` cut at the given offsets (sorted, within its length). */
+function cutAt(bytes: Buffer, cuts: number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+  const out: Buffer[] = [];
+  let prev = 0;
+  for (const c of at) {
+    out.push(bytes.subarray(prev, c));
+    prev = c;
+  }
+  out.push(bytes.subarray(prev));
+  return out;
+}
+
+describe('EventEdges: the first and last bytes of an event too large to keep', () => {
+  it('keeps the first HEAD and the last TAIL bytes, however the pieces come', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 0, max: 3 * EventEdges.TAIL }), fc.array(fc.nat(), { maxLength: 40 }), fc.integer({ min: 1, max: 97 }), (n, cuts, seed) => {
+        const text = Buffer.alloc(n);
+        for (let i = 0; i < n; i++) text[i] = 0x21 + ((i * seed + (i >> 7)) % 90); // ASCII: decoding is the identity
+        const e = new EventEdges();
+        for (const piece of cutAt(text, cuts)) e.add(piece, 0, piece.length);
+        expect(e.total).toBe(n);
+        expect(e.head()).toBe(text.toString('latin1', 0, Math.min(n, EventEdges.HEAD)));
+        expect(e.tail()).toBe(text.toString('latin1', Math.max(0, n - EventEdges.TAIL)));
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('copies what it keeps (the caller reuses its buffers)', () => {
+    const piece = Buffer.from('abcdef');
+    const e = new EventEdges();
+    e.add(piece, 1, 5);
+    piece.fill(0x7a);
+    expect([e.head(), e.tail()]).toEqual(['bcde', 'bcde']);
+  });
+});
+
+describe('fields read out of a JSON text cut at either end', () => {
+  const head = '{"type":"response.completed","response":{"id":"r","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"instructions":"say \\"status\\":\\"no\\" {","model":"gpt-5","output":[{"type":"image_generation_call","result":"iVBORw0KGgo';
+  const tail = 'Zz==","status":"completed"}],"tools":[{"type":"function","parameters":{"usage":{"type":"object"}}}],"usage":{"input_tokens":11,"output_tokens":1290,"output_tokens_details":{"reasoning_tokens":0}},"user":null,"metadata":{"k":"\\"usage\\":{"}}}';
+
+  it('finds the first string or object value of a key, never one spelt inside a string', () => {
+    expect(stringField(head, 'type')).toBe('response.completed');
+    expect(stringField(head, 'status')).toBe('incomplete');
+    expect(stringField(head, 'model')).toBe('gpt-5');
+    expect(objectField(head, 'incomplete_details')).toEqual({ reason: 'max_output_tokens' });
+    expect(stringField(head, 'absent')).toBeUndefined();
+    expect(booleanField('{"model":"x","done":true,"context":[1,', 'done')).toBe(true);
+    expect(booleanField('{"done":false}', 'done')).toBe(false);
+    expect(booleanField('{"done":"true"}', 'done')).toBeUndefined();
+  });
+
+  it('finds the last whole object of a key near the end, and none that the cut left open', () => {
+    expect(objectField(tail, 'usage', true)).toEqual({ input_tokens: 11, output_tokens: 1290, output_tokens_details: { reasoning_tokens: 0 } });
+    expect(objectField(tail, 'usage')).toEqual({ type: 'object' });
+    expect(objectField(tail.slice(0, tail.indexOf('"user"') - 20), 'usage', true)).toEqual({ type: 'object' });
+    expect(objectField('"usage":{"input_tokens":11,"output', 'usage', true)).toBeUndefined();
+  });
+
+  it('reads the numbers of the keys asked for', () => {
+    expect(numberFields('3,4],"total_duration":5e9,"eval_count":7,"eval_duration":-1,"other":2}', ['total_duration', 'eval_count', 'eval_duration'])).toEqual({ total_duration: 5e9, eval_count: 7, eval_duration: -1 });
+  });
+});
+
+/** Events of `chunks` through the framing, each classified by the adapter. */
+function run(adapter: ResponseAdapter, framing: 'sse' | 'ndjson', chunks: Buffer[]): { kinds: EventKind[]; oversize: number } {
+  const kinds: EventKind[] = [];
+  let oversize = 0;
+  const on = (e: SseEvent) => {
+    if (e.oversize) oversize++;
+    kinds.push(adapter.onEvent(e));
+  };
+  const p = framing === 'sse' ? new SseParser(on) : new NdjsonParser(on);
+  for (const c of chunks) p.push(c);
+  p.end();
+  return { kinds, oversize };
+}
+
+describe('a finished response too large to keep is still read', () => {
+  // A Responses stream with the image_generation tool: response.completed repeats the image's
+  // base64 in `output` (here 1.5 MB, over the default 1 MiB cap).
+  const image = 'iVBORw0KGgo'.padEnd(1_500_000, 'QUFB');
+  const ev = (o: { type: string } & Record<string, unknown>, named = true) => `${named ? `event: ${o.type}\n` : ''}data: ${JSON.stringify(o)}\n\n`;
+  const response = (status: string, extra: Record<string, unknown> = {}) => ({
+    id: 'resp_1',
+    object: 'response',
+    created_at: 1764979200,
+    status,
+    error: null,
+    incomplete_details: null,
+    instructions: 'Draw what is asked.',
+    model: 'gpt-5-2025-08-07',
+    output: [
+      { id: 'ig_1', type: 'image_generation_call', status: 'completed', result: image },
+      { id: 'msg_1', type: 'message', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: 'Here it is.', annotations: [] }] },
+    ],
+    tools: [{ type: 'image_generation', size: '1024x1024', quality: 'high' }],
+    usage: { input_tokens: 11, input_tokens_details: { cached_tokens: 0 }, output_tokens: 1290, output_tokens_details: { reasoning_tokens: 64 }, total_tokens: 1301 },
+    user: null,
+    metadata: {},
+    ...extra,
+  });
+  const stream = (final: Record<string, unknown> & { type: string }, named = true) =>
+    Buffer.from(
+      [
+        ev({ type: 'response.created', sequence_number: 0, response: { ...response('in_progress'), output: [], usage: null } }, named),
+        ev({ type: 'response.image_generation_call.partial_image', sequence_number: 1, partial_image_b64: image }, named),
+        ...['Here', ' it', ' is', '.'].map((delta, i) => ev({ type: 'response.output_text.delta', sequence_number: 2 + i, item_id: 'msg_1', output_index: 1, content_index: 0, delta }, named)),
+        ev(final, named),
+      ].join(''),
+    );
+
+  it('Responses: usage, finish reason and completion from the edges of response.completed, at any split', () => {
+    const bytes = stream({ type: 'response.completed', sequence_number: 9, response: response('completed') });
+    for (const cuts of [[], [100_000, 1_600_000, 3_100_000], [...Array(60).keys()].map((i) => i * 65_537 + 13), [bytes.length - 3, bytes.length - 40_000]]) {
+      const a = new OpenAIResponsesAdapter();
+      const { kinds, oversize } = run(a, 'sse', cutAt(bytes, cuts));
+      expect(oversize).toBe(2); // the partial image, and response.completed
+      expect(kinds.filter((k) => k === EventKind.Content).length).toBe(4);
+      expect(a.usage).toEqual({ inputTokens: 11, outputTokens: 1290, cachedInputTokens: 0, reasoningTokens: 64 });
+      expect(a.finishReasons.list()).toEqual(['completed']);
+      expect(a.complete).toBe(true);
+      expect(a.errorType).toBeUndefined();
+    }
+  });
+
+  it('Responses: an incomplete response says why; a stream without event: names is read by the payload types', () => {
+    const incomplete = stream({ type: 'response.incomplete', sequence_number: 9, response: response('incomplete', { incomplete_details: { reason: 'max_output_tokens' } }) }, false);
+    const a = new OpenAIResponsesAdapter();
+    run(a, 'sse', [incomplete]);
+    expect(a.finishReasons.list()).toEqual(['max_output_tokens']);
+    expect(a.usage.outputTokens).toBe(1290);
+    expect(a.complete).toBe(true);
+    // Usage farther from the end than the edges keep (70 KB of metadata after it): no count,
+    // but the response still finished.
+    const b = new OpenAIResponsesAdapter();
+    run(b, 'sse', [stream({ type: 'response.completed', sequence_number: 9, response: response('completed', { metadata: { note: 'x'.repeat(70_000) } }) })]);
+    expect(b.usage.outputTokens).toBeUndefined();
+    expect(b.finishReasons.list()).toEqual(['completed']);
+    expect(b.complete).toBe(true);
+  });
+
+  it('Ollama /api/generate: the last line, large by its context, gives its counts, timings and done_reason', () => {
+    const lines = [
+      ...['Para', 'bens', '!'].map((response) => ({ model: 'llama3.2', created_at: '2026-12-06T05:00:00Z', response, done: false })),
+      {
+        model: 'llama3.2',
+        created_at: '2026-12-06T05:00:01Z',
+        response: '',
+        done: true,
+        done_reason: 'length',
+        context: Array.from({ length: 180_000 }, (_, i) => (i * 7919) % 128_000),
+        total_duration: 2_100_000_000,
+        load_duration: 50_000_000,
+        prompt_eval_count: 180_000,
+        prompt_eval_duration: 1_500_000_000,
+        eval_count: 4,
+        eval_duration: 80_000_000,
+      },
+    ];
+    const bytes = Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
+    for (const cuts of [[], [500, 700_000], [...Array(30).keys()].map((i) => i * 50_021)]) {
+      const a = new OllamaAdapter();
+      const { kinds, oversize } = run(a, 'ndjson', cutAt(bytes, cuts));
+      expect(oversize).toBe(1);
+      expect(kinds).toEqual([EventKind.Content, EventKind.Content, EventKind.Content, EventKind.None]);
+      expect(a.usage).toEqual({ inputTokens: 180_000, outputTokens: 4 });
+      expect(a.finishReasons.list()).toEqual(['length']);
+      expect(a.complete).toBe(true);
+      expect(a.serverTimings).toEqual({ timePerOutputToken: 0.08 / 4, timeToFirstToken: 1.55, duration: 2.1 });
+    }
+    // Without its newline at the body's end, too.
+    const a = new OllamaAdapter();
+    run(a, 'ndjson', [bytes.subarray(0, bytes.length - 1)]);
+    expect(a.usage.outputTokens).toBe(4);
+  });
+});
