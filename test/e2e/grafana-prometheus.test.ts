@@ -297,12 +297,22 @@ describe('grafana/ on a real Prometheus', () => {
         expect(r.every((s) => Number.isFinite(Number(s.value[1]))), `${name} = ${JSON.stringify(r)}`).toBe(true);
       }
     }
-    const p95 = await query(`llm_proxy:tpot_seconds:p95_5m{gen_ai_request_model="${MODEL}"}`);
-    expect(p95.map((s) => s.metric.gen_ai_provider_name)).toEqual(['openai']);
     // 1.4 ms per token, bucket (1.25,1.5] ms; on a loaded machine a few stalled streams may lift
-    // the p95 into the next bucket, (1.5,2] ms, still clear of the slowed ITL's (2,2.5] ms.
-    expect(Number(p95[0]!.value[1])).toBeGreaterThan(0.00125);
-    expect(Number(p95[0]!.value[1]), await diagnostics()).toBeLessThanOrEqual(0.002);
+    // the p95 into the next bucket, (1.5,2] ms, still clear of the slowed ITL's (2,2.5] ms. A
+    // machine loaded enough to stall the simulator or the proxy for longer (review 150 saw the
+    // proxy's event-loop delay p99 at 0.53 s and a p95 of 3.6 ms) stretches the streams
+    // themselves: their TPOT is measured right, but is not the normal traffic's. So the p95 is
+    // judged in the first window in that range, within 60 s; a proxy that measured TPOT too high
+    // or too low never gets there.
+    let p95: Sample[] = [];
+    await waitFor('the normal traffic\'s TPOT p95 in (1.25, 2] ms', 60_000, async () => {
+      p95 = await query(`llm_proxy:tpot_seconds:p95_5m{gen_ai_request_model="${MODEL}"}`);
+      const v = Number(p95[0]?.value[1]);
+      return v > 0.00125 && v <= 0.002;
+    }).catch(async (e) => {
+      throw new Error(`${String(e)}; the last: ${JSON.stringify(p95)}\n${await diagnostics()}`);
+    });
+    expect(p95.map((s) => s.metric.gen_ai_provider_name)).toEqual(['openai']);
 
     // -- 3. every panel query of the committed dashboard returns data
     const dashboard = JSON.parse(readFileSync(DASHBOARD_FILE, 'utf8'));
