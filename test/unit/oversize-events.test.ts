@@ -7,19 +7,7 @@ import { EventKind, type ResponseAdapter } from '../../src/providers/types.js';
 import { EventEdges } from '../../src/sse/event-edges.js';
 import { NdjsonParser } from '../../src/sse/ndjson.js';
 import { SseParser, type SseEvent } from '../../src/sse/parser.js';
-
-/** `bytes` cut at the given offsets (sorted, within its length). */
-function cutAt(bytes: Buffer, cuts: number[]): Buffer[] {
-  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
-  const out: Buffer[] = [];
-  let prev = 0;
-  for (const c of at) {
-    out.push(bytes.subarray(prev, c));
-    prev = c;
-  }
-  out.push(bytes.subarray(prev));
-  return out;
-}
+import { splitAt } from '../helpers/ranges.js';
 
 describe('EventEdges: the first and last bytes of an event too large to keep', () => {
   it('keeps the first HEAD and the last TAIL bytes, however the pieces come', () => {
@@ -28,7 +16,7 @@ describe('EventEdges: the first and last bytes of an event too large to keep', (
         const text = Buffer.alloc(n);
         for (let i = 0; i < n; i++) text[i] = 0x21 + ((i * seed + (i >> 7)) % 90); // ASCII: decoding is the identity
         const e = new EventEdges();
-        for (const piece of cutAt(text, cuts)) e.add(piece, 0, piece.length);
+        for (const piece of splitAt(text, cuts)) e.add(piece, 0, piece.length);
         expect(e.total).toBe(n);
         expect(e.head()).toBe(text.toString('latin1', 0, Math.min(n, EventEdges.HEAD)));
         expect(e.tail()).toBe(text.toString('latin1', Math.max(0, n - EventEdges.TAIL)));
@@ -125,7 +113,7 @@ describe('a finished response too large to keep is still read', () => {
     const bytes = stream({ type: 'response.completed', sequence_number: 9, response: response('completed') });
     for (const cuts of [[], [100_000, 1_600_000, 3_100_000], [...Array(60).keys()].map((i) => i * 65_537 + 13), [bytes.length - 3, bytes.length - 40_000]]) {
       const a = new OpenAIResponsesAdapter();
-      const { kinds, oversize } = run(a, 'sse', cutAt(bytes, cuts));
+      const { kinds, oversize } = run(a, 'sse', splitAt(bytes, cuts));
       expect(oversize).toBe(2); // the partial image, and response.completed
       expect(kinds.filter((k) => k === EventKind.Content).length).toBe(4);
       expect(a.usage).toEqual({ inputTokens: 11, outputTokens: 1290, cachedInputTokens: 0, reasoningTokens: 64 });
@@ -172,7 +160,7 @@ describe('a finished response too large to keep is still read', () => {
     const bytes = Buffer.from(lines.map((l) => `${JSON.stringify(l)}\n`).join(''));
     for (const cuts of [[], [500, 700_000], [...Array(30).keys()].map((i) => i * 50_021)]) {
       const a = new OllamaAdapter();
-      const { kinds, oversize } = run(a, 'ndjson', cutAt(bytes, cuts));
+      const { kinds, oversize } = run(a, 'ndjson', splitAt(bytes, cuts));
       expect(oversize).toBe(1);
       expect(kinds).toEqual([EventKind.Content, EventKind.Content, EventKind.Content, EventKind.None]);
       expect(a.usage).toEqual({ inputTokens: 180_000, outputTokens: 4 });
