@@ -178,7 +178,11 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     if (details !== undefined) response.incomplete_details = details;
     const usage = objectField(tail, 'usage', true);
     if (usage !== undefined) response.usage = usage;
-    return this.onEvent({ type, data: JSON.stringify({ type, response }), id: undefined });
+    // As onEvent reads a finished response.
+    this.readResponse(response);
+    this.complete = true;
+    this.readFinish(response);
+    return EventKind.None;
   }
 
   onBody(body: string): void {
