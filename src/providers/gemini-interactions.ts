@@ -1,5 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
+import { objectField, stringField } from './json-edges.js';
 import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
 /**
@@ -26,6 +27,7 @@ import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, coun
  * model-output step with an `error` (its `google.rpc.Code` by name). Finish reason: the
  * status of an interaction that stopped without failing (`completed`, `incomplete`,
  * `requires_action`, `requires_continuation`).
+ * An event over `limits.maxEventBytes` (a generated image's data) is read from its edges (see `oversize`).
  */
 export class GeminiInteractionsAdapter implements ResponseAdapter {
   readonly multiTokenEvents = true;
@@ -54,6 +56,7 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
+    if (ev.oversize !== undefined) return this.oversize(ev.type, ev.oversize.head, ev.oversize.tail);
     const o = parseObject(ev.data);
     if (!o) return ev.type === 'error' ? this.fail('error') : EventKind.None;
     const type = ev.type !== '' && ev.type !== 'message' ? ev.type : typeof o.event_type === 'string' ? o.event_type : '';
@@ -98,6 +101,50 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
       }
       case 'error':
         return this.fail(errorCode(obj(o.error)?.code) ?? 'error');
+      default:
+        return EventKind.None;
+    }
+  }
+
+  /**
+   * An event too large to keep, from its first and last bytes: a delta or a step is large by
+   * the media or text the model generated (its `type` comes before its data), and a delta's
+   * running usage (`metadata`) follows it. A finished interaction that repeats its outputs ends
+   * the stream; its status is read when it comes before any nested object, its usage not at all
+   * (which of the tail's `usage` objects is the interaction's is not known).
+   */
+  private oversize(name: string, head: string, tail: string): EventKind {
+    const type = name !== '' && name !== 'message' ? name : stringField(head, 'event_type');
+    const after = (key: string): string | undefined => {
+      const at = head.search(new RegExp(`"${key}"\\s*:\\s*\\{`));
+      return at === -1 ? undefined : stringField(head.slice(at + key.length + 2), 'type');
+    };
+    switch (type) {
+      case 'step.delta':
+      case 'content.delta': {
+        const u = objectField(tail, 'total_usage', true);
+        if (u) this.readUsage(u);
+        const t = after('delta');
+        if (t === undefined || !(MEDIA.has(t) || t === 'text' || t === 'thought_summary' || t.endsWith('_call'))) return EventKind.None;
+        if (t === 'thought_summary') this.reasoningStreamed = true;
+        this.contentSeen = true;
+        return EventKind.Content;
+      }
+      case 'step.start': {
+        const t = after('step');
+        if (t !== 'model_output' && t !== 'thought') return EventKind.None;
+        if (t === 'thought') this.reasoningStreamed = true;
+        this.contentSeen = true;
+        return EventKind.Content;
+      }
+      case 'interaction.completed':
+      case 'interaction.complete': {
+        const status = /"interaction"\s*:\s*\{[^{}]*?"status"\s*:\s*"([a-z_]+)"/.exec(head)?.[1];
+        if (status !== undefined && FAILED.has(status)) return this.fail(`interaction_${status}`);
+        this.readStatus(status);
+        this.complete = true;
+        return EventKind.None;
+      }
       default:
         return EventKind.None;
     }

@@ -1,5 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
+import { objectField, stringField } from './json-edges.js';
 import { errorTypeOf } from './openai-chat.js';
 import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
@@ -20,6 +21,8 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, coun
  * prompt the API blocked (`promptFeedback.blockReason`, with HTTP 200 and no
  * candidates; Google's SDKs raise on it): typed by its reason. Finish reason: each
  * candidate's `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, ...), on its last chunk.
+ * A chunk over `limits.maxEventBytes` (a generated image's base64, which may come with the
+ * finish reason and usage) is read from its edges (see `oversize`).
  *
  * Without `alt=sse` (or with `alt=json`) the API streams one JSON array
  * (`application/json`), element by element: each element is an event, as with
@@ -47,6 +50,7 @@ export class GeminiAdapter implements ResponseAdapter {
   private countedSinceDone = false;
 
   onEvent(ev: SseEvent): EventKind {
+    if (ev.oversize !== undefined) return this.onChunk(chunkFromEdges(ev.oversize.head, ev.oversize.tail));
     const o = parseObject(ev.data);
     if (!o) return EventKind.None;
     return this.onChunk(o);
@@ -138,6 +142,45 @@ export class GeminiAdapter implements ResponseAdapter {
       this.cumulativeOutputTokens = out;
     }
   }
+}
+
+/**
+ * What counts of a chunk too large to keep, from its first and last bytes (see
+ * sse/event-edges.ts), as a chunk for `onChunk`. The API writes a chunk's fields in one order:
+ * `candidates` (each: `content`, then `finishReason`, `index`, ratings), `usageMetadata`,
+ * `modelVersion`, `responseId`. So the head shows whether the first candidate's parts begin
+ * with generated output (an `inlineData` image, text, a call or code; a chunk this large is
+ * large by them), and the tail holds each finish reason with its candidate's index, the usage
+ * and the model version. Not read: whether the part is a thought (its `thought: true` follows
+ * the text), and a tool result (`codeExecutionResult`) that precedes the output in the head.
+ */
+function chunkFromEdges(head: string, tail: string): Record<string, unknown> {
+  const chunk: Record<string, unknown> = {};
+  const usage = objectField(tail, 'usageMetadata', true);
+  if (usage !== undefined) chunk.usageMetadata = usage;
+  const model = stringField(tail, 'modelVersion');
+  if (model !== undefined) chunk.modelVersion = model;
+  if (!/^\s*\{\s*"candidates"\s*:/.test(head)) return chunk;
+  const parts = head.search(/"parts"\s*:\s*\[/);
+  const output = parts !== -1 && /"(?:inlineData|functionCall|executableCode)"\s*:\s*\{|"text"\s*:\s*"[^"]/.test(head.slice(parts));
+  const candidates: Array<Record<string, unknown>> = [];
+  const finishes = [...tail.matchAll(/"finishReason"\s*:\s*"([^"\\]*)"/g)];
+  for (let k = 0; k < finishes.length; k++) {
+    const m = finishes[k]!;
+    const next = finishes[k + 1]?.index ?? tail.length;
+    candidates.push({ finishReason: m[1], index: firstIndex(tail.slice(m.index + m[0].length, next)) });
+  }
+  if (candidates.length === 0) candidates.push({ index: firstIndex(tail) });
+  // The first candidate's parts, as onChunk tells output from the rest.
+  if (output) candidates[0]!.content = { parts: [{ inlineData: { data: '(over limits.maxEventBytes)' } }] };
+  chunk.candidates = candidates;
+  return chunk;
+}
+
+/** The first `"index": n` in `text` (a candidate's, after its content and finish reason); undefined when none. */
+function firstIndex(text: string): number | undefined {
+  const m = /"index"\s*:\s*(\d+)/.exec(text);
+  return m ? Number(m[1]) : undefined;
 }
 
 /** A candidate's bit (`index` absent is candidate 0; past 30 they share the last bit). */

@@ -1,3 +1,4 @@
+import { EventEdges } from './event-edges.js';
 import type { SseEvent } from './parser.js';
 import { PendingBytes } from './pending-bytes.js';
 
@@ -14,7 +15,9 @@ import { PendingBytes } from './pending-bytes.js';
  * A body whose first non-whitespace byte is not `[` is not a stream: `kind`
  * becomes `'other'` and the parser ignores the rest (the caller reads such a
  * body whole). Elements over `maxEventBytes` are dropped (counted in
- * `oversizeElements`); bytes after the closing `]` are ignored.
+ * `oversizeElements`); in the place of each, an event with empty data and the
+ * element's first and last bytes (`oversize`, see EventEdges) is dispatched.
+ * Bytes after the closing `]` are ignored.
  */
 export interface JsonArrayParserOptions {
   maxEventBytes?: number;
@@ -43,6 +46,8 @@ export class JsonArrayParser {
   private readonly pending: PendingBytes;
   /** A UTF-8 byte order mark may precede the array; bytes of it seen so far. */
   private bomSeen = 0;
+  /** The edges of the element over the cap being dropped (`pending.over`). */
+  private edges: EventEdges | undefined;
   oversizeElements = 0;
 
   constructor(
@@ -97,7 +102,7 @@ export class JsonArrayParser {
     this.depth = depth;
     this.inString = inString;
     this.escaped = escaped;
-    if (depth > 0 && start !== -1 && this.pending.add(buf, start, len)) this.oversizeElements++;
+    if (depth > 0 && start !== -1) this.hold(buf, start, len);
   }
 
   /** Skips a BOM and whitespace, then decides from the first byte: the index after `[`, or -1 (not decided, or not an array). */
@@ -123,15 +128,42 @@ export class JsonArrayParser {
   private element(buf: Buffer, from: number, to: number): void {
     const pending = this.pending;
     if (pending.length > 0 || pending.over) {
-      if (pending.add(buf, from, to)) this.oversizeElements++;
-      else if (!pending.over) this.onEvent({ type: '', data: pending.bytes().toString('utf8'), id: undefined });
+      this.hold(buf, from, to);
+      if (pending.over) this.emitOversize();
+      else this.onEvent({ type: '', data: pending.bytes().toString('utf8'), id: undefined });
       pending.clear();
       return;
     }
     if (to - from > this.maxEventBytes) {
       this.oversizeElements++;
+      (this.edges = new EventEdges()).add(buf, from, to);
+      this.emitOversize();
       return;
     }
     this.onEvent({ type: '', data: buf.toString('utf8', from, to), id: undefined });
+  }
+
+  /** Keeps `buf[from, to)` of an element that spans reads; past the cap, only its edges. */
+  private hold(buf: Buffer, from: number, to: number): void {
+    const pending = this.pending;
+    if (pending.over) {
+      this.edges!.add(buf, from, to);
+      return;
+    }
+    if (pending.length + (to - from) > this.maxEventBytes) {
+      const edges = (this.edges = new EventEdges());
+      const held = pending.bytes();
+      edges.add(held, 0, held.length);
+      edges.add(buf, from, to);
+      this.oversizeElements++;
+    }
+    pending.add(buf, from, to); // over the cap: lets go of what it held
+  }
+
+  /** An element over the cap ended: dispatched with empty data and its edges. */
+  private emitOversize(): void {
+    const edges = this.edges!;
+    this.edges = undefined;
+    this.onEvent({ type: '', data: '', id: undefined, oversize: { head: edges.head(), tail: edges.tail() } });
   }
 }

@@ -1265,6 +1265,37 @@ describe('events over limits.maxEventBytes', () => {
     expect(hist(samples, 'gen_ai_client_token_usage', { gen_ai_request_model: 'gpt-5', gen_ai_token_type: 'input' })).toMatchObject({ count: 1, sum: 11 });
     expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds', { gen_ai_request_model: 'gpt-5' }).count).toBe(2);
   });
+
+  it('a Gemini streamed array whose last element is a 1.5 MB image: forwarded whole, the image counted as output, its usage and finish read', async () => {
+    const image = 'iVBORw0KGgo'.padEnd(1_500_000, 'QUFB');
+    const chunk = (parts: unknown[], extra: Record<string, unknown> = {}, usageMetadata: Record<string, unknown> = { promptTokenCount: 9, totalTokenCount: 9 }) => ({ candidates: [{ content: { parts, role: 'model' }, ...extra, index: 0 }], usageMetadata, modelVersion: 'gemini-2.5-flash-image' });
+    const elements = [
+      chunk([{ text: 'Here is a cat:' }]),
+      chunk([{ inlineData: { mimeType: 'image/png', data: image } }], { finishReason: 'STOP' }, { promptTokenCount: 9, candidatesTokenCount: 1295, totalTokenCount: 1304 }),
+    ];
+    // As the API writes its array (no `alt=sse`): pretty-printed elements, `,\r\n` between them.
+    const body = Buffer.from(`[${elements.map((e) => JSON.stringify(e, null, 2)).join(',\r\n')}]`);
+    const up = await upstream(async (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json; charset=UTF-8' });
+      const cut = body.indexOf('"inlineData"') + 500_000;
+      res.write(body.subarray(0, cut));
+      await sleep(30); // the image arrives in two reads at least
+      res.end(body.subarray(cut));
+    });
+    cleanups.push(up.close);
+    const lines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(up.url, {}, { logLevel: 'info', logLines: lines });
+    const r = await fetch(`${proxy.proxyUrl}/v1beta/models/gemini-2.5-flash-image:streamGenerateContent`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"contents":[{"parts":[{"text":"a cat"}]}]}' });
+    expect(sha(Buffer.from(await r.arrayBuffer()))).toBe(sha(body));
+    let line: Record<string, unknown> | undefined;
+    for (let i = 0; i < 100 && !(line = lines.find((l) => l.msg === 'request')); i++) await sleep(20);
+    expect(line).toMatchObject({ outcome: 'ok', outputTokens: 1295, tokenSource: 'usage', finishReasons: ['STOP'] });
+    const model = { gen_ai_request_model: 'gemini-2.5-flash-image' };
+    const samples = await scrapeOnceRecorded(proxy.metricsUrl, 'gemini-2.5-flash-image');
+    expect(hist(samples, 'gen_ai_client_token_usage', { ...model, gen_ai_token_type: 'output' })).toMatchObject({ count: 1, sum: 1295 });
+    // Two output chunks, the text and the image: one gap between them.
+    expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds', model)).toMatchObject({ count: 1 });
+  });
 });
 
 describe('graceful shutdown', () => {

@@ -4,15 +4,21 @@ import { JsonArrayParser, type JsonArrayKind } from '../../src/sse/json-array.js
 import { geminiArray } from '../helpers/fixtures.js';
 import { splitAt } from '../helpers/ranges.js';
 
-function elements(chunks: (string | Buffer)[], max?: number): { data: string[]; kind: JsonArrayKind; oversize: number } {
+/** The elements dispatched; an oversize one's edges (see EventEdges) in `edges`, one per element dropped. */
+function elements(chunks: (string | Buffer)[], max?: number): { data: string[]; kind: JsonArrayKind; oversize: number; edges?: Array<{ head: string; tail: string }> } {
   const data: string[] = [];
+  const edges: Array<{ head: string; tail: string }> = [];
   const p = new JsonArrayParser((e) => {
     expect(e.type).toBe('');
     expect(e.id).toBeUndefined();
-    data.push(e.data);
+    if (e.oversize) {
+      expect(e.data).toBe('');
+      edges.push(e.oversize);
+    } else data.push(e.data);
   }, max === undefined ? {} : { maxEventBytes: max });
   for (const c of chunks) p.push(typeof c === 'string' ? Buffer.from(c) : c);
-  return { data, kind: p.kind, oversize: p.oversizeElements };
+  expect(edges.length).toBe(p.oversizeElements);
+  return { data, kind: p.kind, oversize: p.oversizeElements, ...(edges.length > 0 ? { edges } : {}) };
 }
 
 describe('streamed JSON array framing', () => {
@@ -38,13 +44,17 @@ describe('streamed JSON array framing', () => {
     })).json;
     const space = fc.constantFrom('', ' ', '\r\n', '\n\t ');
     fc.assert(
-      fc.property(fc.array(value, { maxLength: 6 }), fc.integer({ min: 0, max: 4 }), space, fc.array(fc.nat(), { maxLength: 8 }), (items, indent, sep, cuts) => {
+      fc.property(fc.array(value, { maxLength: 6 }), fc.integer({ min: 0, max: 4 }), space, fc.array(fc.nat(), { maxLength: 8 }), fc.option(fc.integer({ min: 2, max: 300 })), (items, indent, sep, cuts, cap) => {
         const texts = items.map((v) => JSON.stringify(v, null, indent));
         const bytes = Buffer.from(`${sep}[${sep}${texts.join(`${sep},${sep}`)}${sep}]${sep}`);
-        const got = elements(splitAt(bytes, cuts, true));
-        const want = texts.filter((_, k) => typeof items[k] === 'object' && items[k] !== null);
+        const got = elements(splitAt(bytes, cuts, true), cap ?? undefined);
+        const objects = texts.filter((_, k) => typeof items[k] === 'object' && items[k] !== null);
+        // Over the cap: in its place, its first KiB and last 64 KiB.
+        const over = (t: string) => cap !== null && Buffer.byteLength(t) > cap;
+        const edges = objects.filter(over).map((t) => ({ head: Buffer.from(t).subarray(0, 1024).toString(), tail: Buffer.from(t).subarray(-65_536).toString() }));
         expect(got.kind).toBe('done');
-        expect(got.data).toEqual(want);
+        expect(got.data).toEqual(objects.filter((t) => !over(t)));
+        expect(got.edges ?? []).toEqual(edges);
       }),
       { numRuns: 300 },
     );
@@ -68,10 +78,12 @@ describe('streamed JSON array framing', () => {
 
   it('drops elements over the cap, in one read or across reads, and keeps going', () => {
     const long = `{"x":"${'y'.repeat(100)}"}`;
-    expect(elements([`[${long},{"ok":1}]`], 50)).toEqual({ data: ['{"ok":1}'], kind: 'done', oversize: 1 });
-    expect(elements([`[${long.slice(0, 30)}`, long.slice(30, 80), `${long.slice(80)},{"ok":2}]`], 50)).toEqual({ data: ['{"ok":2}'], kind: 'done', oversize: 1 });
+    // In its place, its edges: here the whole element (both under EventEdges' sizes).
+    const edges = [{ head: long, tail: long }];
+    expect(elements([`[${long},{"ok":1}]`], 50)).toEqual({ data: ['{"ok":1}'], kind: 'done', oversize: 1, edges });
+    expect(elements([`[${long.slice(0, 30)}`, long.slice(30, 80), `${long.slice(80)},{"ok":2}]`], 50)).toEqual({ data: ['{"ok":2}'], kind: 'done', oversize: 1, edges });
     // Over the cap only with its last read; one exactly at the cap is kept.
-    expect(elements([`[${long.slice(0, 40)}`, `${long.slice(40)},{"ok":3}]`], 50)).toEqual({ data: ['{"ok":3}'], kind: 'done', oversize: 1 });
+    expect(elements([`[${long.slice(0, 40)}`, `${long.slice(40)},{"ok":3}]`], 50)).toEqual({ data: ['{"ok":3}'], kind: 'done', oversize: 1, edges });
     const fits = `{"x":"${'y'.repeat(42)}"}`;
     expect(fits.length).toBe(50);
     expect(elements([`[${fits.slice(0, 20)}`, `${fits.slice(20)}]`], 50)).toEqual({ data: [fits], kind: 'done', oversize: 0 });

@@ -1,10 +1,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { GeminiInteractionsAdapter } from '../../src/providers/gemini-interactions.js';
+import { GeminiAdapter } from '../../src/providers/gemini.js';
 import { booleanField, numberFields, objectField, stringField } from '../../src/providers/json-edges.js';
 import { OllamaAdapter } from '../../src/providers/ollama.js';
 import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
 import { EventKind, type ResponseAdapter } from '../../src/providers/types.js';
 import { EventEdges } from '../../src/sse/event-edges.js';
+import { JsonArrayParser } from '../../src/sse/json-array.js';
 import { NdjsonParser } from '../../src/sse/ndjson.js';
 import { SseParser, type SseEvent } from '../../src/sse/parser.js';
 import { splitAt } from '../helpers/ranges.js';
@@ -62,16 +65,16 @@ describe('fields read out of a JSON text cut at either end', () => {
 });
 
 /** Events of `chunks` through the framing, each classified by the adapter. */
-function run(adapter: ResponseAdapter, framing: 'sse' | 'ndjson', chunks: Buffer[]): { kinds: EventKind[]; oversize: number } {
+function run(adapter: ResponseAdapter, framing: 'sse' | 'ndjson' | 'json-array', chunks: Buffer[]): { kinds: EventKind[]; oversize: number } {
   const kinds: EventKind[] = [];
   let oversize = 0;
   const on = (e: SseEvent) => {
     if (e.oversize) oversize++;
     kinds.push(adapter.onEvent(e));
   };
-  const p = framing === 'sse' ? new SseParser(on) : new NdjsonParser(on);
+  const p = framing === 'sse' ? new SseParser(on) : framing === 'ndjson' ? new NdjsonParser(on) : new JsonArrayParser(on);
   for (const c of chunks) p.push(c);
-  p.end();
+  if (!(p instanceof JsonArrayParser)) p.end();
   return { kinds, oversize };
 }
 
@@ -172,5 +175,108 @@ describe('a finished response too large to keep is still read', () => {
     const a = new OllamaAdapter();
     run(a, 'ndjson', [bytes.subarray(0, bytes.length - 1)]);
     expect(a.usage.outputTokens).toBe(4);
+  });
+});
+
+describe('a Gemini chunk too large to keep (a generated image) is still read', () => {
+  // gemini-2.5-flash-image: the image comes as one part's base64 (here 1.5 MB, over the default
+  // 1 MiB cap), in a chunk that may also finish the candidate and carry the usage.
+  const image = 'iVBORw0KGgo'.padEnd(1_500_000, 'QUFB');
+  const usage = (out?: number) => ({
+    promptTokenCount: 9,
+    ...(out === undefined ? {} : { candidatesTokenCount: out }),
+    totalTokenCount: 9 + (out ?? 0),
+    promptTokensDetails: [{ modality: 'TEXT', tokenCount: 9 }],
+    ...(out === undefined ? {} : { candidatesTokensDetails: [{ modality: 'IMAGE', tokenCount: out }] }),
+  });
+  const chunk = (parts: unknown[], extra: Record<string, unknown> = {}, out?: number) => ({
+    candidates: [{ content: { parts, role: 'model' }, ...extra, index: 0 }],
+    usageMetadata: usage(out),
+    modelVersion: 'gemini-2.5-flash-image',
+    responseId: 'resp-1',
+  });
+  const text = chunk([{ text: 'Here is your cat: ' }]);
+  const imageAndFinish = chunk([{ inlineData: { mimeType: 'image/png', data: image } }], { finishReason: 'STOP' }, 1295);
+  // The API's two spellings: SSE events on one line (`alt=sse`, CRLF-framed), and the streamed
+  // array (no `alt`) with each element pretty-printed.
+  const sse = (chunks: object[], spaced = false) => Buffer.from(chunks.map((c) => `data: ${spaced ? JSON.stringify(c, null, 1).replace(/\n\s*/g, ' ') : JSON.stringify(c)}\r\n\r\n`).join(''));
+  const array = (chunks: object[]) => Buffer.from(`[${chunks.map((c) => JSON.stringify(c, null, 2)).join(',\r\n')}]`);
+  const splits = (bytes: Buffer) => [[], [100_000, 1_600_000], [...Array(50).keys()].map((i) => i * 65_537 + 13), [bytes.length - 3, bytes.length - 40_000]];
+
+  it('the image is output, and its chunk gives the finish reason, usage and model, at any split and in both framings', () => {
+    for (const [framing, bytes] of [
+      ['sse', sse([text, imageAndFinish])],
+      ['sse', sse([text, imageAndFinish], true)],
+      ['json-array', array([text, imageAndFinish])],
+    ] as const) {
+      for (const cuts of splits(bytes)) {
+        const a = new GeminiAdapter();
+        const { kinds, oversize } = run(a, framing, splitAt(bytes, cuts));
+        expect(oversize).toBe(1);
+        expect(kinds).toEqual([EventKind.Content, EventKind.Content]);
+        expect(a.usage).toEqual({ inputTokens: 9, outputTokens: 1295 });
+        expect(a.finishReasons.list()).toEqual(['STOP']);
+        expect(a.complete).toBe(true);
+        expect(a.responseModel).toBe('gemini-2.5-flash-image');
+      }
+    }
+  });
+
+  it('an image first and the finish after it; a large chunk that is no output; two candidates in one chunk', () => {
+    const a = new GeminiAdapter();
+    const first = chunk([{ inlineData: { mimeType: 'image/png', data: image } }]);
+    const last = chunk([{ text: '' }], { finishReason: 'MAX_TOKENS' }, 1290);
+    expect(run(a, 'sse', [sse([first, last])]).kinds).toEqual([EventKind.Content, EventKind.None]);
+    expect([a.usage.outputTokens, a.finishReasons.list(), a.complete]).toEqual([1290, ['MAX_TOKENS'], true]);
+    // A tool's result is not the model's output, however large; the finish it carries still counts.
+    const b = new GeminiAdapter();
+    const result = chunk([{ codeExecutionResult: { outcome: 'OUTCOME_OK', output: image } }], { finishReason: 'STOP' }, 3);
+    expect(run(b, 'json-array', [array([result])]).kinds).toEqual([EventKind.None]);
+    expect([b.usage.outputTokens, b.finishReasons.list(), b.complete]).toEqual([3, ['STOP'], true]);
+    // candidateCount 2, both finished in one chunk: each finish reason goes with its own index.
+    const c = new GeminiAdapter();
+    const both = {
+      candidates: [
+        { content: { parts: [{ inlineData: { mimeType: 'image/png', data: image } }], role: 'model' }, finishReason: 'STOP', index: 0 },
+        { content: { parts: [{ text: 'Sorry.' }], role: 'model' }, finishReason: 'SAFETY', index: 1 },
+      ],
+      usageMetadata: usage(1300),
+    };
+    expect(run(c, 'sse', [sse([both])]).kinds).toEqual([EventKind.Content]);
+    expect([c.finishReasons.list(), c.complete, c.usage.outputTokens]).toEqual([['STOP', 'SAFETY'], true, 1300]);
+  });
+});
+
+describe('a Gemini Interactions event too large to keep (a generated image) is still read', () => {
+  const image = 'iVBORw0KGgo'.padEnd(1_500_000, 'QUFB');
+  const ev = (o: { event_type: string } & Record<string, unknown>, named: boolean) => `${named ? `event: ${o.event_type}\n` : ''}data: ${JSON.stringify(o)}\n\n`;
+  const interaction = (status: string, outputs: unknown[]) => ({ id: 'v1_1', model: 'gemini-3-pro-image-preview', status, outputs, usage: { total_input_tokens: 9, total_output_tokens: 1300, total_tokens: 1309 } });
+  const stream = (named: boolean, status = 'completed', legacy = false) =>
+    Buffer.from(
+      [
+        ev({ event_type: legacy ? 'interaction.start' : 'interaction.created', interaction: interaction('in_progress', []) }, named),
+        ev({ event_type: legacy ? 'content.delta' : 'step.delta', index: 0, delta: { type: 'text', text: 'A cat:' } }, named),
+        ev({ event_type: legacy ? 'content.delta' : 'step.delta', index: 1, delta: { type: 'image', mime_type: 'image/png', data: image }, metadata: { total_usage: { total_input_tokens: 9, total_output_tokens: 1300 } } }, named),
+        ev({ event_type: legacy ? 'interaction.complete' : 'interaction.completed', interaction: interaction(status, [{ type: 'text', text: 'A cat:' }, { type: 'image', mime_type: 'image/png', data: image }]) }, named),
+      ].join(''),
+    );
+
+  it('the image is output with its running usage, and the finished interaction that repeats it ends the stream, at any split', () => {
+    for (const [named, legacy] of [[true, false], [false, false], [true, true]] as const) {
+      const bytes = stream(named, 'completed', legacy);
+      for (const cuts of [[], [...Array(60).keys()].map((i) => i * 65_537 + 13)]) {
+        const a = new GeminiInteractionsAdapter();
+        const { kinds, oversize } = run(a, 'sse', splitAt(bytes, cuts));
+        expect(oversize).toBe(2);
+        expect(kinds).toEqual([EventKind.None, EventKind.Content, EventKind.Content, EventKind.None]);
+        expect(a.usage).toMatchObject({ inputTokens: 9, outputTokens: 1300 });
+        expect(a.finishReasons.list()).toEqual(['completed']);
+        expect(a.complete).toBe(true);
+      }
+    }
+    // A failed interaction's status is read from the head too.
+    const b = new GeminiInteractionsAdapter();
+    expect(run(b, 'sse', [stream(true, 'failed')]).kinds.at(-1)).toBe(EventKind.Error);
+    expect(b.errorType).toBe('interaction_failed');
   });
 });
