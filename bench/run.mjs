@@ -351,7 +351,7 @@ async function streamRun(p, sc) {
     pathCpuMs: cpu1 - cpu0,
     steady: window && an.windowEvents !== undefined ? { events: an.windowEvents, cpuMs: window.to[1] - window.from[1], wallMs: window.to[0] - window.from[0] } : undefined,
     foreignCores,
-    emitter: { lateness: em.lateness, cpuMs: em.cpuMs, startedIncomplete: em.startedIncomplete },
+    emitter: { lateness: em.lateness, wakeLateness: em.wakeLateness, cpuMs: em.cpuMs, startedIncomplete: em.startedIncomplete },
     metrics: mdiff,
     // what the path logged, when it refused requests (nginx's error log says why)
     pathLog: an.refused > 0 && p.logTail ? p.logTail() : undefined,

@@ -28,6 +28,10 @@ function newRun() {
   return {
     streams: [],
     lateness: [], // ms, one per content event written
+    // ms, one per content event the emitter slept until (its due time was still ahead when the
+    // stream was last looked at): how late the sleep ended. Not the events written to catch up
+    // after a stall, whose lateness is the stall's, not the sleep's.
+    wakeLateness: [],
     t0: null, // batched: shared perf-time t0
     closes: new Map(), // sid -> shared ms of premature close
     cpu0: process.cpuUsage(),
@@ -50,7 +54,7 @@ function startStream(req, res, tag) {
   });
   res.flushHeaders();
   res.write(roleEvent(sid));
-  const s = { sid, res, k: 1, n: cfg.n, delta: cfg.delta, t0: Infinity, done: false, arrival: now };
+  const s = { sid, res, k: 1, n: cfg.n, delta: cfg.delta, t0: Infinity, done: false, arrival: now, waited: false };
   run.arrivals.set(sid, toShared(now));
   res.on('close', () => {
     if (!s.done) {
@@ -112,6 +116,7 @@ function loop() {
   let next = Infinity;
   let removed = false;
   const lat = run.lateness;
+  const wake = run.wakeLateness;
   // Emit every due event. For the batched mode all streams share one due
   // time per tick, so one pass writes event k to every stream.
   for (let i = 0; i < active.length; i++) {
@@ -123,8 +128,15 @@ function loop() {
     let due = s.t0 + (s.k - 1) * s.delta;
     while (s.k <= s.n) {
       const now = performance.now();
-      if (due > now) break;
+      if (due > now) {
+        s.waited = true;
+        break;
+      }
       lat.push(now - due);
+      if (s.waited) {
+        wake.push(now - due);
+        s.waited = false;
+      }
       s.res.write(contentEvent(s.sid, s.k));
       // When the upstream sent its first and last token: the truth the proxy's TTFT and
       // ITL should match, less the loopback hop (bench/README.md, figure 7).
@@ -227,6 +239,7 @@ process.on('message', (m) => {
       arrivals: Object.fromEntries(run.arrivals),
       tagBySid: Object.fromEntries(run.tagBySid),
       lateness: quantiles(run.lateness),
+      wakeLateness: quantiles(run.wakeLateness),
       closes: Object.fromEntries(run.closes),
       cpuMs: (cpu.user + cpu.system) / 1000,
     };
