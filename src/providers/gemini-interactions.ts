@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { objectField, stringField } from './json-edges.js';
+import { headSpine, tailSpine } from './json-edges.js';
 import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
 /**
@@ -107,41 +107,42 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
   }
 
   /**
-   * An event too large to keep, from its first and last bytes: a delta or a step is large by
-   * the media or text the model generated (its `type` comes before its data), and a delta's
-   * running usage (`metadata`) follows it. A finished interaction that repeats its outputs ends
-   * the stream; its status is read when it comes before any nested object, its usage not at all
-   * (which of the tail's `usage` objects is the interaction's is not known).
+   * An event too large to keep, from its first and last bytes (see json-edges.ts): the members
+   * of the event and of its large member (`delta`, `step`, `interaction`) on either side of the
+   * cut. A delta or a step is output by its `type` (it is large by the media, text or
+   * arguments the model generated); a delta's running usage follows it in `metadata`. A
+   * finished interaction that repeats its outputs is read as one (status, model, usage).
    */
   private oversize(name: string, head: string, tail: string): EventKind {
-    const type = name !== '' && name !== 'message' ? name : stringField(head, 'event_type');
-    const after = (key: string): string | undefined => {
-      const at = head.search(new RegExp(`"${key}"\\s*:\\s*\\{`));
-      return at === -1 ? undefined : stringField(head.slice(at + key.length + 2), 'type');
-    };
+    const h = headSpine(head);
+    const t = tailSpine(tail);
+    const event: Record<string, unknown> = { ...h[0]?.members, ...t[0]?.members };
+    const type = name !== '' && name !== 'message' ? name : event.event_type;
+    // The member both cuts lie in (nothing else in the event is large).
+    const large = (key: string): Record<string, unknown> | undefined => (h[0]?.open === key ? { ...h[1]?.members, ...t[1]?.members } : undefined);
     switch (type) {
       case 'step.delta':
       case 'content.delta': {
-        const u = objectField(tail, 'total_usage', true);
+        const u = obj(obj(event.metadata)?.total_usage);
         if (u) this.readUsage(u);
-        const t = after('delta');
-        if (t === undefined || !(MEDIA.has(t) || t === 'text' || t === 'thought_summary' || t.endsWith('_call'))) return EventKind.None;
-        if (t === 'thought_summary') this.reasoningStreamed = true;
+        const kind = large('delta')?.type;
+        if (typeof kind !== 'string' || !(OUTPUT_DELTAS.has(kind) || MEDIA.has(kind) || kind.endsWith('_call'))) return EventKind.None;
+        if (kind === 'thought_summary') this.reasoningStreamed = true;
         this.contentSeen = true;
         return EventKind.Content;
       }
       case 'step.start': {
-        const t = after('step');
-        if (t !== 'model_output' && t !== 'thought') return EventKind.None;
-        if (t === 'thought') this.reasoningStreamed = true;
+        const kind = large('step')?.type;
+        if (typeof kind !== 'string' || !(kind === 'model_output' || kind === 'thought' || kind.endsWith('_call'))) return EventKind.None;
+        if (kind === 'thought') this.reasoningStreamed = true;
         this.contentSeen = true;
         return EventKind.Content;
       }
       case 'interaction.completed':
       case 'interaction.complete': {
-        const status = /"interaction"\s*:\s*\{[^{}]*?"status"\s*:\s*"([a-z_]+)"/.exec(head)?.[1];
-        if (status !== undefined && FAILED.has(status)) return this.fail(`interaction_${status}`);
-        this.readStatus(status);
+        const i = large('interaction') ?? {};
+        this.readInteraction(i);
+        if (typeof i.status === 'string' && FAILED.has(i.status)) return this.fail(`interaction_${i.status}`);
         this.complete = true;
         return EventKind.None;
       }
@@ -205,6 +206,9 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
     }
   }
 }
+
+/** Delta types of text or arguments the model generated. */
+const OUTPUT_DELTAS = new Set(['text', 'thought_summary', 'arguments_delta']);
 
 /** Delta types whose `data` (or `uri`) is generated media. */
 const MEDIA = new Set(['image', 'audio', 'video', 'document']);

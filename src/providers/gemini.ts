@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { objectField, stringField } from './json-edges.js';
+import { headSpine, tailSpine } from './json-edges.js';
 import { errorTypeOf } from './openai-chat.js';
 import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
@@ -22,7 +22,7 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, coun
  * candidates; Google's SDKs raise on it): typed by its reason. Finish reason: each
  * candidate's `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, ...), on its last chunk.
  * A chunk over `limits.maxEventBytes` (a generated image's base64, which may come with the
- * finish reason and usage) is read from its edges (see `oversize`).
+ * finish reason and usage) is read from its edges (see chunkFromEdges).
  *
  * Without `alt=sse` (or with `alt=json`) the API streams one JSON array
  * (`application/json`), element by element: each element is an event, as with
@@ -144,43 +144,42 @@ export class GeminiAdapter implements ResponseAdapter {
   }
 }
 
+/** The keys of a part whose value is the model's output (see partHasContent). */
+const OUTPUT_PARTS = new Set(['text', 'inlineData', 'functionCall', 'executableCode']);
+
 /**
  * What counts of a chunk too large to keep, from its first and last bytes (see
- * sse/event-edges.ts), as a chunk for `onChunk`. The API writes a chunk's fields in one order:
- * `candidates` (each: `content`, then `finishReason`, `index`, ratings), `usageMetadata`,
- * `modelVersion`, `responseId`. So the head shows whether the first candidate's parts begin
- * with generated output (an `inlineData` image, text, a call or code; a chunk this large is
- * large by them), and the tail holds each finish reason with its candidate's index, the usage
- * and the model version. Not read: whether the part is a thought (its `thought: true` follows
- * the text), and a tool result (`codeExecutionResult`) that precedes the output in the head.
+ * sse/event-edges.ts and json-edges.ts), as a chunk for `onChunk`: the chunk's members on
+ * either side of the cut (`usageMetadata`, `modelVersion` after it), the candidates whole on
+ * either side, and the one the cuts lie in. That one's members come from both sides
+ * (`finishReason`, and `index`, which the Gemini API writes after the content and Vertex before
+ * it, or leaves out for candidate 0: then its position). It is output when a part whole before
+ * the cut is, or the part member the cut lies in is text, `inlineData`, a call or code; a part
+ * with `thought: true` on either side makes it reasoning. Both cuts are taken to lie in one
+ * candidate: with two candidates over the cap in one chunk, the first's finish is not read.
  */
 function chunkFromEdges(head: string, tail: string): Record<string, unknown> {
-  const chunk: Record<string, unknown> = {};
-  const usage = objectField(tail, 'usageMetadata', true);
-  if (usage !== undefined) chunk.usageMetadata = usage;
-  const model = stringField(tail, 'modelVersion');
-  if (model !== undefined) chunk.modelVersion = model;
-  if (!/^\s*\{\s*"candidates"\s*:/.test(head)) return chunk;
-  const parts = head.search(/"parts"\s*:\s*\[/);
-  const output = parts !== -1 && /"(?:inlineData|functionCall|executableCode)"\s*:\s*\{|"text"\s*:\s*"[^"]/.test(head.slice(parts));
-  const candidates: Array<Record<string, unknown>> = [];
-  const finishes = [...tail.matchAll(/"finishReason"\s*:\s*"([^"\\]*)"/g)];
-  for (let k = 0; k < finishes.length; k++) {
-    const m = finishes[k]!;
-    const next = finishes[k + 1]?.index ?? tail.length;
-    candidates.push({ finishReason: m[1], index: firstIndex(tail.slice(m.index + m[0].length, next)) });
+  const h = headSpine(head);
+  const t = tailSpine(tail);
+  const chunk: Record<string, unknown> = { ...h[0]?.members, ...t[0]?.members };
+  if (h[0]?.open !== 'candidates' || h[1]?.kind !== 'array') return chunk;
+  const inCandidates = t[1]?.kind === 'array';
+  if (h.length === 2) {
+    // Cut between candidates: none is open.
+    chunk.candidates = [...h[1].elements, ...(inCandidates ? t[1]!.elements : [])];
+    return chunk;
   }
-  if (candidates.length === 0) candidates.push({ index: firstIndex(tail) });
-  // The first candidate's parts, as onChunk tells output from the rest.
-  if (output) candidates[0]!.content = { parts: [{ inlineData: { data: '(over limits.maxEventBytes)' } }] };
-  chunk.candidates = candidates;
+  const open: Record<string, unknown> = { ...h[2]?.members, ...(inCandidates ? t[2]?.members : undefined) };
+  open.index ??= h[1].open;
+  const parts = h[2]?.open === 'content' && h[3]?.open === 'parts' ? h[4] : undefined;
+  if (parts !== undefined) {
+    const part = h[5];
+    const output = parts.elements.some((p) => partHasContent(obj(p) ?? {})) || (typeof part?.open === 'string' && OUTPUT_PARTS.has(part.open));
+    const thought = part?.members.thought === true || (inCandidates && t[5]?.members.thought === true);
+    if (output) open.content = { parts: [{ text: '(over limits.maxEventBytes)', ...(thought ? { thought: true } : {}) }] };
+  }
+  chunk.candidates = [...h[1].elements, open, ...(inCandidates ? t[1]!.elements : [])];
   return chunk;
-}
-
-/** The first `"index": n` in `text` (a candidate's, after its content and finish reason); undefined when none. */
-function firstIndex(text: string): number | undefined {
-  const m = /"index"\s*:\s*(\d+)/.exec(text);
-  return m ? Number(m[1]) : undefined;
 }
 
 /** A candidate's bit (`index` absent is candidate 0; past 30 they share the last bit). */

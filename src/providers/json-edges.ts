@@ -1,73 +1,149 @@
 /**
- * Fields read out of the edges of a JSON text too large to parse whole (see sse/event-edges.ts):
- * its first bytes or its last, which are not JSON on their own. A key is found by its spelling,
- * `"key"` then `:`; inside a JSON string every quote is escaped, so the spelling cannot come from
- * a string's content. Which occurrence is the wanted one is the caller's knowledge of the
- * payload's field order.
+ * The structure around the cuts of a JSON text too large to parse whole (see
+ * sse/event-edges.ts): its first bytes (the head) or its last (the tail), which are not JSON on
+ * their own. Each side of a cut is read as the containers still open at the cut, outermost
+ * first, with the members that lie whole on that side. So a field is found by where it is (a
+ * member of the top-level object, of the object open in its `response`, ...), never by its
+ * spelling alone: a key inside a tool's arguments or an escaped string cannot stand in for it.
+ *
+ * The head is read forward from its start; the tail backward from its end, where the text is
+ * outside any string, to learn which of its characters lie inside one, then forward. Both are
+ * linear in the text; each whole member is parsed once (JSON.parse, which never throws here).
  */
+export interface OpenContainer {
+  readonly kind: 'object' | 'array';
+  /** An object's members whole on this side of the cut, by key (a member that does not parse is left out). */
+  readonly members: Record<string, unknown>;
+  /** An array's elements whole on this side of the cut, in order (one that does not parse: undefined). */
+  readonly elements: unknown[];
+  /**
+   * Head only: the member the cut lies in, an object's key (undefined while the key itself is
+   * cut) or an array's position.
+   */
+  readonly open?: string | number;
+}
 
-/** The first `"key": "…"` string value, decoded; undefined when none is whole in `text`. */
-export function stringField(text: string, key: string): string | undefined {
-  const m = new RegExp(`"${key}"\\s*:\\s*("(?:[^"\\\\]|\\\\.)*")`).exec(text);
-  if (!m) return undefined;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
+
+interface Level {
+  kind: 'object' | 'array';
+  members: Record<string, unknown>;
+  elements: unknown[];
+  /** Where the member being read began (after `{`, `[` or `,`); -1: it began beyond the cut. */
+  from: number;
+}
+
+// Members in an object without a prototype: a `__proto__` key is then a member like any other.
+const level = (kind: 'object' | 'array', from: number): Level => ({ kind, members: Object.create(null) as Record<string, unknown>, elements: [], from });
+
+/** Adds `text[l.from, to)`, one whole member (`"key": value`, or an element), to `l`. */
+function collect(l: Level, text: string, to: number): void {
+  if (l.from < 0) return;
+  const piece = text.slice(l.from, to);
+  if (l.kind === 'array') {
+    l.elements.push(parse(piece));
+    return;
+  }
+  const o = parse(`{${piece}}`);
+  if (o !== null && typeof o === 'object') Object.assign(l.members, o);
+}
+
+function parse(text: string): unknown {
   try {
-    return JSON.parse(m[1]!) as string;
+    return JSON.parse(text) as unknown;
   } catch {
     return undefined;
   }
 }
 
-/** The first `"key": true|false`; undefined when none. */
-export function booleanField(text: string, key: string): boolean | undefined {
-  const m = new RegExp(`"${key}"\\s*:\\s*(true|false)\\b`).exec(text);
-  return m ? m[1] === 'true' : undefined;
-}
+const bracketKind = (c: number): 'object' | 'array' => (c === OPEN_BRACE || c === CLOSE_BRACE ? 'object' : 'array');
 
-/**
- * The object value of `"key"`: of its last occurrence whose object is whole in `text` and
- * parses (`last`), else of its first; undefined when none is.
- */
-export function objectField(text: string, key: string, last = false): Record<string, unknown> | undefined {
-  const re = new RegExp(`"${key}"\\s*:\\s*\\{`, 'g');
-  const starts: number[] = [];
-  for (let m = re.exec(text); m !== null; m = re.exec(text)) starts.push(m.index + m[0].length - 1);
-  if (last) starts.reverse();
-  for (const s of starts) {
-    const o = objectAt(text, s);
-    if (o !== undefined) return o;
-  }
-  return undefined;
-}
-
-/** The numbers of `"key": n` pairs for the keys asked for, the last of each in `text`. */
-export function numberFields(text: string, keys: readonly string[]): Record<string, number> {
-  const out: Record<string, number> = {};
-  const re = /"([A-Za-z_][A-Za-z0-9_]*)"\s*:\s*(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)/g;
-  for (let m = re.exec(text); m !== null; m = re.exec(text)) if (keys.includes(m[1]!)) out[m[1]!] = Number(m[2]);
-  return out;
-}
-
-/** The object that opens at `text[start]` (`{`), if it closes within `text` and parses. */
-function objectAt(text: string, start: number): Record<string, unknown> | undefined {
-  let depth = 0;
+/** The containers open at the end of `head`, a JSON text's first bytes, outermost first; none if it is not cut inside one. */
+export function headSpine(head: string): OpenContainer[] {
+  const stack: Level[] = [];
   let inString = false;
-  for (let i = start; i < text.length; i++) {
-    const c = text.charCodeAt(i);
+  for (let i = 0; i < head.length; i++) {
+    const c = head.charCodeAt(i);
     if (inString) {
-      if (c === 0x5c) i++;
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x7b || c === 0x5b) depth++;
-    else if (c === 0x7d || c === 0x5d) {
-      if (--depth === 0) {
-        try {
-          const v: unknown = JSON.parse(text.slice(start, i + 1));
-          return v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
-        } catch {
-          return undefined;
-        }
-      }
+      if (c === BACKSLASH) i++;
+      else if (c === QUOTE) inString = false;
+    } else if (c === QUOTE) inString = true;
+    else if (c === OPEN_BRACE || c === OPEN_BRACKET) stack.push(level(bracketKind(c), i + 1));
+    else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      stack.pop(); // a whole value inside its parent's member, read with it
+      if (stack.length === 0) return []; // the text ended (or closed what it never opened)
+    } else if (c === COMMA && stack.length > 0) {
+      const l = stack[stack.length - 1]!;
+      collect(l, head, i);
+      l.from = i + 1;
     }
   }
-  return undefined;
+  return stack.map((l) => ({ kind: l.kind, members: l.members, elements: l.elements, open: l.kind === 'array' ? l.elements.length : openKey(head.slice(l.from)) }));
+}
+
+/** The key of a member whose `"key":` is whole in `text`. */
+function openKey(text: string): string | undefined {
+  const m = /^\s*("(?:[^"\\]|\\.)*")\s*:/.exec(text);
+  const k = m ? parse(m[1]!) : undefined;
+  return typeof k === 'string' ? k : undefined;
+}
+
+/** The containers open at the start of `tail`, a JSON text's last bytes, outermost first; none if it is not cut inside one. */
+export function tailSpine(tail: string): OpenContainer[] {
+  const n = tail.length;
+  // Which characters lie inside a string: from the end, where the text is outside any, every
+  // quote not escaped (an even run of backslashes before it) opens or closes one. A run that
+  // reaches the cut is taken as even: at worst the cut member's own bytes are misread, and
+  // that member is not read.
+  const inString = new Uint8Array(n);
+  let s = false;
+  for (let i = n - 1; i >= 0; i--) {
+    if (tail.charCodeAt(i) === QUOTE) {
+      let j = i - 1;
+      while (j >= 0 && tail.charCodeAt(j) === BACKSLASH) j--;
+      if ((i - 1 - j) % 2 === 0) {
+        inString[i] = 1;
+        s = !s;
+        continue;
+      }
+    }
+    if (s) inString[i] = 1;
+  }
+  const spine: OpenContainer[] = []; // innermost first
+  let depth = 0; // of containers opened after the cut
+  // The members of the container the cut lies in, as [from, to): its first began beyond the
+  // cut and is not among them. What kind it is shows only at its end.
+  let pieces: number[] = [];
+  let from = -1;
+  for (let i = 0; i < n; i++) {
+    if (inString[i] === 1) continue;
+    const c = tail.charCodeAt(i);
+    if (c === OPEN_BRACE || c === OPEN_BRACKET) depth++;
+    else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      if (depth > 0) {
+        depth--;
+        continue;
+      }
+      // Closes a container open at the cut: its members since the cut are known.
+      if (from >= 0) pieces.push(from, i);
+      const l = level(bracketKind(c), -1);
+      for (let k = 0; k < pieces.length; k += 2) {
+        l.from = pieces[k]!;
+        collect(l, tail, pieces[k + 1]!);
+      }
+      spine.push({ kind: l.kind, members: l.members, elements: l.elements });
+      pieces = [];
+      from = -1; // its parent's member that holds it began beyond the cut
+    } else if (c === COMMA && depth === 0) {
+      if (from >= 0) pieces.push(from, i);
+      from = i + 1;
+    }
+  }
+  return spine.reverse();
 }

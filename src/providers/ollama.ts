@@ -1,10 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { booleanField, numberFields, stringField } from './json-edges.js';
+import { headSpine, tailSpine } from './json-edges.js';
 import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage, countUpdate, sent } from './types.js';
-
-/** The last line's counts and durations (nanoseconds), read from its edges when it is too large. */
-const FINAL_NUMBERS = ['total_duration', 'load_duration', 'prompt_eval_count', 'prompt_eval_duration', 'eval_count', 'eval_duration'];
 
 /**
  * Ollama native API (`/api/chat`, `/api/generate`): NDJSON, one object a line.
@@ -58,16 +55,12 @@ export class OllamaAdapter implements ResponseAdapter {
 
   /**
    * A last line too large to keep (`/api/generate`'s `context`, the conversation's token ids,
-   * grows with it), from its first and last bytes: `done` and `done_reason` come before the
-   * context, the counts and durations after it.
+   * grows with it), from its first and last bytes: its members before the context (`done`,
+   * `done_reason`) and after it (the counts and durations), read as the line.
    */
   private oversize(head: string, tail: string): EventKind {
-    if (booleanField(head, 'done') !== true) return EventKind.None;
-    const end = tail.lastIndexOf(']');
-    const o: Record<string, unknown> = { done: true, ...numberFields(end === -1 ? tail : tail.slice(end), FINAL_NUMBERS) };
-    const reason = stringField(head, 'done_reason');
-    if (reason !== undefined) o.done_reason = reason;
-    return this.onLine(o);
+    const o = { ...headSpine(head)[0]?.members, ...tailSpine(tail)[0]?.members };
+    return o.done === true ? this.onLine(o) : EventKind.None;
   }
 
   onBody(body: string): void {

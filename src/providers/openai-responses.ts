@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { objectField, stringField } from './json-edges.js';
+import { headSpine, tailSpine } from './json-edges.js';
 import { EventKind, firstString, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate, sent } from './types.js';
 
 /** Delta events that carry generated output (non-empty `delta`). */
@@ -165,19 +165,15 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
 
   /**
    * A finished response's event too large to keep (its `response` repeats the output), from its
-   * first and last bytes: the status and why it is incomplete come near the start, the usage
-   * near the end (after `output` and `tools`; only `user` and `metadata` follow it).
+   * first and last bytes: the `response` object's members before the cut in its output (status,
+   * why it is incomplete, model) and after the cut (usage, after `output` and `tools`).
    */
   private oversize(name: string, head: string, tail: string): EventKind {
-    const type = name !== '' && name !== 'message' ? name : stringField(head, 'type');
-    if (type !== 'response.completed' && type !== 'response.incomplete') return EventKind.None;
-    const response: Record<string, unknown> = {};
-    const status = stringField(head, 'status');
-    if (status !== undefined) response.status = status;
-    const details = objectField(head, 'incomplete_details');
-    if (details !== undefined) response.incomplete_details = details;
-    const usage = objectField(tail, 'usage', true);
-    if (usage !== undefined) response.usage = usage;
+    const h = headSpine(head);
+    const named = name !== '' && name !== 'message' ? name : h[0]?.members.type;
+    if (named !== 'response.completed' && named !== 'response.incomplete') return EventKind.None;
+    // The top-level member the cuts lie in is `response` (nothing else in the event is large).
+    const response: Record<string, unknown> = { ...(h[0]?.open === 'response' ? h[1]?.members : undefined), ...tailSpine(tail)[1]?.members };
     // As onEvent reads a finished response.
     this.readResponse(response);
     this.complete = true;

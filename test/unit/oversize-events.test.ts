@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { GeminiInteractionsAdapter } from '../../src/providers/gemini-interactions.js';
 import { GeminiAdapter } from '../../src/providers/gemini.js';
-import { booleanField, numberFields, objectField, stringField } from '../../src/providers/json-edges.js';
+import { headSpine, tailSpine, type OpenContainer } from '../../src/providers/json-edges.js';
 import { OllamaAdapter } from '../../src/providers/ollama.js';
 import { OpenAIResponsesAdapter } from '../../src/providers/openai-responses.js';
 import { EventKind, type ResponseAdapter } from '../../src/providers/types.js';
@@ -37,45 +37,147 @@ describe('EventEdges: the first and last bytes of an event too large to keep', (
   });
 });
 
-describe('fields read out of a JSON text cut at either end', () => {
-  const head = '{"type":"response.completed","response":{"id":"r","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"instructions":"say \\"status\\":\\"no\\" {","model":"gpt-5","output":[{"type":"image_generation_call","result":"iVBORw0KGgo';
-  const tail = 'Zz==","status":"completed"}],"tools":[{"type":"function","parameters":{"usage":{"type":"object"}}}],"usage":{"input_tokens":11,"output_tokens":1290,"output_tokens_details":{"reasoning_tokens":0}},"user":null,"metadata":{"k":"\\"usage\\":{"}}}';
+describe('the structure around the cuts of a JSON text too large to parse whole', () => {
+  /** Every container of a JSON text, with where its brackets and its members' separators and colons are. */
+  interface Container {
+    kind: 'object' | 'array';
+    open: number;
+    close: number;
+    members: Array<{ key?: string; value: unknown; before: number; colon: number; after: number; node?: Container }>;
+  }
+  /** A reference reader: recursive descent over a whole JSON text (no shared code with json-edges.ts). */
+  function containers(text: string): Container | undefined {
+    let i = 0;
+    const ws = () => {
+      while (i < text.length && ' \t\r\n'.includes(text[i]!)) i++;
+    };
+    const str = () => {
+      const s = i;
+      for (i++; text[i] !== '"'; i++) if (text[i] === '\\') i++;
+      i++;
+      return JSON.parse(text.slice(s, i)) as string;
+    };
+    const value = (): { node?: Container } => {
+      ws();
+      const c = text[i];
+      if (c === '{' || c === '[') {
+        const node: Container = { kind: c === '{' ? 'object' : 'array', open: i, close: -1, members: [] };
+        let before = i++;
+        ws();
+        if (text[i] === (c === '{' ? '}' : ']')) {
+          node.close = i++;
+          return { node };
+        }
+        for (;;) {
+          let key: string | undefined;
+          let colon = -1;
+          ws();
+          const s = i;
+          if (node.kind === 'object') {
+            key = str();
+            ws();
+            colon = i++;
+          }
+          const v = value();
+          ws();
+          const vs = node.kind === 'object' ? colon + 1 : s;
+          node.members.push({ key, value: JSON.parse(text.slice(vs, i)), before, colon, after: i, node: v.node });
+          if (text[i] === ',') {
+            before = i++;
+            continue;
+          }
+          node.close = i++;
+          return { node };
+        }
+      }
+      if (c === '"') str();
+      else while (i < text.length && !',]} \t\r\n'.includes(text[i]!)) i++;
+      return {};
+    };
+    return value().node;
+  }
+  /** What headSpine and tailSpine should find for a cut at `p`: the containers open across it, outermost first. */
+  function expected(root: Container | undefined, p: number) {
+    const head: unknown[] = [];
+    const tail: unknown[] = [];
+    for (let c = root; c !== undefined && c.open < p && c.close >= p; ) {
+      const members = (keep: (m: Container['members'][number]) => boolean) => {
+        const ms = c!.members.filter(keep);
+        return c!.kind === 'object' ? { members: Object.fromEntries(ms.map((m) => [m.key!, m.value])), elements: [] } : { members: {}, elements: ms.map((m) => m.value) };
+      };
+      const whole = c.members.filter((m) => m.after < p);
+      const at = c.members.find((m) => m.before < p && m.after >= p);
+      head.push({ kind: c.kind, ...members((m) => m.after < p), open: c.kind === 'array' ? whole.length : at !== undefined && at.colon < p ? at.key : undefined });
+      tail.push({ kind: c.kind, ...members((m) => m.before >= p) });
+      c = at?.node;
+    }
+    return { head, tail };
+  }
 
-  it('finds the first string or object value of a key, never one spelt inside a string', () => {
-    expect(stringField(head, 'type')).toBe('response.completed');
-    expect(stringField(head, 'status')).toBe('incomplete');
-    expect(stringField(head, 'model')).toBe('gpt-5');
-    expect(objectField(head, 'incomplete_details')).toEqual({ reason: 'max_output_tokens' });
-    expect(stringField(head, 'absent')).toBeUndefined();
-    expect(booleanField('{"model":"x","done":true,"context":[1,', 'done')).toBe(true);
-    expect(booleanField('{"done":false}', 'done')).toBe(false);
-    expect(booleanField('{"done":"true"}', 'done')).toBeUndefined();
+  it('finds, on each side of any cut, the containers open across it and their members whole on that side', () => {
+    // Keys and strings full of quotes, backslashes, brackets, commas and colons, which only the structure tells apart.
+    const tricky = fc.string({ unit: fc.constantFrom('"', '\\', '{', '}', '[', ']', ',', ':', 'a', ' ', '°', 'u') });
+    const json = fc.letrec((tie) => ({
+      v: fc.oneof({ depthSize: 'small', withCrossShrink: true }, tricky, fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean(), fc.constant(null), tie('a'), tie('o')),
+      a: fc.array(tie('v'), { maxLength: 5 }),
+      o: fc.dictionary(fc.oneof(tricky, fc.constant('__proto__')), tie('v'), { maxKeys: 5 }),
+    })).o;
+    fc.assert(
+      fc.property(json, fc.constantFrom(0, 1, 2), fc.nat(), (o, indent, at) => {
+        const text = JSON.stringify(o, null, indent);
+        const p = at % (text.length + 1);
+        const want = expected(containers(text), p);
+        const plain = (spine: OpenContainer[]) => spine.map((c) => ({ ...c, members: { ...c.members } }));
+        expect(plain(headSpine(text.slice(0, p)))).toEqual(want.head);
+        expect(plain(tailSpine(text.slice(p)))).toEqual(want.tail.map((c) => c));
+      }),
+      { numRuns: 3000 },
+    );
   });
 
-  it('finds the last whole object of a key near the end, and none that the cut left open', () => {
-    expect(objectField(tail, 'usage', true)).toEqual({ input_tokens: 11, output_tokens: 1290, output_tokens_details: { reasoning_tokens: 0 } });
-    expect(objectField(tail, 'usage')).toEqual({ type: 'object' });
-    expect(objectField(tail.slice(0, tail.indexOf('"user"') - 20), 'usage', true)).toEqual({ type: 'object' });
-    expect(objectField('"usage":{"input_tokens":11,"output', 'usage', true)).toBeUndefined();
-  });
-
-  it('reads the numbers of the keys asked for', () => {
-    expect(numberFields('3,4],"total_duration":5e9,"eval_count":7,"eval_duration":-1,"other":2}', ['total_duration', 'eval_count', 'eval_duration'])).toEqual({ total_duration: 5e9, eval_count: 7, eval_duration: -1 });
+  it('reads a cut Responses event by where its fields are, not by how they are spelt', () => {
+    const head = '{"type":"response.completed","response":{"id":"r","status":"incomplete","incomplete_details":{"reason":"max_output_tokens"},"instructions":"say \\"status\\":\\"no\\" {","model":"gpt-5","output":[{"type":"image_generation_call","result":"iVBORw0KGgo';
+    const tail = 'Zz==","status":"completed"}],"tools":[{"type":"function","parameters":{"usage":{"type":"object"}}}],"usage":{"input_tokens":11,"output_tokens":1290},"user":null,"metadata":{"k":"\\"usage\\":{"}}}';
+    const h = headSpine(head);
+    expect(h.map((c) => c.open)).toEqual(['response', 'output', 0, 'result']);
+    expect(h[1]!.members).toMatchObject({ id: 'r', status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, model: 'gpt-5' });
+    expect(h[3]!.members).toMatchObject({ type: 'image_generation_call' });
+    const t = tailSpine(tail);
+    expect(t.map((c) => c.kind)).toEqual(['object', 'object', 'array', 'object']);
+    expect(t[1]!.members).toEqual({ tools: [{ type: 'function', parameters: { usage: { type: 'object' } } }], usage: { input_tokens: 11, output_tokens: 1290 }, user: null, metadata: { k: '"usage":{' } });
+    expect(t[3]!.members).toEqual({ status: 'completed' });
+    // Not cut inside a container: nothing open.
+    expect([headSpine('{"a":1}'), tailSpine('{"a":1}'), headSpine(''), tailSpine('')]).toEqual([[], [], [], []]);
   });
 });
 
 /** Events of `chunks` through the framing, each classified by the adapter. */
-function run(adapter: ResponseAdapter, framing: 'sse' | 'ndjson' | 'json-array', chunks: Buffer[]): { kinds: EventKind[]; oversize: number } {
+function run(adapter: ResponseAdapter, framing: 'sse' | 'ndjson' | 'json-array', chunks: Buffer[], maxEventBytes?: number): { kinds: EventKind[]; oversize: number; states: unknown[] } {
   const kinds: EventKind[] = [];
+  const states: unknown[] = [];
   let oversize = 0;
   const on = (e: SseEvent) => {
     if (e.oversize) oversize++;
     kinds.push(adapter.onEvent(e));
+    states.push(state(adapter));
   };
-  const p = framing === 'sse' ? new SseParser(on) : framing === 'ndjson' ? new NdjsonParser(on) : new JsonArrayParser(on);
+  const opts = maxEventBytes === undefined ? {} : { maxEventBytes };
+  const p = framing === 'sse' ? new SseParser(on, opts) : framing === 'ndjson' ? new NdjsonParser(on, opts) : new JsonArrayParser(on, opts);
   for (const c of chunks) p.push(c);
   if (!(p instanceof JsonArrayParser)) p.end();
-  return { kinds, oversize };
+  return { kinds, oversize, states };
+}
+
+/** What an adapter has made of the events so far. */
+function state(a: ResponseAdapter) {
+  return {
+    usage: { ...a.usage },
+    finish: a.finishReasons?.list(),
+    complete: a.complete,
+    model: a.responseModel,
+    error: a.errorType,
+    reasoning: (a as { reasoningStreamed?: boolean }).reasoningStreamed,
+  };
 }
 
 describe('a finished response too large to keep is still read', () => {
@@ -278,5 +380,101 @@ describe('a Gemini Interactions event too large to keep (a generated image) is s
     const b = new GeminiInteractionsAdapter();
     expect(run(b, 'sse', [stream(true, 'failed')]).kinds.at(-1)).toBe(EventKind.Error);
     expect(b.errorType).toBe('interaction_failed');
+  });
+});
+
+describe('an event over the cap reads as the same event under a cap it fits in', () => {
+  // Each stream is read twice: with the default 1 MiB cap, where its large events come as edges,
+  // and with a 64 MiB one, where they are parsed whole. What the adapter makes of them must not
+  // differ, event by event (review 151 found these shapes read differently).
+  const image = 'iVBORw0KGgo'.padEnd(1_500_000, 'QUFB');
+  type Shape = { name: string; adapter: () => ResponseAdapter; framing: 'sse' | 'ndjson' | 'json-array'; events: object[]; named?: (o: object) => string | undefined };
+  const cands = (...c: object[]) => ({ candidates: c, usageMetadata: { promptTokenCount: 9, totalTokenCount: 9 }, modelVersion: 'gemini-2.5-flash-image' });
+  const usageOnly = (out: number, thoughts?: number) => ({ usageMetadata: { promptTokenCount: 9, candidatesTokenCount: out, ...(thoughts === undefined ? {} : { thoughtsTokenCount: thoughts }), totalTokenCount: 9 + out }, modelVersion: 'gemini-2.5-flash-image' });
+  const imagePart = { inlineData: { mimeType: 'image/png', data: image } };
+  const gemini = (name: string, events: object[]): Shape[] => [
+    { name: `${name} (SSE)`, adapter: () => new GeminiAdapter(), framing: 'sse', events },
+    { name: `${name} (array)`, adapter: () => new GeminiAdapter(), framing: 'json-array', events },
+  ];
+  const interactions = (name: string, events: Array<{ event_type: string } & Record<string, unknown>>): Shape[] => [
+    { name, adapter: () => new GeminiInteractionsAdapter(), framing: 'sse', events, named: (o) => (o as { event_type: string }).event_type },
+    { name: `${name}, without event: names`, adapter: () => new GeminiInteractionsAdapter(), framing: 'sse', events },
+  ];
+  const interaction = (status: string, last = true) => {
+    const outputs = [{ type: 'text', text: 'A cat:' }, { type: 'image', mime_type: 'image/png', data: image }];
+    const usage = { total_input_tokens: 9, total_output_tokens: 1300, total_tokens: 1309 };
+    // `last`: status, model and usage after the outputs, where only the tail has them.
+    return last ? { id: 'v1_1', outputs, status, model: 'gemini-3-pro-image-preview', usage } : { id: 'v1_1', status, model: 'gemini-3-pro-image-preview', outputs, usage };
+  };
+  const shapes: Shape[] = [
+    // Vertex writes `index` first and leaves it out for candidate 0, and `role` before `parts`.
+    ...gemini('Vertex order, two candidates over three chunks', [
+      cands({ content: { role: 'model', parts: [{ text: 'a' }] } }, { index: 1, content: { role: 'model', parts: [{ text: 'b' }] } }),
+      cands({ content: { role: 'model', parts: [imagePart] }, finishReason: 'STOP' }, { index: 1, content: { role: 'model', parts: [{ text: 'c' }] } }),
+      { candidates: [{ index: 1, content: { role: 'model', parts: [{ text: '' }] }, finishReason: 'MAX_TOKENS' }], ...usageOnly(1300) },
+    ]),
+    ...gemini('Vertex order, both candidates finish in the image chunk', [
+      cands({ content: { role: 'model', parts: [imagePart] }, finishReason: 'MAX_TOKENS' }, { index: 1, content: { role: 'model', parts: [{ text: 'c' }] }, finishReason: 'STOP' }),
+      usageOnly(1300),
+    ]),
+    ...gemini('a function call whose arguments spell index, finishReason and modelVersion', [
+      cands({ content: { parts: [{ functionCall: { name: 'save', args: { blob: image, rows: [{ index: 7 }], last: { finishReason: 'SAFETY', modelVersion: 'evil' } } } }], role: 'model' }, index: 0 }),
+      { candidates: [{ content: { parts: [{ text: '' }], role: 'model' }, finishReason: 'STOP', index: 0 }], ...usageOnly(40) },
+    ]),
+    ...gemini('a thought image, its thoughts counted apart', [cands({ content: { parts: [{ ...imagePart, thought: true }], role: 'model' }, index: 0 }), { candidates: [{ content: { parts: [{ text: 'Done.' }], role: 'model' }, finishReason: 'STOP', index: 0 }], ...usageOnly(3, 500) }]),
+    ...gemini('usage details and grounding after the image', [
+      { ...cands({ content: { parts: [{ text: 'x' }, imagePart], role: 'model' }, finishReason: 'STOP', index: 0, groundingMetadata: { groundingSupports: [{ segment: { startIndex: 0, endIndex: 1, text: 'x' } }] } }), usageMetadata: { promptTokenCount: 9, candidatesTokenCount: 1295, totalTokenCount: 1304, promptTokensDetails: [{ modality: 'TEXT', tokenCount: 9 }], candidatesTokensDetails: [{ modality: 'IMAGE', tokenCount: 1290 }] } },
+    ]),
+    ...interactions('Interactions: status, model and usage after the outputs', [
+      { event_type: 'step.delta', index: 0, delta: { type: 'text', text: 'A cat:' } },
+      { event_type: 'step.delta', index: 1, delta: { type: 'image', mime_type: 'image/png', data: image } },
+      { event_type: 'interaction.completed', interaction: interaction('completed') },
+    ]),
+    ...interactions('Interactions: a failed interaction, its status after the outputs', [{ event_type: 'step.delta', index: 0, delta: { type: 'text', text: 'A' } }, { event_type: 'interaction.completed', interaction: interaction('failed') }]),
+    ...interactions('Interactions: status first, a delta whose type follows its data, large arguments', [
+      { event_type: 'step.delta', index: 0, delta: { data: image, mime_type: 'image/png', type: 'image' }, metadata: { total_usage: { total_input_tokens: 9, total_output_tokens: 1290 } } },
+      { event_type: 'step.start', index: 1, step: { type: 'function_call', name: 'save', arguments: { content: image } } },
+      { event_type: 'step.delta', index: 1, delta: { type: 'arguments_delta', arguments: image } },
+      { event_type: 'interaction.completed', interaction: interaction('incomplete', false) },
+    ]),
+    {
+      name: 'Responses: usage after tools that spell usage',
+      adapter: () => new OpenAIResponsesAdapter(),
+      framing: 'sse',
+      events: [
+        { type: 'response.output_text.delta', delta: 'Hi' },
+        { type: 'response.completed', response: { status: 'completed', model: 'gpt-5', output: [{ type: 'image_generation_call', result: image }], tools: [{ type: 'function', parameters: { usage: { output_tokens: 1 } } }], usage: { input_tokens: 11, output_tokens: 1290 }, metadata: { k: '"usage":{' } } },
+      ],
+      named: (o) => (o as { type: string }).type,
+    },
+    {
+      name: 'Ollama: the last line of /api/generate, large by its context',
+      adapter: () => new OllamaAdapter(),
+      framing: 'ndjson',
+      events: [
+        { model: 'llama3.2', response: 'Hi', done: false },
+        { model: 'llama3.2', response: '', done: true, done_reason: 'stop', context: Array.from({ length: 300_000 }, (_, i) => i % 1000), total_duration: 9e8, eval_count: 2, eval_duration: 4e7, prompt_eval_count: 300_000 },
+      ],
+    },
+  ];
+  const frame = (shape: Shape): Buffer => {
+    const texts = shape.events.map((e) => JSON.stringify(e));
+    if (shape.framing === 'ndjson') return Buffer.from(texts.map((t) => `${t}\n`).join(''));
+    if (shape.framing === 'json-array') return Buffer.from(`[${shape.events.map((e) => JSON.stringify(e, null, 2)).join(',\r\n')}]`);
+    return Buffer.from(shape.events.map((e, k) => `${shape.named?.(e) !== undefined ? `event: ${shape.named(e)}\n` : ''}data: ${texts[k]}\r\n\r\n`).join(''));
+  };
+
+  it.each(shapes.map((s) => [s.name, s] as const))('%s', (_name, shape) => {
+    const bytes = frame(shape);
+    const whole = shape.adapter();
+    const wholeRun = run(whole, shape.framing, [bytes], 64 * 1024 * 1024);
+    expect(wholeRun.oversize).toBe(0);
+    for (const cuts of [[], [...Array(40).keys()].map((i) => i * 81_919 + 7)]) {
+      const a = shape.adapter();
+      const r = run(a, shape.framing, splitAt(bytes, cuts));
+      expect(r.oversize).toBeGreaterThan(0);
+      // Event by event: each one's kind, and what the adapter knows after it.
+      expect([r.kinds, r.states]).toEqual([wholeRun.kinds, wholeRun.states]);
+    }
   });
 });
