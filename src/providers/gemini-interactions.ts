@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { headSpine, tailSpine } from './json-edges.js';
+import { objectFromEdges } from './json-edges.js';
 import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
 /**
@@ -27,7 +27,8 @@ import { EventKind, firstString, nonEmpty, nonEmptyObject, addParts, count, coun
  * model-output step with an `error` (its `google.rpc.Code` by name). Finish reason: the
  * status of an interaction that stopped without failing (`completed`, `incomplete`,
  * `requires_action`, `requires_continuation`).
- * An event over `limits.maxEventBytes` (a generated image's data) is read from its edges (see `oversize`).
+ * An event over `limits.maxEventBytes` (a generated image's data) is read as far as its edges
+ * show it (json-edges.ts).
  */
 export class GeminiInteractionsAdapter implements ResponseAdapter {
   readonly multiTokenEvents = true;
@@ -56,8 +57,8 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
-    if (ev.oversize !== undefined) return this.oversize(ev.type, ev.oversize.head, ev.oversize.tail);
-    const o = parseObject(ev.data);
+    // An event too large to keep (a generated image's data) as far as its edges show it.
+    const o = ev.oversize !== undefined ? objectFromEdges(ev.oversize.head, ev.oversize.tail) : parseObject(ev.data);
     if (!o) return ev.type === 'error' ? this.fail('error') : EventKind.None;
     const type = ev.type !== '' && ev.type !== 'message' ? ev.type : typeof o.event_type === 'string' ? o.event_type : '';
     switch (type) {
@@ -101,51 +102,6 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
       }
       case 'error':
         return this.fail(errorCode(obj(o.error)?.code) ?? 'error');
-      default:
-        return EventKind.None;
-    }
-  }
-
-  /**
-   * An event too large to keep, from its first and last bytes (see json-edges.ts): the members
-   * of the event and of its large member (`delta`, `step`, `interaction`) on either side of the
-   * cut. A delta or a step is output by its `type` (it is large by the media, text or
-   * arguments the model generated); a delta's running usage follows it in `metadata`. A
-   * finished interaction that repeats its outputs is read as one (status, model, usage).
-   */
-  private oversize(name: string, head: string, tail: string): EventKind {
-    const h = headSpine(head);
-    const t = tailSpine(tail);
-    const event: Record<string, unknown> = { ...h[0]?.members, ...t[0]?.members };
-    const type = name !== '' && name !== 'message' ? name : event.event_type;
-    // The member both cuts lie in (nothing else in the event is large).
-    const large = (key: string): Record<string, unknown> | undefined => (h[0]?.open === key ? { ...h[1]?.members, ...t[1]?.members } : undefined);
-    switch (type) {
-      case 'step.delta':
-      case 'content.delta': {
-        const u = obj(obj(event.metadata)?.total_usage);
-        if (u) this.readUsage(u);
-        const kind = large('delta')?.type;
-        if (typeof kind !== 'string' || !(OUTPUT_DELTAS.has(kind) || MEDIA.has(kind) || kind.endsWith('_call'))) return EventKind.None;
-        if (kind === 'thought_summary') this.reasoningStreamed = true;
-        this.contentSeen = true;
-        return EventKind.Content;
-      }
-      case 'step.start': {
-        const kind = large('step')?.type;
-        if (typeof kind !== 'string' || !(kind === 'model_output' || kind === 'thought' || kind.endsWith('_call'))) return EventKind.None;
-        if (kind === 'thought') this.reasoningStreamed = true;
-        this.contentSeen = true;
-        return EventKind.Content;
-      }
-      case 'interaction.completed':
-      case 'interaction.complete': {
-        const i = large('interaction') ?? {};
-        this.readInteraction(i);
-        if (typeof i.status === 'string' && FAILED.has(i.status)) return this.fail(`interaction_${i.status}`);
-        this.complete = true;
-        return EventKind.None;
-      }
       default:
         return EventKind.None;
     }
@@ -206,9 +162,6 @@ export class GeminiInteractionsAdapter implements ResponseAdapter {
     }
   }
 }
-
-/** Delta types of text or arguments the model generated. */
-const OUTPUT_DELTAS = new Set(['text', 'thought_summary', 'arguments_delta']);
 
 /** Delta types whose `data` (or `uri`) is generated media. */
 const MEDIA = new Set(['image', 'audio', 'video', 'document']);

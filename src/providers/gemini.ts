@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { headSpine, tailSpine } from './json-edges.js';
+import { objectFromEdges } from './json-edges.js';
 import { errorTypeOf } from './openai-chat.js';
 import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countPart, obj, sent, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate } from './types.js';
 
@@ -22,7 +22,9 @@ import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, coun
  * candidates; Google's SDKs raise on it): typed by its reason. Finish reason: each
  * candidate's `finishReason` (`STOP`, `MAX_TOKENS`, `SAFETY`, ...), on its last chunk.
  * A chunk over `limits.maxEventBytes` (a generated image's base64, which may come with the
- * finish reason and usage) is read from its edges (see chunkFromEdges).
+ * finish reason and usage) is read as far as its edges show it (json-edges.ts: the finish,
+ * index and usage after the image, the part's key before it; output that follows a long part
+ * that is not, such as a `thoughtSignature` over 1 KiB, is not seen).
  *
  * Without `alt=sse` (or with `alt=json`) the API streams one JSON array
  * (`application/json`), element by element: each element is an event, as with
@@ -50,8 +52,7 @@ export class GeminiAdapter implements ResponseAdapter {
   private countedSinceDone = false;
 
   onEvent(ev: SseEvent): EventKind {
-    if (ev.oversize !== undefined) return this.onChunk(chunkFromEdges(ev.oversize.head, ev.oversize.tail));
-    const o = parseObject(ev.data);
+    const o = ev.oversize !== undefined ? objectFromEdges(ev.oversize.head, ev.oversize.tail) : parseObject(ev.data);
     if (!o) return EventKind.None;
     return this.onChunk(o);
   }
@@ -142,44 +143,6 @@ export class GeminiAdapter implements ResponseAdapter {
       this.cumulativeOutputTokens = out;
     }
   }
-}
-
-/** The keys of a part whose value is the model's output (see partHasContent). */
-const OUTPUT_PARTS = new Set(['text', 'inlineData', 'functionCall', 'executableCode']);
-
-/**
- * What counts of a chunk too large to keep, from its first and last bytes (see
- * sse/event-edges.ts and json-edges.ts), as a chunk for `onChunk`: the chunk's members on
- * either side of the cut (`usageMetadata`, `modelVersion` after it), the candidates whole on
- * either side, and the one the cuts lie in. That one's members come from both sides
- * (`finishReason`, and `index`, which the Gemini API writes after the content and Vertex before
- * it, or leaves out for candidate 0: then its position). It is output when a part whole before
- * the cut is, or the part member the cut lies in is text, `inlineData`, a call or code; a part
- * with `thought: true` on either side makes it reasoning. Both cuts are taken to lie in one
- * candidate: with two candidates over the cap in one chunk, the first's finish is not read.
- */
-function chunkFromEdges(head: string, tail: string): Record<string, unknown> {
-  const h = headSpine(head);
-  const t = tailSpine(tail);
-  const chunk: Record<string, unknown> = { ...h[0]?.members, ...t[0]?.members };
-  if (h[0]?.open !== 'candidates' || h[1]?.kind !== 'array') return chunk;
-  const inCandidates = t[1]?.kind === 'array';
-  if (h.length === 2) {
-    // Cut between candidates: none is open.
-    chunk.candidates = [...h[1].elements, ...(inCandidates ? t[1]!.elements : [])];
-    return chunk;
-  }
-  const open: Record<string, unknown> = { ...h[2]?.members, ...(inCandidates ? t[2]?.members : undefined) };
-  open.index ??= h[1].open;
-  const parts = h[2]?.open === 'content' && h[3]?.open === 'parts' ? h[4] : undefined;
-  if (parts !== undefined) {
-    const part = h[5];
-    const output = parts.elements.some((p) => partHasContent(obj(p) ?? {})) || (typeof part?.open === 'string' && OUTPUT_PARTS.has(part.open));
-    const thought = part?.members.thought === true || (inCandidates && t[5]?.members.thought === true);
-    if (output) open.content = { parts: [{ text: '(over limits.maxEventBytes)', ...(thought ? { thought: true } : {}) }] };
-  }
-  chunk.candidates = [...h[1].elements, open, ...(inCandidates ? t[1]!.elements : [])];
-  return chunk;
 }
 
 /** A candidate's bit (`index` absent is candidate 0; past 30 they share the last bit). */

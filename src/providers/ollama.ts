@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { headSpine, tailSpine } from './json-edges.js';
+import { objectFromEdges } from './json-edges.js';
 import { EventKind, nonEmpty, addParts, count, num, numPart, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage, countUpdate, sent } from './types.js';
 
 /**
@@ -26,8 +26,9 @@ export class OllamaAdapter implements ResponseAdapter {
   readonly finishReasons = new FinishReasons();
 
   onEvent(ev: SseEvent): EventKind {
-    if (ev.oversize !== undefined) return this.oversize(ev.oversize.head, ev.oversize.tail);
-    const o = parseObject(ev.data);
+    // A line too large to keep (`/api/generate`'s last line, long by its `context`; a tool call's
+    // arguments) as far as its edges show it: the members before and after the long value.
+    const o = ev.oversize !== undefined ? objectFromEdges(ev.oversize.head, ev.oversize.tail) : parseObject(ev.data);
     if (!o) return EventKind.None;
     return this.onLine(o);
   }
@@ -51,16 +52,6 @@ export class OllamaAdapter implements ResponseAdapter {
       if (Array.isArray(m.tool_calls) && m.tool_calls.length > 0) return EventKind.Content;
     }
     return nonEmpty(o.response) || nonEmpty(o.thinking) ? EventKind.Content : EventKind.None;
-  }
-
-  /**
-   * A last line too large to keep (`/api/generate`'s `context`, the conversation's token ids,
-   * grows with it), from its first and last bytes: its members before the context (`done`,
-   * `done_reason`) and after it (the counts and durations), read as the line.
-   */
-  private oversize(head: string, tail: string): EventKind {
-    const o = { ...headSpine(head)[0]?.members, ...tailSpine(tail)[0]?.members };
-    return o.done === true ? this.onLine(o) : EventKind.None;
   }
 
   onBody(body: string): void {

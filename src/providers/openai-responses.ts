@@ -1,6 +1,6 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
-import { headSpine, tailSpine } from './json-edges.js';
+import { objectFromEdges } from './json-edges.js';
 import { EventKind, firstString, nonEmpty, count, obj, parseObject, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type Usage, countUpdate, sent } from './types.js';
 
 /** Delta events that carry generated output (non-empty `delta`). */
@@ -48,8 +48,8 @@ const READ_EVENTS = new Set(['response.created', 'response.completed', 'response
  * per event, except audio: a `response.audio.delta` carries many (see multiTokenEvents).
  * A stream that sends no deltas (some gateways relay only final events) has its output in the
  * `.done` events of DONE_EVENTS, one content event each (a part's whole text: not one token).
- * Usage: `response.completed` (or `response.incomplete`) → `response.usage`; from its edges when
- * it is over `limits.maxEventBytes` (it repeats the output: a generated image's base64).
+ * Usage: `response.completed` (or `response.incomplete`) → `response.usage`; as far as its edges
+ * show it when it is over `limits.maxEventBytes` (it repeats the output: a generated image's base64).
  * Finish reason: `incomplete_details.reason` of an incomplete response (`max_output_tokens`,
  * `content_filter`), else its `status` (`completed`).
  * In-band errors: `response.failed` (`response.error.code`) and `error`
@@ -98,12 +98,17 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
 
   onEvent(ev: SseEvent): EventKind {
     this.cumulativeOutputTokens = undefined; // a count of this event's, or none
-    if (ev.oversize !== undefined) return this.oversize(ev.type, ev.oversize.head, ev.oversize.tail);
     let type = ev.type;
     let o: Record<string, unknown> | undefined;
+    if (ev.oversize !== undefined) {
+      // An event too large to keep (`response.completed` repeating a generated image) as far as
+      // its edges show it: the response's status before its output, its usage after.
+      o = objectFromEdges(ev.oversize.head, ev.oversize.tail);
+      if (!o) return type === 'error' ? this.fail('error') : EventKind.None;
+    }
     if (type === '' || type === 'message') {
       // A server that omits `event:`: the payload's `type` says the same.
-      o = parseObject(ev.data);
+      o ??= parseObject(ev.data);
       if (!o) return EventKind.None;
       type = typeof o.type === 'string' ? o.type : '';
       // A chat-style error (`{"error":{…}}`, no `type`), as some gateways send one mid-stream.
@@ -132,7 +137,7 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
     // A reasoning item after the first content event (reasoning between tool calls): the
     // reasoning then lies inside the span TPOT divides, summarised or not. Before it: outside,
     // unless a summary of it is streamed.
-    if (type === 'response.output_item.added' && ev.data.includes('"reasoning"')) {
+    if (type === 'response.output_item.added' && (o !== undefined || ev.data.includes('"reasoning"'))) {
       o ??= parseObject(ev.data);
       const item = obj(o?.item);
       if (item?.type === 'reasoning') {
@@ -160,24 +165,6 @@ export class OpenAIResponsesAdapter implements ResponseAdapter {
       const e = r ? obj(r.error) : undefined;
       return this.fail(firstString(e?.code, e?.type) ?? 'response_failed');
     }
-    return EventKind.None;
-  }
-
-  /**
-   * A finished response's event too large to keep (its `response` repeats the output), from its
-   * first and last bytes: the `response` object's members before the cut in its output (status,
-   * why it is incomplete, model) and after the cut (usage, after `output` and `tools`).
-   */
-  private oversize(name: string, head: string, tail: string): EventKind {
-    const h = headSpine(head);
-    const named = name !== '' && name !== 'message' ? name : h[0]?.members.type;
-    if (named !== 'response.completed' && named !== 'response.incomplete') return EventKind.None;
-    // The top-level member the cuts lie in is `response` (nothing else in the event is large).
-    const response: Record<string, unknown> = { ...(h[0]?.open === 'response' ? h[1]?.members : undefined), ...tailSpine(tail)[1]?.members };
-    // As onEvent reads a finished response.
-    this.readResponse(response);
-    this.complete = true;
-    this.readFinish(response);
     return EventKind.None;
   }
 

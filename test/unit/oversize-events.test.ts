@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { GeminiInteractionsAdapter } from '../../src/providers/gemini-interactions.js';
 import { GeminiAdapter } from '../../src/providers/gemini.js';
 import { headSpine, tailSpine, type OpenContainer } from '../../src/providers/json-edges.js';
@@ -115,24 +115,64 @@ describe('the structure around the cuts of a JSON text too large to parse whole'
   }
 
   it('finds, on each side of any cut, the containers open across it and their members whole on that side', () => {
-    // Keys and strings full of quotes, backslashes, brackets, commas and colons, which only the structure tells apart.
-    const tricky = fc.string({ unit: fc.constantFrom('"', '\\', '{', '}', '[', ']', ',', ':', 'a', ' ', '°', 'u') });
+    // Keys and strings full of quotes, backslashes, brackets, commas and colons, which only the
+    // structure tells apart, and characters of 2-4 UTF-8 bytes and escapes (`\u0001`).
+    const tricky = fc.string({ unit: fc.constantFrom('"', '\\', '{', '}', '[', ']', ',', ':', 'a', ' ', '°', 'u', '😀', '\u0001', '\n') });
     const json = fc.letrec((tie) => ({
       v: fc.oneof({ depthSize: 'small', withCrossShrink: true }, tricky, fc.integer(), fc.double({ noNaN: true, noDefaultInfinity: true }), fc.boolean(), fc.constant(null), tie('a'), tie('o')),
       a: fc.array(tie('v'), { maxLength: 5 }),
       o: fc.dictionary(fc.oneof(tricky, fc.constant('__proto__')), tie('v'), { maxKeys: 5 }),
     })).o;
     fc.assert(
-      fc.property(json, fc.constantFrom(0, 1, 2), fc.nat(), (o, indent, at) => {
-        const text = JSON.stringify(o, null, indent);
-        const p = at % (text.length + 1);
-        const want = expected(containers(text), p);
+      fc.property(json, fc.constantFrom(0, 1, 2, '\t'), fc.boolean(), fc.nat(), (o, indent, crlf, at) => {
+        // Line ends outside strings (JSON.stringify escapes those inside) as CRLF or LF.
+        const text = crlf ? JSON.stringify(o, null, indent).replaceAll('\n', '\r\n') : JSON.stringify(o, null, indent);
+        // Cut at a byte, as EventEdges does: a character cut in two decodes as U+FFFD on each side.
+        const bytes = Buffer.from(text);
+        const b = at % (bytes.length + 1);
+        // The reference's cut in the text: before the cut character for the head, after it for the tail.
+        let before = 0;
+        let after = 0;
+        for (let i = 0, off = 0; i <= text.length; ) {
+          if (off <= b) before = i;
+          if (off >= b) {
+            after = i;
+            break;
+          }
+          const cp = text.codePointAt(i)!;
+          off += Buffer.byteLength(String.fromCodePoint(cp));
+          i += cp > 0xffff ? 2 : 1;
+        }
+        const root = containers(text);
         const plain = (spine: OpenContainer[]) => spine.map((c) => ({ ...c, members: { ...c.members } }));
-        expect(plain(headSpine(text.slice(0, p)))).toEqual(want.head);
-        expect(plain(tailSpine(text.slice(p)))).toEqual(want.tail.map((c) => c));
+        expect(plain(headSpine(bytes.subarray(0, b).toString()))).toEqual(expected(root, before).head);
+        expect(plain(tailSpine(bytes.subarray(b).toString()))).toEqual(expected(root, after).tail);
       }),
       { numRuns: 3000 },
     );
+  });
+
+  it('parses at most 512 members, and returns at most 32 containers, however many a hostile text has (review 152: 267 ms an event before)', () => {
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      for (const [read, text] of [
+        [tailSpine, `${','.repeat(65_535)}]`],
+        [tailSpine, `${',x'.repeat(32_767)}]`],
+        [tailSpine, ',x]'.repeat(21_845)],
+        [tailSpine, ']'.repeat(65_536)],
+        [headSpine, `[${',x'.repeat(511)}`],
+        [headSpine, '{"a":['.repeat(170)],
+      ] as const) {
+        parse.mockClear();
+        const spine = read(text);
+        expect(parse.mock.calls.length).toBeLessThanOrEqual(512);
+        expect(spine.length).toBeLessThanOrEqual(32);
+      }
+      // An array's elements past the budget keep their positions.
+      expect(tailSpine(`${',1'.repeat(300)}]`)[0]!.elements).toEqual([...Array(172).fill(undefined), ...Array(128).fill(1)]);
+    } finally {
+      parse.mockRestore();
+    }
   });
 
   it('reads a cut Responses event by where its fields are, not by how they are spelt', () => {
@@ -388,7 +428,7 @@ describe('an event over the cap reads as the same event under a cap it fits in',
   // and with a 64 MiB one, where they are parsed whole. What the adapter makes of them must not
   // differ, event by event (review 151 found these shapes read differently).
   const image = 'iVBORw0KGgo'.padEnd(1_500_000, 'QUFB');
-  type Shape = { name: string; adapter: () => ResponseAdapter; framing: 'sse' | 'ndjson' | 'json-array'; events: object[]; named?: (o: object) => string | undefined };
+  type Shape = { name: string; adapter: () => ResponseAdapter; framing: 'sse' | 'ndjson' | 'json-array'; events: object[]; named?: (o: object) => string | undefined; cap?: number };
   const cands = (...c: object[]) => ({ candidates: c, usageMetadata: { promptTokenCount: 9, totalTokenCount: 9 }, modelVersion: 'gemini-2.5-flash-image' });
   const usageOnly = (out: number, thoughts?: number) => ({ usageMetadata: { promptTokenCount: 9, candidatesTokenCount: out, ...(thoughts === undefined ? {} : { thoughtsTokenCount: thoughts }), totalTokenCount: 9 + out }, modelVersion: 'gemini-2.5-flash-image' });
   const imagePart = { inlineData: { mimeType: 'image/png', data: image } };
@@ -448,6 +488,56 @@ describe('an event over the cap reads as the same event under a cap it fits in',
       named: (o) => (o as { type: string }).type,
     },
     {
+      name: 'Responses: a response that failed after its image, and one written in the SDK field order without event: names',
+      adapter: () => new OpenAIResponsesAdapter(),
+      framing: 'sse',
+      events: [
+        { type: 'response.output_text.delta', delta: 'Hi' },
+        // openai-python's models declare `response, sequence_number, type`: a gateway that dumps them puts `type` last.
+        { response: { status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, model: 'gpt-5', output: [{ type: 'image_generation_call', result: image }], usage: { input_tokens: 11, output_tokens: 1290 } }, sequence_number: 5, type: 'response.incomplete' },
+        { type: 'response.failed', response: { status: 'failed', error: { code: 'server_error', message: 'x' }, model: 'gpt-5', output: [{ type: 'image_generation_call', result: image }] } },
+      ],
+    },
+    {
+      name: 'Responses: a gateway that relays only final events, one of them a long text',
+      adapter: () => new OpenAIResponsesAdapter(),
+      framing: 'sse',
+      events: [
+        { type: 'response.output_text.done', item_id: 'msg_1', output_index: 0, content_index: 0, text: 'x'.repeat(1_200_000) },
+        { type: 'response.completed', response: { status: 'completed', model: 'gpt-5', usage: { input_tokens: 1, output_tokens: 300_000 } } },
+      ],
+      named: (o) => (o as { type: string }).type,
+    },
+    {
+      name: 'Gemini under a cap below 64 KiB: the event is whole in its tail',
+      adapter: () => new GeminiAdapter(),
+      framing: 'sse',
+      cap: 16 * 1024,
+      events: [cands({ content: { parts: [{ text: 'y'.repeat(40_000) }], role: 'model' }, finishReason: 'STOP', index: 0 }), usageOnly(9000)],
+    },
+    {
+      name: 'Responses under a cap below 64 KiB',
+      adapter: () => new OpenAIResponsesAdapter(),
+      framing: 'sse',
+      cap: 16 * 1024,
+      events: [{ type: 'response.output_text.delta', delta: 'Hi' }, { type: 'response.completed', response: { status: 'completed', model: 'gpt-5', output: [{ type: 'image_generation_call', result: 'z'.repeat(40_000) }], usage: { input_tokens: 11, output_tokens: 1290 } } }],
+      named: (o) => (o as { type: string }).type,
+    },
+    ...interactions('Interactions: a thought step large by its signature, a model output step large by its image', [
+      { event_type: 'step.start', index: 0, step: { type: 'thought', signature: image } },
+      { event_type: 'step.start', index: 1, step: { type: 'model_output', content: [{ type: 'image', mime_type: 'image/png', data: image }] } },
+      { event_type: 'interaction.completed', interaction: { id: 'v1_1', status: 'completed', usage: { total_input_tokens: 9, total_output_tokens: 1290 } } },
+    ]),
+    {
+      name: 'Ollama: a tool call over the cap in a line before the last',
+      adapter: () => new OllamaAdapter(),
+      framing: 'ndjson',
+      events: [
+        { model: 'llama3.2', message: { role: 'assistant', content: '', tool_calls: [{ function: { name: 'write_file', arguments: { path: 'a.txt', content: image } } }] }, done: false },
+        { model: 'llama3.2', message: { role: 'assistant', content: '' }, done: true, done_reason: 'stop', eval_count: 400_000, eval_duration: 4e9, prompt_eval_count: 20 },
+      ],
+    },
+    {
       name: 'Ollama: the last line of /api/generate, large by its context',
       adapter: () => new OllamaAdapter(),
       framing: 'ndjson',
@@ -471,7 +561,7 @@ describe('an event over the cap reads as the same event under a cap it fits in',
     expect(wholeRun.oversize).toBe(0);
     for (const cuts of [[], [...Array(40).keys()].map((i) => i * 81_919 + 7)]) {
       const a = shape.adapter();
-      const r = run(a, shape.framing, splitAt(bytes, cuts));
+      const r = run(a, shape.framing, splitAt(bytes, cuts), shape.cap);
       expect(r.oversize).toBeGreaterThan(0);
       // Event by event: each one's kind, and what the adapter knows after it.
       expect([r.kinds, r.states]).toEqual([wholeRun.kinds, wholeRun.states]);
