@@ -237,7 +237,16 @@ function ttftLegShape(legs) {
     .slice(0, Math.max(1, Math.ceil(legs.length / 100)))
     .map(([t, rq, rs]) => `${t.toFixed(2)} (req ${rq.toFixed(2)}, resp ${rs.toFixed(2)})`)
     .join(', ');
-  return { n: legs.length, reqP50: q50(1), respP50: q50(2), reqStalled, respStalled, slowest };
+  // What is left of each TTFT once its two legs and the emitter's wait (having the request ->
+  // writing the first token) are taken out: 0 (to rounding) when all four come from the right
+  // stamps; a TTFT or a leg taken at another event or stamp leaves its difference.
+  let restMin = Infinity;
+  let restMax = -Infinity;
+  for (const [t, rq, rs, wait] of legs) {
+    restMin = Math.min(restMin, t - rq - rs - wait);
+    restMax = Math.max(restMax, t - rq - rs - wait);
+  }
+  return { n: legs.length, reqP50: q50(1), respP50: q50(2), reqStalled, respStalled, restMin, restMax, slowest };
 }
 
 function analyze(m) {
@@ -315,7 +324,7 @@ function analyze(m) {
         up.ttft.count++;
       }
       if (t0 !== undefined && sent1 !== undefined && m.ttftMs !== undefined)
-        ttftLegs.push([r.arr[1] - r.start, t0 - m.ttftMs - (origin + r.start), origin + r.arr[1] - sent1]);
+        ttftLegs.push([r.arr[1] - r.start, t0 - m.ttftMs - (origin + r.start), origin + r.arr[1] - sent1, sent1 - (t0 - m.ttftMs)]);
     }
     for (let k = 1; k <= n; k++) {
       const a = r.arr[k];

@@ -39,7 +39,7 @@ interface Results {
     /** ms from each event's due time to its arrival. */
     latency: { min: number; max: number };
     upstream?: Record<'ttft' | 'itl' | 'tpot', { sum: number; count: number }>;
-    ttftLegs?: { n: number; reqP50: number; respP50: number; reqStalled: number; respStalled: number };
+    ttftLegs?: { n: number; reqP50: number; respP50: number; reqStalled: number; respStalled: number; restMin: number; restMax: number };
     emitter: { lateness: { n: number; p50: number; max: number }; wakeLateness: { n: number; p50: number } };
   }>;
 }
@@ -91,11 +91,11 @@ describe('bench harness smoke', () => {
     // processes stopped for 50-300 ms at a time) it writes the overdue events at once, each
     // as late as the stall left it, which took the p50 of all events to 38-41 ms; a stall
     // lands in one sleep, whatever its length. A sleep of 1 ms granularity (Node's timers)
-    // is ~0.5-1 ms late for most events.
+    // is ~0.5-1 ms late for most events (0.55 ms at p50 in a run with one).
     const single = res.runs.find((r) => r.path === 'direct' && r.key === 'gap d=1.4 c=1')!;
     expect(single.emitter.lateness.n).toBeGreaterThan(300);
     expect(single.emitter.wakeLateness.n).toBeGreaterThan(20);
-    expect(single.emitter.wakeLateness.p50).toBeLessThan(0.5);
+    expect(single.emitter.wakeLateness.p50).toBeLessThan(0.3);
     // The gaps the client saw follow that schedule. Their mean is the span from the first
     // event's arrival to the last's over the gap count, so only those two events' delays move
     // it, and by no more than the spread of the arrival latencies (arrival − due) over the gap
@@ -106,12 +106,14 @@ describe('bench harness smoke', () => {
     expect(single.gap.n).toBeGreaterThan(300);
     expect(Math.abs(single.gap.mean - 1.4)).toBeLessThanOrEqual((single.latency.max - single.latency.min) / single.gap.n + 0.001);
     // A sequential TTFT run splits each request's time into its two legs on the shared clock:
-    // both positive. Each request's TTFT is its two legs plus the emitter's wait from having
-    // the request to writing the first token, at least its 10 ms: so each leg is at most the
-    // TTFT less 10 ms, request by request, and so are their p50s (a quantile keeps that order).
-    // A leg taken from the wrong stamp (the role chunk, sent at once, or the due time) breaks
-    // it by ~10 ms. (Before, the legs' p50s plus 10 ms had to be within 1.5 ms of the TTFT's
-    // p50: a sum of p50s is not the p50 of the sums, and one stalled request moves each.)
+    // both positive. Each request's TTFT is its two legs plus the emitter's wait from having the
+    // request to writing the first token, by its stamps: nothing is left of it once all three
+    // are taken out (a TTFT taken at the second event leaves 1.4 ms), and as the wait is at
+    // least the emitter's 10 ms, each leg is at most the TTFT less 10 ms, request by request,
+    // and so are their p50s (a quantile keeps that order; a response leg from the request's
+    // arrival breaks it by ~10 ms). (Before, the legs' p50s plus 10 ms had to be within 1.5 ms
+    // of the TTFT's p50: a sum of p50s is not the p50 of the sums, and one stalled request
+    // moves each.)
     const seq = res.runs.find((r) => r.path === 'direct' && r.key === 'ttft c=1')!;
     expect(seq.ttftLegs?.n).toBe(40);
     const legs = seq.ttftLegs!;
@@ -119,6 +121,8 @@ describe('bench harness smoke', () => {
     expect(legs.respP50).toBeGreaterThan(0);
     expect(legs.reqP50).toBeLessThanOrEqual(seq.ttft.p50 - 10);
     expect(legs.respP50).toBeLessThanOrEqual(seq.ttft.p50 - 10);
+    expect(Math.abs(legs.restMin)).toBeLessThan(0.001);
+    expect(Math.abs(legs.restMax)).toBeLessThan(0.001);
     // What the emitter sent, over the same streams (figure 7's upstream columns), against what
     // the client saw, by the order of events rather than fixed windows (review 150 failed the
     // windows, < 14 ms and within 1 ms, in 4 of 5 runs with its processes stopped for 50-300 ms
