@@ -1,4 +1,3 @@
-import { EventEdges } from './event-edges.js';
 import type { SseEvent } from './parser.js';
 import { PendingBytes } from './pending-bytes.js';
 
@@ -46,8 +45,6 @@ export class JsonArrayParser {
   private readonly pending: PendingBytes;
   /** A UTF-8 byte order mark may precede the array; bytes of it seen so far. */
   private bomSeen = 0;
-  /** The edges of the element over the cap being dropped (`pending.over`). */
-  private edges: EventEdges | undefined;
   oversizeElements = 0;
 
   constructor(
@@ -55,7 +52,7 @@ export class JsonArrayParser {
     opts: JsonArrayParserOptions = {},
   ) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
-    this.pending = new PendingBytes(this.maxEventBytes);
+    this.pending = new PendingBytes(this.maxEventBytes, true);
   }
 
   push(chunk: Uint8Array): void {
@@ -102,7 +99,7 @@ export class JsonArrayParser {
     this.depth = depth;
     this.inString = inString;
     this.escaped = escaped;
-    if (depth > 0 && start !== -1) this.hold(buf, start, len);
+    if (depth > 0 && start !== -1 && this.pending.add(buf, start, len)) this.oversizeElements++;
   }
 
   /** Skips a BOM and whitespace, then decides from the first byte: the index after `[`, or -1 (not decided, or not an array). */
@@ -127,43 +124,16 @@ export class JsonArrayParser {
   /** The element ends at `to` (exclusive); it began at `from` in this read, or in earlier ones (then `from` is 0 and bytes are pending). */
   private element(buf: Buffer, from: number, to: number): void {
     const pending = this.pending;
-    if (pending.length > 0 || pending.over) {
-      this.hold(buf, from, to);
-      if (pending.over) this.emitOversize();
-      else this.onEvent({ type: '', data: pending.bytes().toString('utf8'), id: undefined });
+    if (pending.length > 0 || pending.over || to - from > this.maxEventBytes) {
+      // an element that spans reads, or over the cap: its edges once it is
+      if (pending.add(buf, from, to)) this.oversizeElements++;
+      if (pending.over) {
+        const edges = pending.edges!;
+        this.onEvent({ type: '', data: '', id: undefined, oversize: { head: edges.head(), tail: edges.tail() } });
+      } else this.onEvent({ type: '', data: pending.bytes().toString('utf8'), id: undefined });
       pending.clear();
       return;
     }
-    if (to - from > this.maxEventBytes) {
-      this.oversizeElements++;
-      (this.edges = new EventEdges()).add(buf, from, to);
-      this.emitOversize();
-      return;
-    }
     this.onEvent({ type: '', data: buf.toString('utf8', from, to), id: undefined });
-  }
-
-  /** Keeps `buf[from, to)` of an element that spans reads; past the cap, only its edges. */
-  private hold(buf: Buffer, from: number, to: number): void {
-    const pending = this.pending;
-    if (pending.over) {
-      this.edges!.add(buf, from, to);
-      return;
-    }
-    if (pending.length + (to - from) > this.maxEventBytes) {
-      const edges = (this.edges = new EventEdges());
-      const held = pending.bytes();
-      edges.add(held, 0, held.length);
-      edges.add(buf, from, to);
-      this.oversizeElements++;
-    }
-    pending.add(buf, from, to); // over the cap: lets go of what it held
-  }
-
-  /** An element over the cap ended: dispatched with empty data and its edges. */
-  private emitOversize(): void {
-    const edges = this.edges!;
-    this.edges = undefined;
-    this.onEvent({ type: '', data: '', id: undefined, oversize: { head: edges.head(), tail: edges.tail() } });
   }
 }

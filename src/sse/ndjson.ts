@@ -1,4 +1,3 @@
-import { EventEdges } from './event-edges.js';
 import type { SseEvent } from './parser.js';
 import { PendingBytes } from './pending-bytes.js';
 
@@ -26,8 +25,6 @@ export class NdjsonParser {
   private readonly pending: PendingBytes;
   /** No line has ended yet: the first may start with a UTF-8 BOM, which JSON.parse would refuse. */
   private first = true;
-  /** The edges of the line over the cap being dropped (`pending.over`). */
-  private edges: EventEdges | undefined;
   oversizeLines = 0;
 
   constructor(
@@ -35,7 +32,7 @@ export class NdjsonParser {
     opts: NdjsonParserOptions = {},
   ) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
-    this.pending = new PendingBytes(this.maxEventBytes);
+    this.pending = new PendingBytes(this.maxEventBytes, true);
   }
 
   push(chunk: Uint8Array): void {
@@ -46,27 +43,18 @@ export class NdjsonParser {
     while (i < len) {
       const j = buf.indexOf(LF, i);
       if (j === -1) {
-        if (pending.over) this.edges!.add(buf, i, len);
-        else this.add(buf, i, len);
+        if (pending.add(buf, i, len)) this.oversizeLines++;
         return;
       }
-      if (pending.over) {
-        // the rest of a line that went over the cap
-        this.edges!.add(buf, i, j);
-        this.emitOversize();
-      } else if (pending.length > 0) {
-        if (this.add(buf, i, j)) this.emitOversize();
+      if (pending.length > 0 || pending.over || j - i > this.maxEventBytes) {
+        // a line that spans reads, or over the cap: its edges once it is
+        if (pending.add(buf, i, j)) this.oversizeLines++;
+        if (pending.over) this.emitOversize();
         else {
           const line = pending.bytes();
           this.emit(line, 0, line.length);
         }
-      } else {
-        if (j - i > this.maxEventBytes) {
-          this.oversizeLines++;
-          (this.edges = new EventEdges()).add(buf, i, j);
-          this.emitOversize();
-        } else this.emit(buf, i, j);
-      }
+      } else this.emit(buf, i, j);
       pending.clear();
       i = j + 1;
     }
@@ -83,22 +71,9 @@ export class NdjsonParser {
     pending.clear();
   }
 
-  /** Keeps `buf[from, to)` of a line that spans reads; true when it took the line over the cap. */
-  private add(buf: Buffer, from: number, to: number): boolean {
-    const pending = this.pending;
-    if (pending.length + (to - from) <= this.maxEventBytes) return pending.add(buf, from, to);
-    const edges = (this.edges = new EventEdges());
-    const held = pending.bytes();
-    edges.add(held, 0, held.length);
-    edges.add(buf, from, to);
-    this.oversizeLines++;
-    return pending.add(buf, from, to); // over: lets go of what it held
-  }
-
   /** A line over the cap ended: dispatched with empty data and its edges. */
   private emitOversize(): void {
-    const edges = this.edges!;
-    this.edges = undefined;
+    const edges = this.pending.edges!;
     this.first = false;
     this.onEvent({ type: '', data: '', id: undefined, oversize: { head: edges.head(), tail: edges.tail() } });
   }
