@@ -10,7 +10,7 @@
 // Processes: this orchestrator (idle while measuring), the ground-truth emitter
 // (bench/lib/emitter.mjs), the load client (bench/lib/client.mjs) and one
 // process per path under test. See bench/README.md for the method.
-import { fork } from 'node:child_process';
+import { execFileSync, fork } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -37,7 +37,8 @@ const USAGE = `usage: node bench/run.mjs [options]      (npm run bench [-- optio
   --phases=a,b,...        of ${KNOWN_PHASES.join(', ')} (default all; sustain needs gap)
   --gap=DxC,...           only these gap scenarios (Δ ms × streams), e.g. 1.4x100,20x1000
   --mem=N1xN2             the memory ramp's two stream counts
-  --out=DIR               where latest.md/.json and added-gap.svg go (default bench/results)
+  --out=DIR               where latest.md/.json and added-gap.svg go (default bench/results for
+                          a full run of everything, bench/results/scratch for any other)
   --profile=DIR           this proxy's paths under node --cpu-prof, profiles written to DIR
   --quiet-budget=MS       how long to wait for a quiet machine before the run (default 240000)
   --dry-run               print what would run (mode, paths, phases, repetitions, output) and exit
@@ -77,7 +78,11 @@ for (const [what, given, known] of [['path', PATHS, KNOWN_PATHS], ['phase', PHAS
   }
 }
 const REPS = Number(opt('reps', QUICK ? 1 : 3));
-const OUT = path.resolve(opt('out', path.join(HERE, 'results')));
+// Only a full run as committed (every path, phase and scenario, 3 repetitions, this proxy's
+// own flags) replaces bench/results/latest.*: the README's block is rendered from it, and a test
+// fails when they disagree. Any other run goes to bench/results/scratch/ unless --out says where.
+const AS_COMMITTED = !QUICK && ['reps', 'paths', 'phases', 'gap', 'mem', 'profile'].every((o) => opt(o, null) === null) && !process.env.BENCH_PROXY_NODE_FLAGS;
+const OUT = path.resolve(opt('out', path.join(HERE, 'results', ...(AS_COMMITTED ? [] : ['scratch']))));
 // --profile=DIR: start this proxy's two paths with node --cpu-prof (written on exit)
 const PROFILE_DIR = opt('profile', null);
 
@@ -150,6 +155,18 @@ if (GAP_ONLY) {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error(`[bench ${((performance.now() - T0) / 1000).toFixed(1)}s]`, ...a);
 const T0 = performance.now();
+
+/** The commit measured ("-dirty" when the proxy or the bench differ from it), or null outside a git checkout. */
+function measuredCommit() {
+  const git = (...args) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  try {
+    const dirty = git('status', '--porcelain', '--', 'src', 'bench/lib', 'bench/run.mjs', 'bench/peers', 'package.json', 'package-lock.json', 'tsconfig.build.json') !== '';
+    return `${git('rev-parse', '--short', 'HEAD')}${dirty ? '-dirty' : ''}`;
+  } catch {
+    return null;
+  }
+}
+const COMMIT = measuredCommit();
 
 // ---------------------------------------------------------------- processes
 let cleaned = false;
@@ -682,6 +699,7 @@ async function main() {
     cpuModel: os.cpus()[0]?.model,
     kernel: os.release(),
     memGiB: Math.round(os.totalmem() / 2 ** 30),
+    commit: COMMIT,
     durationS: (performance.now() - T0) / 1000,
     quietWaitS: quietSpent / 1000,
     paths: pathStatus,

@@ -455,7 +455,7 @@ export function writeReports({ meta, runs, out }) {
   }
 
   const parts = [];
-  parts.push(`# llm-latency-proxy streaming benchmark — ${meta.mode} run, ${meta.date}`);
+  parts.push(`# llm-latency-proxy streaming benchmark — ${meta.mode} run${meta.commit ? ` of ${meta.commit}` : ''}, ${meta.date}`);
   parts.push(
     `Node ${meta.node}, ${meta.cpus} × ${meta.cpuModel}, ${meta.memGiB} GiB, Linux ${meta.kernel}; loopback; emitter, client and path in separate processes competing for ${meta.cpus} cores (a worst case). ` +
       `Each figure: median [min–max] over ${meta.reps} repetition(s), paths alternated within each repetition (direct first, the others in reverse order in every second repetition). "Added" = path − direct in the same repetition. Times in ms. Run took ${meta.durationS.toFixed(0)} s.`,

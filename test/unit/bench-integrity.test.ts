@@ -2,6 +2,7 @@
 // path can make to a stream is counted once, as what it is, wherever it happens and however
 // the bytes are split into reads.
 import { spawnSync } from 'node:child_process';
+import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: the bench is plain JavaScript, with no types
@@ -162,8 +163,15 @@ describe('bench/run.mjs options', () => {
     const plan = (...args: string[]) => {
       const r = run('--dry-run', ...args);
       expect(r.status, `${args.join(' ')}: ${r.stderr}`).toBe(0);
-      return JSON.parse(r.stdout) as { mode: string; paths: string[]; phases: string[]; reps: number; gap: string | null; profile: string | null };
+      return JSON.parse(r.stdout) as { mode: string; paths: string[]; phases: string[]; reps: number; out: string; gap: string | null; profile: string | null };
     };
+    // Only the full run of everything replaces the results the README is rendered from.
+    const results = path.resolve('bench/results');
+    expect(plan().out).toBe(results);
+    for (const args of [['--quick'], ['--phases=gap'], ['--paths=direct,proxy'], ['--reps=1'], ['--gap=1.4x100'], ['--mem=10x20'], ['--profile=/tmp/prof']]) {
+      expect(plan(...args).out, args.join(' ')).toBe(path.join(results, 'scratch'));
+    }
+    expect(plan('--quick', '--out=/tmp/x').out).toBe('/tmp/x');
     expect(plan()).toMatchObject({ mode: 'full', reps: 3, paths: ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'], phases: ['ttft', 'gap', 'sustain', 'mem', 'cancel'] });
     expect(plan('--quick')).toMatchObject({ mode: 'quick', reps: 1 });
     expect(plan('--paths=direct,proxy,nginx', '--phases=ttft,gap', '--reps=3', '--out=/tmp/x')).toMatchObject({ paths: ['direct', 'proxy', 'nginx'], phases: ['ttft', 'gap'], reps: 3 });
