@@ -1,0 +1,44 @@
+#!/usr/bin/env node
+// Writes (or checks) the README's benchmark block from bench/results/latest.json.
+//
+//   node bench/readme.mjs --check                 exit 1 when the README's block is not what the results give
+//   node bench/readme.mjs --write [--bracket=F]   rewrite the block; F: a summary of an earlier run,
+//                                                 shown in brackets (default: the one the README names)
+//   node bench/readme.mjs --summary=OUT           write latest.json's summary (kept in bench/results/runs/)
+//   --results=FILE                                a results file other than bench/results/latest.json
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { readBlock, renderBlock, summarize, writeBlock } from './lib/readme-summary.mjs';
+
+const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const argv = process.argv.slice(2);
+const opt = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
+const known = /^--(check|write|summary=.+|bracket=.+|results=.+)$/;
+const unknown = argv.filter((a) => !known.test(a));
+if (unknown.length || argv.length === 0) {
+  process.stderr.write(`${unknown.length ? `unknown option ${unknown.join(' ')}\n` : ''}usage: node bench/readme.mjs --check | --write [--bracket=SUMMARY.json] | --summary=OUT.json  [--results=latest.json]\n`);
+  process.exit(2);
+}
+
+const resultsFile = path.resolve(ROOT, opt('results') ?? 'bench/results/latest.json');
+const summary = summarize(JSON.parse(fs.readFileSync(resultsFile, 'utf8')));
+const summaryOut = opt('summary');
+if (summaryOut) {
+  fs.writeFileSync(summaryOut, `${JSON.stringify(summary, null, 1)}\n`);
+  process.stdout.write(`wrote ${summaryOut}\n`);
+}
+if (argv.includes('--write') || argv.includes('--check')) {
+  const readmeFile = path.join(ROOT, 'README.md');
+  const readme = fs.readFileSync(readmeFile, 'utf8');
+  const bracketRel = opt('bracket') ?? readBlock(readme).bracket;
+  const bracket = bracketRel ? JSON.parse(fs.readFileSync(path.resolve(ROOT, bracketRel), 'utf8')) : null;
+  const body = renderBlock(summary, bracket);
+  if (argv.includes('--write')) {
+    fs.writeFileSync(readmeFile, writeBlock(readme, body, bracketRel ? path.relative(ROOT, path.resolve(ROOT, bracketRel)) : null));
+    process.stdout.write(`README.md: benchmark block written from ${path.relative(ROOT, resultsFile)}${bracketRel ? `, bracket ${bracketRel}` : ''}\n`);
+  } else if (readBlock(readme).body !== body) {
+    process.stderr.write(`README.md's benchmark block is not what ${path.relative(ROOT, resultsFile)} gives: run node bench/readme.mjs --write\n`);
+    process.exit(1);
+  } else process.stdout.write('README.md: benchmark block matches the results\n');
+}
