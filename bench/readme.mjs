@@ -6,6 +6,8 @@
 //                                                 shown in brackets (default: the one the README names)
 //   node bench/readme.mjs --summary=OUT           write latest.json's summary (kept in bench/results/runs/)
 //   --results=FILE                                a results file other than bench/results/latest.json
+// File options are relative to the current directory; the bracket the README's marker names is
+// relative to the repository.
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -21,7 +23,7 @@ if (unknown.length || argv.length === 0) {
   process.exit(2);
 }
 
-const resultsFile = path.resolve(ROOT, opt('results') ?? 'bench/results/latest.json');
+const resultsFile = opt('results') ? path.resolve(opt('results')) : path.join(ROOT, 'bench/results/latest.json');
 const summary = summarize(JSON.parse(fs.readFileSync(resultsFile, 'utf8')));
 const summaryOut = opt('summary');
 if (summaryOut) {
@@ -31,12 +33,14 @@ if (summaryOut) {
 if (argv.includes('--write') || argv.includes('--check')) {
   const readmeFile = path.join(ROOT, 'README.md');
   const readme = fs.readFileSync(readmeFile, 'utf8');
-  const bracketRel = opt('bracket') ?? readBlock(readme).bracket;
-  const bracket = bracketRel ? JSON.parse(fs.readFileSync(path.resolve(ROOT, bracketRel), 'utf8')) : null;
+  const named = readBlock(readme).bracket;
+  const bracketFile = opt('bracket') ? path.resolve(opt('bracket')) : named ? path.join(ROOT, named) : null;
+  const bracket = bracketFile ? JSON.parse(fs.readFileSync(bracketFile, 'utf8')) : null;
   const body = renderBlock(summary, bracket);
   if (argv.includes('--write')) {
-    fs.writeFileSync(readmeFile, writeBlock(readme, body, bracketRel ? path.relative(ROOT, path.resolve(ROOT, bracketRel)) : null));
-    process.stdout.write(`README.md: benchmark block written from ${path.relative(ROOT, resultsFile)}${bracketRel ? `, bracket ${bracketRel}` : ''}\n`);
+    const rel = bracketFile ? path.relative(ROOT, bracketFile).split(path.sep).join('/') : null;
+    fs.writeFileSync(readmeFile, writeBlock(readme, body, rel));
+    process.stdout.write(`README.md: benchmark block written from ${path.relative(ROOT, resultsFile)}${rel ? `, bracket ${rel}` : ''}\n`);
   } else if (readBlock(readme).body !== body) {
     process.stderr.write(`README.md's benchmark block is not what ${path.relative(ROOT, resultsFile)} gives: run node bench/readme.mjs --write\n`);
     process.exit(1);

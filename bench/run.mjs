@@ -78,10 +78,12 @@ for (const [what, given, known] of [['path', PATHS, KNOWN_PATHS], ['phase', PHAS
   }
 }
 const REPS = Number(opt('reps', QUICK ? 1 : 3));
-// Only a full run as committed (every path, phase and scenario, 3 repetitions, this proxy's
-// own flags) replaces bench/results/latest.*: the README's block is rendered from it, and a test
-// fails when they disagree. Any other run goes to bench/results/scratch/ unless --out says where.
-const AS_COMMITTED = !QUICK && ['reps', 'paths', 'phases', 'gap', 'mem', 'profile'].every((o) => opt(o, null) === null) && !process.env.BENCH_PROXY_NODE_FLAGS;
+// Only a full run as committed (every path, phase and scenario, 3 repetitions, no BENCH_*
+// setting that changes what is measured) replaces bench/results/latest.*: the README's block is
+// rendered from it, and a test fails when they disagree. Any other run goes to
+// bench/results/scratch/ unless --out says where. (BENCH_KEEP_TMP only keeps the logs.)
+const SETTINGS = Object.keys(process.env).filter((k) => k.startsWith('BENCH_') && k !== 'BENCH_KEEP_TMP' && process.env[k] !== '');
+const AS_COMMITTED = !QUICK && ['reps', 'paths', 'phases', 'gap', 'mem', 'profile'].every((o) => opt(o, null) === null) && SETTINGS.length === 0;
 const OUT = path.resolve(opt('out', path.join(HERE, 'results', ...(AS_COMMITTED ? [] : ['scratch']))));
 // --profile=DIR: start this proxy's two paths with node --cpu-prof (written on exit)
 const PROFILE_DIR = opt('profile', null);

@@ -1,7 +1,7 @@
 // The README's benchmark section, rendered from a run's results rather than typed from them.
 //
 // summarize(results) keeps the few hundred figures the README shows (a results file is ~800 KB,
-// a summary ~30 KB, small enough to keep for every full run in bench/results/runs/ and to put a
+// a summary ~50 KB, small enough to keep for every full run in bench/results/runs/ and to put a
 // past run beside the latest in brackets). renderBlock(summary, bracket) writes the Markdown
 // between the README's markers; bench/readme.mjs writes or checks it, and a unit test fails when
 // the README and bench/results/latest.json disagree.
@@ -9,9 +9,9 @@
 const PATHS = ['proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
 const HEAD = { proxy: 'this proxy', 'proxy-nometrics': 'metrics off', nginx: 'nginx (1 worker)', 'http-proxy': 'http-proxy', portkey: 'Portkey' };
 
-/** An aggregate reduced to what is shown, at 4 significant digits (enough for 3 shown). */
-const slim = (a) => (a && Number.isFinite(a.median) ? { median: r4(a.median), min: r4(a.min), max: r4(a.max), n: a.n } : null);
-const r4 = (x) => (Number.isFinite(x) ? Number(x.toPrecision(4)) : null);
+/** An aggregate as measured: values are rounded once, where they are shown (rounding here too moved some). */
+const slim = (a) => (a && Number.isFinite(a.median) ? { median: a.median, min: a.min, max: a.max, n: a.n } : null);
+const raw = (x) => (Number.isFinite(x) ? x : null);
 const pick = (obj, keys, f = slim) => Object.fromEntries(keys.filter((k) => obj?.[k] !== undefined).map((k) => [k, f(obj[k])]));
 
 /** The README's figures from a results file (bench/results/latest.json). */
@@ -38,7 +38,8 @@ export function summarize(results) {
       ttftRequests: meta.plan?.ttft?.find((t) => t.sequential)?.count ?? null,
       memRamp: meta.plan?.mem ? [meta.plan.mem.n1, meta.plan.mem.n2] : null,
       sustainMs: meta.plan?.sustainMs ?? null,
-      foreignCoresMax: foreign.length ? r4(Math.max(...foreign)) : null,
+      phases: meta.phases ?? null,
+      foreignCoresMax: foreign.length ? Math.max(...foreign) : null,
     },
     ttft: Object.fromEntries(
       // direct too: its legs are the floor the others' are read against
@@ -55,7 +56,7 @@ export function summarize(results) {
     integrity: per(F.integrity, (x) => ({ ...x })),
     metricsCost: {
       busiest: F.metricsCost?.busiest?.scenario ?? null,
-      scenarios: (F.metricsCost?.scenarios ?? []).map((s) => ({ scenario: s.scenario, onCpuShare: slim(s.onCpuShare), steadyRatio: r4(s.steadyRatio), wholeRatio: r4(s.wholeRatio) })),
+      scenarios: (F.metricsCost?.scenarios ?? []).map((s) => ({ scenario: s.scenario, onCpuShare: slim(s.onCpuShare), steadyRatio: raw(s.steadyRatio), wholeRatio: raw(s.wholeRatio) })),
     },
     accuracy: Object.entries(F.accuracy).map(([scenario, e]) => ({
       scenario,
@@ -68,11 +69,11 @@ export function summarize(results) {
         ]),
       ),
     })),
-    targets: targets.map((t) => ({ target: t.target, value: r4(t.value), limit: t.limit, met: t.met, note: t.note })),
+    targets: targets.map((t) => ({ target: t.target, value: raw(t.value), limit: t.limit, met: t.met, note: t.note, ...(t.unmeasured ? { unmeasured: true } : {}) })),
   };
 }
 
-/** Three significant digits, as the README has always shown them ("0.45", "19.3", "879,000"). */
+/** As the README has always shown figures: two decimals below 10, else three significant digits ("0.45", "19.3", "879,000"). */
 export function num(x) {
   if (x === null || x === undefined || Number.isNaN(x)) return '–';
   if (!Number.isFinite(x)) return String(x);
@@ -85,6 +86,8 @@ export function num(x) {
   return /^-0\.?0*$/.test(s) ? s.slice(1) : s; // no sign on what rounds to zero
 }
 const med = (a) => num(a?.median);
+/** Accuracy errors are hundredths of a millisecond or less: three decimals. */
+const ms3 = (x) => (Number.isFinite(x) ? (/^-0\.0*$/.test(x.toFixed(3)) ? x.toFixed(3).slice(1) : x.toFixed(3)) : '–');
 const range = (a) => (a ? `${num(a.min)}–${num(a.max)}` : '–');
 /** "a / b" of two aggregates' medians. */
 const pair = (x, f1, f2) => (x ? `${med(x[f1])} / ${med(x[f2])}` : '–');
@@ -113,17 +116,26 @@ export function renderBlock(cur, bracket = null) {
   const b = bracket;
   const br = (s) => (b ? ` [${s}]` : '');
   const m = cur.meta;
+  const reps = (n) => `${n} repetition${n === 1 ? '' : 's'}`;
+  const ALL_PHASES = ['ttft', 'gap', 'sustain', 'mem', 'cancel'];
+  const partial = m.phases && ALL_PHASES.some((ph) => !m.phases.includes(ph)) ? `, phases ${m.phases.join(', ')} only` : '';
   out.push(
-    `Run: \`npm run bench\` (${m.mode}: ${m.reps} repetition${m.reps === 1 ? '' : 's'}, ${int(m.durationS)} s)` +
+    `Run: \`npm run bench${m.mode === 'quick' ? ' -- --quick' : ''}\` (${m.mode}: ${reps(m.reps)}${partial}, ${int(m.durationS)} s)` +
       `${m.commit ? ` of commit ${m.commit}` : ''}, finished ${m.date.slice(0, 16).replace('T', ' ')} UTC; Node ${m.node}, ${m.cpus} × ${m.cpuModel}, ${m.memGiB} GiB, Linux ${m.kernel}; ` +
-      `other processes used at most ${num(m.foreignCoresMax)} core during any measurement. Median of ${m.reps} repetitions (every figure's min–max: bench/results/latest.md). ` +
+      (m.foreignCoresMax === null ? '' : `other processes used at most ${num(m.foreignCoresMax)} core during any measurement. `) +
+      `${m.reps > 1 ? `Median of ${reps(m.reps)}` : 'One repetition'} (every figure's min–max: bench/results/latest.md). ` +
       `"Added" = through the path − direct, same repetition.` +
-      (b ? ` In brackets, this proxy in an earlier full run${b.meta.commit ? ` of ${b.meta.commit}` : ''} (finished ${b.meta.date.slice(0, 16).replace('T', ' ')} UTC, ${int(b.meta.durationS)} s).` : ''),
+      (b && paths.includes('proxy') ? ` In brackets, this proxy in an earlier ${b.meta.mode} run${b.meta.commit ? ` of ${b.meta.commit}` : ''} (finished ${b.meta.date.slice(0, 16).replace('T', ' ')} UTC, ${int(b.meta.durationS)} s).` : ''),
   );
 
   // 1. The figures, one row each, every path in a column.
   const rows = [];
-  const row = (label, get, getB = get) => rows.push([label, ...paths.map((p) => get(p, cur) + (p === 'proxy' && b ? br(getB(p, b)) : ''))]);
+  // A row whose figure no path has (its phase did not run) is left out, not shown as dashes.
+  const row = (label, get, getB = get) => {
+    const cells = paths.map((p) => get(p, cur));
+    if (cells.every((c) => c === '–')) return;
+    rows.push([label, ...cells.map((c, i) => c + (paths[i] === 'proxy' && b && getB ? br(getB('proxy', b)) : ''))]);
+  };
   const ttftKeys = Object.keys(cur.ttft);
   for (const k of ttftKeys) {
     const c = Number(/c=(\d+)/.exec(k)?.[1]);
@@ -132,13 +144,13 @@ export function renderBlock(cur, bracket = null) {
   }
   let first = true;
   for (const k of Object.keys(cur.gap)) {
-    const sc = scenarioOf(k);
-    const batched = sc && sc.delta < 5 && sc.c > 1 ? ', batched' : '';
-    row(`${first ? 'added latency per event p50 / p99, ' : '… '}${scenarioText(k)}${batched} (ms)`, (p, s) => pair(s.gap[k]?.[p], 'addedP50', 'addedP99'));
-    first = false;
+    const label = first ? `added latency per event p50 / p99 (every stream's event k due at t0 + k·Δ), ${scenarioText(k)} (ms)` : `… ${scenarioText(k)} (ms)`;
+    const before = rows.length;
+    row(label, (p, s) => pair(s.gap[k]?.[p], 'addedP50', 'addedP99'));
+    if (rows.length > before) first = false;
   }
   row(
-    `streams sustained at Δ 20 ms, ${(m.sustainMs ?? 0) / 1000} s per level (added per-event p99 ≤ 5 ms, no gap > 200 ms): median [min–max]`,
+    `streams sustained at Δ 20 ms${m.sustainMs ? `, ${m.sustainMs / 1000} s per level` : ''} (added per-event p99 ≤ 5 ms, no gap > 200 ms): median [min–max]`,
     (p, s) => {
       const x = s.sustained[p]?.streams;
       return x ? `${count(x.median)} [${count(x.min)}–${count(x.max)}]` : '–';
@@ -163,32 +175,39 @@ export function renderBlock(cur, bracket = null) {
   });
   const evs = paths.map((p) => cur.integrity[p]?.events).filter(Number.isFinite);
   const mil = (n) => (n / 1e6).toFixed(1);
-  row(`lost / merged / altered events, streams of another request, requests refused (of ${mil(Math.min(...evs))}–${mil(Math.max(...evs))} M events per path)`, (p, s) => {
+  const of = evs.length ? ` (of ${mil(Math.min(...evs))}–${mil(Math.max(...evs))} M events per path)` : '';
+  row(`lost (or undelivered) / merged / altered events, streams of another request, requests refused${of}`, (p, s) => {
     const x = s.integrity[p];
     return x ? `${x.lost + x.undelivered} / ${x.merged} / ${x.mismatched}, ${x.misrouted}, ${x.refused}` : '–';
-  }, () => '');
-  // The integrity row's bracket says nothing useful: drop its empty brackets.
-  rows[rows.length - 1] = rows[rows.length - 1].map((c) => c.replace(/ \[\]$/, ''));
+  }, null); // an earlier run's zeros say nothing here
   out.push(mdTable(['figure', ...paths.map((p) => HEAD[p])], rows));
 
   // 2. The issue's targets, with this run's verdict and the bracket run's.
-  const verdict = (t) => (t ? (t.met === null ? 'no verdict' : t.met ? 'met' : 'missed') : 'not run');
+  // A target the run could not measure is a failure of the run, said as such.
+  const verdict = (t) => (t ? (t.unmeasured ? 'missed (unmeasured)' : t.met === null ? 'no verdict' : t.met ? 'met' : 'missed') : 'not run');
+  const value = (t) => (t?.unmeasured ? 'unmeasured' : num(t?.value));
   const bt = new Map((b?.targets ?? []).map((t) => [t.target, t]));
-  const trows = cur.targets
-    .filter((t) => !t.target.startsWith('measurement error'))
-    .map((t) => [t.target, `${num(t.value)}${br(num(bt.get(t.target)?.value))}`, t.limit, `${verdict(t)}${br(verdict(bt.get(t.target)))}`, t.note]);
-  const acc = cur.targets.filter((t) => t.target.startsWith('measurement error'));
-  const accMissed = acc.filter((t) => t.met === false);
-  const accLine =
-    `measurement error (${acc.length} checks: TTFT, ITL and TPOT means of /metrics against the client, worst repetition, tolerance max(1 % of the mean, 0.1 ms))`;
-  const accB = (b?.targets ?? []).filter((t) => t.target.startsWith('measurement error'));
-  trows.push([
-    accLine,
-    `${acc.length - accMissed.length} of ${acc.length} within${b ? ` [${accB.filter((t) => t.met !== false).length} of ${accB.length}]` : ''}`,
-    'every one',
-    `${accMissed.length ? 'missed' : 'met'}${b ? br(accB.some((t) => t.met === false) ? 'missed' : 'met') : ''}`,
-    accMissed.length ? `over: ${accMissed.map((t) => t.target.replace('measurement error ', '')).join(', ')} (figure 7 below)` : '',
-  ]);
+  const isAcc = (t) => t.target.startsWith('measurement error');
+  const trows = cur.targets.filter((t) => !isAcc(t)).map((t) => [t.target, `${value(t)}${br(value(bt.get(t.target)))}`, t.limit, `${verdict(t)}${br(verdict(bt.get(t.target)))}`, t.note]);
+  // The accuracy checks in one row: how many were within, and which were not.
+  const accCount = (ts) => {
+    const acc = ts.filter(isAcc);
+    const within = acc.filter((t) => t.met === true).length;
+    const over = acc.filter((t) => t.met !== true);
+    return { n: acc.length, within, over, verdict: acc.length === 0 ? 'no verdict' : over.some((t) => t.met === false) ? 'missed' : over.length ? 'no verdict' : 'met' };
+  };
+  const checks = (c, what = ' within') => (c.n ? `${c.within} of ${c.n}${what}` : 'none run');
+  const ac = accCount(cur.targets);
+  const acb = b ? accCount(b.targets) : null;
+  if (ac.n > 0 || (acb && acb.n > 0)) {
+    trows.push([
+      'measurement error (TTFT, ITL and TPOT means of /metrics against the client, worst repetition, tolerance max(1 % of the mean, 0.1 ms))',
+      `${checks(ac)}${acb ? ` [${checks(acb, '')}]` : ''}`,
+      'every one',
+      `${ac.verdict}${acb ? br(acb.verdict) : ''}`,
+      ac.over.length ? `not within: ${ac.over.map((t) => t.target.replace('measurement error ', '')).join(', ')} (accuracy table below)` : '',
+    ]);
+  }
   out.push('Against the issue\'s targets (ratios of the unrounded figures):\n\n' + mdTable(['target', 'value', 'limit', 'verdict', 'detail'], trows));
 
   // 3. TTFT at one stream, by leg: where the first event's time went.
@@ -215,28 +234,28 @@ export function renderBlock(cur, bracket = null) {
 
   // 4. Accuracy, per scenario.
   const ab = new Map((b?.accuracy ?? []).map((a) => [a.scenario, a]));
-  const accRows = cur.accuracy.map((a) => {
+  const accRows = (cur.accuracy ?? []).map((a) => {
     if (a.error) return [a.scenario, `scrape failed: ${a.error}`, '', '', '', '', '', ''];
     const x = ab.get(a.scenario);
     const e = (k, f) => (a[k] ? f(a[k]) : '–');
     return [
       a.scenario.startsWith('gap ') ? scenarioText(a.scenario) : a.scenario.replace(/^ttft c=(\d+)/, (_, c) => (c === '1' ? 'TTFT scenario, 1 stream' : `TTFT scenario, ${c} new requests`)),
-      e('itl', (y) => num(y.absErrMs.max)) + (b ? ` [${x?.itl ? num(x.itl.absErrMs.max) : '–'}]` : ''),
-      e('tpot', (y) => num(y.absErrMs.max)),
-      e('itl', (y) => num(y.tolMs.min)),
+      e('itl', (y) => ms3(y.absErrMs.max)) + (b ? ` [${x?.itl ? ms3(x.itl.absErrMs.max) : '–'}]` : ''),
+      e('tpot', (y) => ms3(y.absErrMs.max)),
+      e('itl', (y) => ms3(y.tolMs.min)),
       e('itl', (y) => (y.countsMatch && (!a.tpot || a.tpot.countsMatch) ? 'equal' : 'DIFFER')),
-      e('itl', (y) => num(y.errUpMs.median)),
+      e('itl', (y) => ms3(y.errUpMs?.median)),
       // TTFT is judged in the TTFT scenarios only: in the others the streams start under load.
       a.scenario.startsWith('ttft') ? e('ttft', (y) => num(y.errMs.median)) : '–',
       a.held === undefined ? '–' : String(a.held),
     ];
   });
-  out.push(
+  if (accRows.length) out.push(
     'Measurement accuracy (figure 7: the proxy\'s `/metrics` sums and counts against the client\'s observations of the same run; ms; "vs emitter" is the proxy\'s mean gap minus what the emitter wrote, median of the repetitions):\n\n' +
       mdTable(['scenario', 'ITL error, worst repetition', 'TPOT error, worst repetition', 'tolerance', 'counts', 'ITL vs emitter', 'TTFT proxy − client', 'streams held by the client'], accRows),
   );
 
-  // 5. What the measurement costs, in every batched scenario.
+  // 5. What the measurement costs, in every gap scenario that ran both ways.
   const mb = new Map((b?.metricsCost?.scenarios ?? []).map((s) => [s.scenario, s]));
   const costRows = cur.metricsCost.scenarios.map((s) => {
     const x = mb.get(s.scenario);
@@ -248,7 +267,7 @@ export function renderBlock(cur, bracket = null) {
       num(s.wholeRatio) + (b ? ` [${num(x?.wholeRatio)}]` : ''),
     ];
   });
-  out.push(
+  if (costRows.length) out.push(
     'Events per core-second with metrics on ÷ off, per scenario (the proxy\'s CPU share in the steady window, i.e. the middle 60 % of the schedule):\n\n' +
       mdTable(['scenario', "proxy's CPU share, steady", 'on ÷ off, steady', 'on ÷ off, whole run'], costRows),
   );
@@ -259,7 +278,8 @@ export const BEGIN = '<!-- bench-table: generated by `node bench/readme.mjs --wr
 export const END = '<!-- /bench-table -->';
 
 /** The README's generated block: its text, and the bracket file its marker names (or null). */
-export function readBlock(readme) {
+export function readBlock(text) {
+  const readme = text.replace(/\r\n/g, '\n'); // a CRLF checkout reads as the LF one
   const i = readme.indexOf(BEGIN);
   const j = readme.indexOf(END);
   if (i < 0 || j < i) throw new Error(`README has no bench block (${BEGIN} … ${END})`);
@@ -270,7 +290,8 @@ export function readBlock(readme) {
 }
 
 /** The README with its block replaced by `body`, the marker naming `bracket`. */
-export function writeBlock(readme, body, bracket) {
+export function writeBlock(text, body, bracket) {
+  const readme = text.replace(/\r\n/g, '\n');
   const { start, end } = readBlock(readme);
   const marker = `${BEGIN} from bench/results/latest.json${bracket ? `; bracket: ${bracket}` : ''} -->`;
   return `${readme.slice(0, start)}${marker}\n\n${body}\n${END}${readme.slice(end)}`;

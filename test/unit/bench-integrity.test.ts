@@ -128,7 +128,12 @@ describe('bench integrity check', () => {
 });
 
 describe('bench/run.mjs options', () => {
-  const run = (...args: string[]) => spawnSync(process.execPath, ['bench/run.mjs', ...args], { encoding: 'utf8', timeout: 20_000 });
+  const run = (...args: string[]) => runWith({}, ...args);
+  /** With the environment's BENCH_* settings replaced by `env`. */
+  const runWith = (env: Record<string, string>, ...args: string[]) => {
+    const base = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('BENCH_')));
+    return spawnSync(process.execPath, ['bench/run.mjs', ...args], { encoding: 'utf8', timeout: 20_000, env: { ...base, ...env } });
+  };
 
   it('--help prints the options and starts nothing', () => {
     const r = run('--help');
@@ -172,6 +177,13 @@ describe('bench/run.mjs options', () => {
       expect(plan(...args).out, args.join(' ')).toBe(path.join(results, 'scratch'));
     }
     expect(plan('--quick', '--out=/tmp/x').out).toBe('/tmp/x');
+    // a setting that changes what is measured, too; keeping the logs does not
+    const outWith = (env: Record<string, string>) => JSON.parse(runWith(env, '--dry-run').stdout).out;
+    const settings: Record<string, string>[] = [{ BENCH_PROXY_NODE_FLAGS: '--trace-gc' }, { BENCH_EMITTER_BUSYWAIT: '1' }, { BENCH_HEAP_SNAPSHOT_DIR: '/tmp/h' }];
+    for (const env of settings) {
+      expect(outWith(env), JSON.stringify(env)).toBe(path.join(results, 'scratch'));
+    }
+    expect(outWith({ BENCH_KEEP_TMP: '1' })).toBe(results);
     expect(plan()).toMatchObject({ mode: 'full', reps: 3, paths: ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'], phases: ['ttft', 'gap', 'sustain', 'mem', 'cancel'] });
     expect(plan('--quick')).toMatchObject({ mode: 'quick', reps: 1 });
     expect(plan('--paths=direct,proxy,nginx', '--phases=ttft,gap', '--reps=3', '--out=/tmp/x')).toMatchObject({ paths: ['direct', 'proxy', 'nginx'], phases: ['ttft', 'gap'], reps: 3 });

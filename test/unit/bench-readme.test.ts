@@ -26,7 +26,52 @@ describe("README's benchmark block", () => {
     const { meta } = results;
     expect(block.body).toContain(`finished ${meta.date.slice(0, 16).replace('T', ' ')} UTC`);
     expect(block.body).toContain(`${Math.round(meta.durationS).toLocaleString('en-US')} s`);
-    for (const p of ['nginx (1 worker)', 'http-proxy', 'Portkey', 'metrics off']) expect(block.body).toContain(`| ${p} |`);
+    for (const p of ['this proxy', 'nginx (1 worker)', 'http-proxy', 'Portkey', 'metrics off']) expect(block.body).toContain(`| ${p} |`);
+  });
+
+  it('is of a full run of everything, as the README says', () => {
+    const { meta } = results;
+    expect(meta).toMatchObject({ mode: 'full', reps: 3, phases: ['ttft', 'gap', 'sustain', 'mem', 'cancel'] });
+    for (const p of ['direct', 'proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey']) expect(meta.paths[p], p).toEqual({ ok: true });
+  });
+
+  // Read from latest.json's figures here, not through summarize(), so that a renderer that
+  // takes the wrong field or column fails even though the README agrees with it.
+  it("puts latest.json's figures in the right rows and columns", () => {
+    const F = results.figures;
+    const tables: string[] = block.body.split('\n\n').filter((t: string) => t.startsWith('|'));
+    const cell = (tableHead: string, rowStart: RegExp, column: string) => {
+      const t = tables.find((x) => x.startsWith(`| ${tableHead} |`) && x.split('\n')[0]!.includes(`| ${column} |`));
+      expect(t, tableHead).toBeDefined();
+      const lines = t!.split('\n').map((l: string) => l.split('|').slice(1, -1).map((c) => c.trim()));
+      const col = lines[0]!.indexOf(column);
+      const row = lines.find((r: string[]) => rowStart.test(r[0] ?? ''));
+      expect(col, column).toBeGreaterThan(0);
+      expect(row, String(rowStart)).toBeDefined();
+      return row![col];
+    };
+    const pair = (x: { addedP50: { median: number }; addedP99: { median: number } }) => `${num(x.addedP50.median)} / ${num(x.addedP99.median)}`;
+    const t1 = F.ttft['ttft c=1'];
+    expect(cell('figure', /^added TTFT p50 \/ p99, 1 stream/, 'this proxy')).toBe(`${pair(t1.proxy)} [${pair(bracket.ttft['ttft c=1'].proxy)}]`);
+    expect(cell('figure', /^added TTFT p50 \/ p99, 1 stream/, 'http-proxy')).toBe(pair(t1['http-proxy']));
+    expect(cell('figure', /^… Δ 1.4 ms × 100 streams/, 'nginx (1 worker)')).toBe(pair(F.gap['gap d=1.4 c=100'].nginx));
+    expect(cell('figure', /^… Δ 20 ms × 1,000 streams/, 'metrics off')).toBe(pair(F.gap['gap d=20 c=1000']['proxy-nometrics']));
+    const hp = F.sustained['http-proxy'].streams;
+    expect(cell('figure', /^streams sustained/, 'http-proxy')).toBe(`${hp.median} [${hp.min}–${hp.max}]`);
+    const mem = F.memory.proxy;
+    expect(cell('figure', /^RSS per open stream/, 'this proxy')).toMatch(
+      new RegExp(`^${[mem.rssPerStreamKiB, mem.youngPerStreamKiB, mem.rssSecondRampKiB].map((a) => num(a.median)).join(' / ')}; ${num(mem.heapPerStreamKiB.median)} \\[`),
+    );
+    expect(cell('figure', /^cancellation/, 'nginx (1 worker)')).toBe(num(F.cancellation.nginx.p99.median));
+    expect(cell('figure', /^cancellation/, 'http-proxy')).toBe('never closed');
+    expect(cell('path', /^this proxy$/, 'request leg p50 (ms)')).toMatch(new RegExp(`^${num(t1.proxy.requestLegP50.median)} \\[`));
+    expect(cell('path', /^nginx/, 'response leg p50 (ms)')).toBe(num(t1.nginx.responseLegP50.median));
+    const acc = F.accuracy['gap d=1.4 c=1000'].itl;
+    expect(cell('scenario', /^Δ 1.4 ms × 1,000 streams$/, 'ITL error, worst repetition')).toMatch(new RegExp(`^${acc.absErrMs.max.toFixed(3)} \\[`));
+    expect(cell('scenario', /^Δ 1.4 ms × 1,000 streams$/, 'ITL vs emitter')).toBe(acc.errUpMs.median.toFixed(3).replace(/^-(0\.0+)$/, '$1'));
+    const busy = F.metricsCost.busiest;
+    expect(cell('scenario', /\(busiest\)$/, 'on ÷ off, steady')).toMatch(new RegExp(`^${num(busy.steadyRatio)} \\[`));
+    expect(cell('scenario', /\(busiest\)$/, "proxy's CPU share, steady")).toMatch(new RegExp(`^${num(busy.onCpuShare.median)} \\[`));
   });
 
   it('shows each of the issue targets with its verdict, and no other verdict', () => {
@@ -52,6 +97,18 @@ describe("README's benchmark block", () => {
     expect(renderBlock(later, bracket)).not.toBe(body);
   });
 
+  it('fails on a figure of the README changed by hand', () => {
+    const row = block.body.split('\n').find((l: string) => l.startsWith('| added TTFT p50 / p99, 1 stream'));
+    const edited = readme.replace(row, row.replace(/\| (\d+\.\d+) \//, (_: string, v: string) => `| ${(Number(v) + 0.5).toFixed(2)} /`));
+    expect(edited).not.toBe(readme);
+    expect(readBlock(edited).body).not.toBe(renderBlock(summarize(results), bracket));
+  });
+
+  it('reads the same from a CRLF checkout', () => {
+    const crlf = readme.replace(/\n/g, '\r\n');
+    expect(readBlock(crlf)).toMatchObject({ body: block.body, bracket: block.bracket });
+  });
+
   it('is replaced in place, keeping the text around it and the bracket it names', () => {
     const again = writeBlock(readme, block.body, block.bracket);
     expect(again).toBe(readme);
@@ -70,6 +127,57 @@ describe('bench summary', () => {
     const t = results.figures.ttft['ttft c=1'].proxy.addedP99;
     expect(s.ttft['ttft c=1'].proxy.addedP99.median).toBeCloseTo(t.median, 3);
     expect(s.targets).toHaveLength(results.targets.length);
+  });
+
+  it('renders runs of fewer phases, paths or checks without a misleading word', () => {
+    type Results = typeof results;
+    const variant = (f: (r: Results) => void) => {
+      const r = structuredClone(results);
+      f(r);
+      return renderBlock(summarize(r), summarize(results));
+    };
+    const quick = variant((r) => {
+      r.meta.mode = 'quick';
+      r.meta.reps = 1;
+    });
+    expect(quick).toContain('`npm run bench -- --quick` (quick: 1 repetition,');
+    expect(quick).toContain('One repetition');
+    // no accuracy checks at all: no verdict, not a vacuous "0 of 0 … met"
+    const noAcc = variant((r) => {
+      r.targets = r.targets.filter((t: { target: string }) => !t.target.startsWith('measurement error'));
+      r.figures.accuracy = {};
+    });
+    expect(noAcc).not.toMatch(/0 of 0/);
+    expect(noAcc).not.toContain('Measurement accuracy');
+    // a check without a verdict is not counted as within
+    const nullAcc = variant((r) => {
+      for (const t of r.targets) if (t.target.startsWith('measurement error')) t.met = null;
+    });
+    expect(nullAcc).toMatch(/\| 0 of 20 within \[16 of 20\] \| every one \| no verdict \[missed\] \|/);
+    const unmeasured = variant((r) => {
+      const t = r.targets.find((x: { target: string }) => x.target === 'cancellation p99');
+      Object.assign(t, { value: null, met: false, unmeasured: true });
+    });
+    expect(unmeasured).toMatch(/\| cancellation p99 \| unmeasured \[[\d.]+\] \| <= 20 ms \| missed \(unmeasured\) \[met\] \|/);
+    // phases that did not run leave their rows out
+    const gapOnly = variant((r) => {
+      r.meta.phases = ['gap'];
+      r.figures.ttft = {};
+      r.figures.sustained = {};
+      r.figures.memory = {};
+      r.figures.cancellation = {};
+      r.figures.integrity = {};
+      r.targets = r.targets.filter((t: { target: string }) => /^added gap|^events\/s|\(gap d=/.test(t.target));
+    });
+    expect(gapOnly).toContain('phases gap only');
+    expect(gapOnly).not.toMatch(/added TTFT|streams sustained|RSS per open stream|cancellation →|TTFT at 1 stream by leg/);
+    // a run whose proxy did not start: no proxy column, so no bracket sentence about it
+    const noProxy = variant((r) => {
+      r.meta.paths.proxy = { ok: false, error: 'EADDRINUSE' };
+    });
+    expect(noProxy).not.toContain('| this proxy |');
+    expect(noProxy).not.toContain('In brackets');
+    for (const text of [quick, noAcc, nullAcc, unmeasured, gapOnly, noProxy]) expect(text).not.toMatch(/NaN|undefined|Infinity|\[\]/);
   });
 
   it('refuses a file that is not a results file', () => {
