@@ -158,15 +158,24 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error(`[bench ${((performance.now() - T0) / 1000).toFixed(1)}s]`, ...a);
 const T0 = performance.now();
 
-/** The commit measured ("-dirty" when the proxy or the bench differ from it), or null outside a git checkout. */
+/**
+ * The commit measured: "-dirty" when the proxy or the bench differ from it, "+stale-dist" when a
+ * file in src/ is newer than the build the proxy's paths run (dist/cli.js: `node bench/run.mjs`
+ * without `npm run build`). Null outside a git checkout.
+ */
 function measuredCommit() {
   const git = (...args) => execFileSync('git', ['-C', ROOT, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+  let commit;
   try {
     const dirty = git('status', '--porcelain', '--', 'src', 'bench/lib', 'bench/run.mjs', 'bench/peers', 'package.json', 'package-lock.json', 'tsconfig.build.json') !== '';
-    return `${git('rev-parse', '--short', 'HEAD')}${dirty ? '-dirty' : ''}`;
+    commit = `${git('rev-parse', '--short', 'HEAD')}${dirty ? '-dirty' : ''}`;
   } catch {
     return null;
   }
+  const built = fs.statSync(path.join(ROOT, 'dist', 'cli.js'), { throwIfNoEntry: false })?.mtimeMs ?? 0;
+  const newest = (dir) =>
+    fs.readdirSync(dir, { withFileTypes: true }).reduce((t, e) => Math.max(t, e.isDirectory() ? newest(path.join(dir, e.name)) : fs.statSync(path.join(dir, e.name)).mtimeMs), 0);
+  return newest(path.join(ROOT, 'src')) > built ? `${commit}+stale-dist` : commit;
 }
 const COMMIT = measuredCommit();
 
@@ -284,7 +293,7 @@ function pathCpu(p) {
 // QUIET_BUDGET_MS per bench run. The foreign load during the run is recorded.
 const QUIET_BUDGET_MS = QUICK ? 0 : Number(opt('quiet-budget', 240_000));
 if (flag('dry-run')) {
-  process.stdout.write(`${JSON.stringify({ mode: QUICK ? 'quick' : 'full', paths: PATHS, phases: PHASES, reps: REPS, out: OUT, gap: GAP_ONLY, mem: MEM_ONLY, profile: PROFILE_DIR, quietBudgetMs: QUIET_BUDGET_MS })}\n`);
+  process.stdout.write(`${JSON.stringify({ mode: QUICK ? 'quick' : 'full', paths: PATHS, phases: PHASES, reps: REPS, out: OUT, commit: COMMIT, gap: GAP_ONLY, mem: MEM_ONLY, profile: PROFILE_DIR, quietBudgetMs: QUIET_BUDGET_MS })}\n`);
   process.exit(0);
 }
 let quietSpent = 0;

@@ -2,6 +2,7 @@
 // path can make to a stream is counted once, as what it is, wherever it happens and however
 // the bytes are split into reads.
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
@@ -190,6 +191,20 @@ describe('bench/run.mjs options', () => {
     expect(plan('--paths=proxy,proxy-alt', '--phases=ttft', '--reps=5')).toMatchObject({ paths: ['direct', 'proxy', 'proxy-alt'], reps: 5 });
     expect(plan('--phases=gap', '--gap=20x250,1.4x100')).toMatchObject({ gap: '20x250,1.4x100' });
     expect(plan('--quick', '--phases=gap', '--profile=/tmp/prof')).toMatchObject({ profile: '/tmp/prof' });
+  });
+
+  it("records the commit measured, and says when the proxy's build is older than its source", () => {
+    const commitOf = () => JSON.parse(run('--dry-run').stdout).commit as string;
+    const head = spawnSync('git', ['rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).stdout.trim();
+    expect(commitOf()).toMatch(new RegExp(`^${head}(-dirty)?$`)); // npm test built dist/ just now
+    const cli = path.resolve('dist/cli.js');
+    const { atime, mtime } = fs.statSync(cli);
+    try {
+      fs.utimesSync(cli, atime, new Date(0)); // a build from before any source file
+      expect(commitOf()).toMatch(new RegExp(`^${head}(-dirty)?\\+stale-dist$`));
+    } finally {
+      fs.utimesSync(cli, atime, mtime);
+    }
   });
 });
 
