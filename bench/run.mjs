@@ -175,7 +175,11 @@ function measuredCommit() {
   const built = fs.statSync(path.join(ROOT, 'dist', 'cli.js'), { throwIfNoEntry: false })?.mtimeMs ?? 0;
   const newest = (dir) =>
     fs.readdirSync(dir, { withFileTypes: true }).reduce((t, e) => Math.max(t, e.isDirectory() ? newest(path.join(dir, e.name)) : fs.statSync(path.join(dir, e.name)).mtimeMs), 0);
-  return newest(path.join(ROOT, 'src')) > built ? `${commit}+stale-dist` : commit;
+  try {
+    return newest(path.join(ROOT, 'src')) > built ? `${commit}+stale-dist` : commit;
+  } catch {
+    return commit; // a file gone while it was read: the mark is a hint, not worth failing the run for
+  }
 }
 const COMMIT = measuredCommit();
 
