@@ -77,8 +77,8 @@ describe("README's benchmark block", () => {
   it('shows each of the issue targets with its verdict, and no other verdict', () => {
     const rows = block.body.split('\n').filter((l: string) => / \| (met|missed|no verdict)( \[(met|missed|no verdict|not run)\])? \| /.test(l));
     const judged = results.targets.filter((t: { target: string }) => !t.target.startsWith('measurement error'));
-    // one row per target, plus the measurement-error summary row
-    expect(rows).toHaveLength(judged.length + 1);
+    // one row per target, plus the measurement-error rows (ITL and TPOT; TTFT)
+    expect(rows).toHaveLength(judged.length + 2);
     for (const t of judged) {
       const line = rows.find((l: string) => l.startsWith(`| ${t.target} |`));
       expect(line, t.target).toBeDefined();
@@ -153,7 +153,8 @@ describe('bench summary', () => {
     const nullAcc = variant((r) => {
       for (const t of r.targets) if (t.target.startsWith('measurement error')) t.met = null;
     });
-    expect(nullAcc).toMatch(/\| 0 of 20 within \[16 of 20\] \| every one \| no verdict \[missed\] \|/);
+    expect(nullAcc).toMatch(/ITL and TPOT .*\| 0 of 18 within \[16 of 18\] \| every one \| no verdict \[missed\] \|/);
+    expect(nullAcc).toMatch(/TTFT .*\| 0 of 2 within \[0 of 2\] \| every one \| no verdict \[missed\] \|/);
     const unmeasured = variant((r) => {
       const t = r.targets.find((x: { target: string }) => x.target === 'cancellation p99');
       Object.assign(t, { value: null, met: false, unmeasured: true });
