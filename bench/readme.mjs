@@ -33,7 +33,8 @@ if (summaryOut) {
 if (argv.includes('--write') || argv.includes('--check')) {
   const readmeFile = path.join(ROOT, 'README.md');
   const readme = fs.readFileSync(readmeFile, 'utf8');
-  const named = readBlock(readme).bracket;
+  const block = readBlock(readme);
+  const named = block.bracket;
   const bracketFile = opt('bracket') ? path.resolve(opt('bracket')) : named ? path.join(ROOT, named) : null;
   const bracket = bracketFile ? JSON.parse(fs.readFileSync(bracketFile, 'utf8')) : null;
   const body = renderBlock(summary, bracket);
@@ -41,7 +42,7 @@ if (argv.includes('--write') || argv.includes('--check')) {
     const rel = bracketFile ? path.relative(ROOT, bracketFile).split(path.sep).join('/') : null;
     fs.writeFileSync(readmeFile, writeBlock(readme, body, rel));
     process.stdout.write(`README.md: benchmark block written from ${path.relative(ROOT, resultsFile)}${rel ? `, bracket ${rel}` : ''}\n`);
-  } else if (readBlock(readme).body !== body) {
+  } else if (block.body !== body) {
     process.stderr.write(`README.md's benchmark block is not what ${path.relative(ROOT, resultsFile)} gives: run node bench/readme.mjs --write\n`);
     process.exit(1);
   } else process.stdout.write('README.md: benchmark block matches the results\n');

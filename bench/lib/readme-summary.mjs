@@ -6,6 +6,8 @@
 // between the README's markers; bench/readme.mjs writes or checks it, and a unit test fails when
 // the README and bench/results/latest.json disagree.
 
+import { fmt } from './stats.mjs';
+
 const PATHS = ['proxy', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
 const HEAD = { proxy: 'this proxy', 'proxy-nometrics': 'metrics off', nginx: 'nginx (1 worker)', 'http-proxy': 'http-proxy', portkey: 'Portkey' };
 
@@ -75,19 +77,13 @@ export function summarize(results) {
 
 /** As the README has always shown figures: two decimals below 10, else three significant digits ("0.45", "19.3", "879,000"). */
 export function num(x) {
-  if (x === null || x === undefined || Number.isNaN(x)) return '–';
-  if (!Number.isFinite(x)) return String(x);
   const a = Math.abs(x);
-  let s;
-  if (a >= 1000) s = Math.round(Number(x.toPrecision(3))).toLocaleString('en-US');
-  else if (a >= 100) s = x.toFixed(0);
-  else if (a >= 10) s = x.toFixed(1);
-  else s = x.toFixed(2);
-  return /^-0\.?0*$/.test(s) ? s.slice(1) : s; // no sign on what rounds to zero
+  // fmt: '–' for nothing, and no sign on what rounds to zero
+  return Number.isFinite(x) && a >= 1000 ? Math.round(Number(x.toPrecision(3))).toLocaleString('en-US') : fmt(x, a >= 100 ? 0 : a >= 10 ? 1 : 2);
 }
 const med = (a) => num(a?.median);
 /** Accuracy errors are hundredths of a millisecond or less: three decimals. */
-const ms3 = (x) => (Number.isFinite(x) ? (/^-0\.0*$/.test(x.toFixed(3)) ? x.toFixed(3).slice(1) : x.toFixed(3)) : '–');
+const ms3 = (x) => fmt(x, 3);
 const range = (a) => (a ? `${num(a.min)}–${num(a.max)}` : '–');
 /** "a / b" of two aggregates' medians. */
 const pair = (x, f1, f2) => (x ? `${med(x[f1])} / ${med(x[f2])}` : '–');
@@ -96,14 +92,10 @@ const int = (n) => Number(n).toLocaleString('en-US');
 /** A count (a median of counts may be a half). */
 const count = (n) => (Number.isInteger(n) ? int(n) : num(n));
 
-/** "gap d=1.4 c=100" → { delta: 1.4, c: 100 } */
-const scenarioOf = (key) => {
-  const m = /d=([\d.]+) c=(\d+)/.exec(key);
-  return m ? { delta: Number(m[1]), c: Number(m[2]) } : null;
-};
+/** "gap d=1.4 c=100" → "Δ 1.4 ms × 100 streams" */
 const scenarioText = (key) => {
-  const s = scenarioOf(key);
-  return s ? `Δ ${s.delta} ms × ${int(s.c)} stream${s.c === 1 ? '' : 's'}` : key;
+  const m = /d=([\d.]+) c=(\d+)/.exec(key);
+  return m ? `Δ ${m[1]} ms × ${int(m[2])} stream${m[2] === '1' ? '' : 's'}` : key;
 };
 
 /**
