@@ -165,7 +165,9 @@ describe('bench/run.mjs options', () => {
     }
   });
 
-  it('every invocation the docs show parses as meant (--dry-run)', () => {
+  // 21 bench processes one after another: 1.7 s alone, but up to 35 s in full suites while
+  // promtool's mutation runs held both cores, over half the unit tests' 60 s.
+  it('every invocation the docs show parses as meant (--dry-run)', { timeout: 120_000 }, () => {
     const plan = (...args: string[]) => {
       const r = run('--dry-run', ...args);
       expect(r.status, `${args.join(' ')}: ${r.stderr}`).toBe(0);

@@ -61,6 +61,267 @@ const cases: AlertCase[] = TEST_FILES.flatMap((f) => {
   return doc.tests.flatMap((t) => t.alert_rule_test ?? []);
 });
 
+/** A promtool test file run against rules changed by one mutation: it must fail, as `expect` says. */
+interface Mutation {
+  name: string;
+  rules: string;
+  file: string;
+  expect: RegExp;
+}
+
+/** Each guarded threshold or clause, changed, with the test file whose cases near it must catch it. */
+function guardedMutations(): Mutation[] {
+  const mutate = (f: (p: build.Params) => void): build.Params => {
+    const p = structuredClone(params);
+    f(p);
+    return p;
+  };
+  /** The rules rendered from params changed by `f`, annotations and all. */
+  const rendered = (f: (p: build.Params) => void): string => build.renderRulesFile(mutate(f));
+  /**
+   * The committed rules with every expression rendered from params changed by `f`: the
+   * annotations still name the real threshold, so only a case near it can fail (a changed
+   * threshold in the expected annotations would fail every firing case of the alert).
+   */
+  const exprsOf = (f: (p: build.Params) => void): string => {
+    const groups = build.ruleGroups(params);
+    const changed = build.ruleGroups(mutate(f));
+    groups.forEach((g, i) => g.rules.forEach((r, j) => (r.expr = changed[i]!.rules[j]!.expr)));
+    return YAML.stringify({ groups }, { lineWidth: 0, indent: 2 });
+  };
+  /** The committed rules with one edit of an expression (a change params.yaml cannot make). */
+  const edited = (from: RegExp, to: string): string => {
+    const rules = build.renderRulesFile(params);
+    const out = rules.replace(from, to);
+    if (out === rules) throw new Error(`mutation ${from} matches nothing in the rules`);
+    return out;
+  };
+  // promtool's report of an alert_rule_test: `alertname: A, time: T,` then `exp:[...]` and
+  // `got:[...]` (alerts as Labels:{...} Annotations:{...}; no "]" inside them).
+  const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+  /** `alert` fired with `label` (name="value") where the case expected no such alert. */
+  const fires = (alert: string, label: string) =>
+    new RegExp(`alertname: ${alert}, [^\\n]*\\n\\s*exp:\\[(?![^\\]]*${esc(label)})[^\\]]*\\],\\s*got:\\[[^\\]]*${esc(label)}`);
+  /** `alert` with `label` was expected and did not fire. */
+  const misses = (alert: string, label: string) =>
+    new RegExp(`alertname: ${alert}, [^\\n]*\\n\\s*exp:\\[[^\\]]*${esc(label)}[^\\]]*\\],\\s*got:\\[(?![^\\]]*${esc(label)})`);
+  const model = (m: string) => `gen_ai_request_model="${m}"`;
+  return [
+    {
+      // the 1.4 -> 1.5 ms model (gpt-4.1, 1.17x) must then fire
+      name: 'regression factor 1.1',
+      rules: rendered((p) => (p.alerts.itlRegression.factor = 1.1)),
+      file: 'regression.test.yaml',
+      expect: /LLMProxyITLRegression[\s\S]*gpt-4\.1"/,
+    },
+    {
+      // every blip then outlasts for: (o4-mini is the blip model of each group, proxy-2 the blipping
+      // proxy); gpt-4o's objective alert, pending from 19m, fires at 20m
+      name: 'for: 1m everywhere',
+      rules: rendered((p) => Object.values(p.alerts).forEach((a) => (a.for = '1m'))),
+      file: 'alerts.test.yaml',
+      expect: new RegExp(
+        [
+          'LLMProxyITLAboveObjective, time: 20m',
+          'LLMProxyITLAboveObjective", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="gpt-4o"',
+          'LLMProxyHighErrorRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+          'LLMProxyHighCancellationRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+          'LLMProxyStreamStalls", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+          'LLMProxySaturated", instance="proxy-2:9464"',
+          'LLMProxyDown", instance="proxy-2:9464"',
+          'LLMProxyModelNoData", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
+        ]
+          .map((s) => `(?=[\\s\\S]*${s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')})`)
+          .join(''),
+      ),
+    },
+    {
+      // the low-traffic models then page
+      name: 'minRequestRate 0.01',
+      rules: rendered((p) =>
+        Object.values(p.alerts).forEach((a) => {
+          if ('minRequestRate' in a) a.minRequestRate = 0.01;
+        }),
+      ),
+      file: 'alerts.test.yaml',
+      expect: /gpt-4\.1-nano/,
+    },
+    {
+      // gpt-4o-mini's own 20 ms objective must be what makes it fire
+      name: 'no per-model objectives',
+      rules: rendered((p) => (p.alerts.itlObjective.perModel = {})),
+      file: 'alerts.test.yaml',
+      expect: /LLMProxyITLAboveObjective/,
+    },
+    // The edges (bands.test.yaml, bands-regression.test.yaml): each change below passed every
+    // other case (review 116).
+    // Stall threshold 1 %: cases at 0.99 % and 1.01 %.
+    ...[0.0001, 0.0098].map((t) => ({
+      name: `stall threshold ${t}`,
+      rules: exprsOf((p) => (p.alerts.stalls.threshold = t)),
+      file: 'bands.test.yaml',
+      expect: fires('LLMProxyStreamStalls', model('gpt-4.1')),
+    })),
+    ...[0.0102, 0.019].map((t) => ({
+      name: `stall threshold ${t}`,
+      rules: exprsOf((p) => (p.alerts.stalls.threshold = t)),
+      file: 'bands.test.yaml',
+      expect: misses('LLMProxyStreamStalls', model('gpt-4o')),
+    })),
+    {
+      // the proxy exports le="1" (Prometheus 2 keeps it): a rule for Prometheus 3's "1.0" alone misses it
+      name: 'stall bucket matched as le="1.0" only',
+      rules: edited(/le=~"1\|1\.0"/, 'le="1.0"'),
+      file: 'bands.test.yaml',
+      expect: misses('LLMProxyStreamStalls', model('gpt-4o')),
+    },
+    // Event-loop p99 50 ms: proxies at 49 and 51 ms.
+    {
+      name: 'event-loop threshold 0.048',
+      rules: exprsOf((p) => (p.alerts.proxySaturated!.eventLoopP99Seconds = 0.048)),
+      file: 'bands.test.yaml',
+      expect: fires('LLMProxySaturated', 'instance="proxy-0:9464"'),
+    },
+    {
+      name: 'event-loop threshold 0.052',
+      rules: exprsOf((p) => (p.alerts.proxySaturated!.eventLoopP99Seconds = 0.052)),
+      file: 'bands.test.yaml',
+      expect: misses('LLMProxySaturated', 'instance="proxy-1:9464"'),
+    },
+    // No data, sustainedShare 0.8: models with traffic in 20 and 27 of 31 steps.
+    {
+      name: 'noData sustainedShare 0.5',
+      rules: exprsOf((p) => (p.alerts.noData.sustainedShare = 0.5)),
+      file: 'bands.test.yaml',
+      expect: fires('LLMProxyModelNoData', model('bursty')),
+    },
+    {
+      name: 'noData sustainedShare 0.9',
+      rules: exprsOf((p) => (p.alerts.noData.sustainedShare = 0.9)),
+      file: 'bands.test.yaml',
+      expect: misses('LLMProxyModelNoData', model('steady')),
+    },
+    {
+      // another job's failing target on the proxy's address
+      name: 'LLMProxyDown joined on instance only',
+      rules: edited(/and on \(job, instance\)\n(\s*)max_over_time\(/, 'and on (instance)\n$1max_over_time('),
+      file: 'bands.test.yaml',
+      expect: fires('LLMProxyDown', 'job="kubernetes-pods"'),
+    },
+    // Two providers of one model: each is its own group.
+    {
+      name: 'noData: traffic on another provider counts',
+      rules: edited(/unless on \(gen_ai_provider_name, /, 'unless on ('),
+      file: 'bands.test.yaml',
+      expect: misses('LLMProxyModelNoData', 'gen_ai_provider_name="sglang"'),
+    },
+    {
+      name: "stalls: another provider's traffic lifts the low-traffic gate",
+      rules: edited(/(chunk_gap_stall:ratio_rate5m > [\d.]+\n\s*and on \()gen_ai_provider_name, /, '$1'),
+      file: 'bands.test.yaml',
+      expect: fires('LLMProxyStreamStalls', 'gen_ai_provider_name="sglang"'),
+    },
+    // Regression factors 1.5: TPOT at 1.43x and 1.55x, TTFT at 1.41x and 1.54x. A higher factor
+    // misses gpt-4o (1.55x, 1.54x), a lower one fires for gpt-4.1 (1.43x, 1.41x).
+    ...(
+      [
+        ['itlRegression', 'LLMProxyITLRegression', 1.6, 1.4],
+        ['ttftRegression', 'LLMProxyTTFTRegression', 1.6, 1.35],
+      ] as const
+    ).flatMap(([key, alert, higher, lower]) => [
+      { name: `${key} factor ${higher}`, rules: exprsOf((p) => (p.alerts[key].factor = higher)), file: 'bands-regression.test.yaml', expect: misses(alert, model('gpt-4o')) },
+      { name: `${key} factor ${lower}`, rules: exprsOf((p) => (p.alerts[key].factor = lower)), file: 'bands-regression.test.yaml', expect: fires(alert, model('gpt-4.1')) },
+    ]),
+    // The alerts judged by their share of slow steps (0.6 of 31 steps: 18.6), each pinned the
+    // same way: a case on either side of the share, the old shape (above at every step of the
+    // last 15m, its `for:`, no hold) missing an intermittent model, and the 15m hold (no hold
+    // misses a model at the share that dips below it; 10m misses and 30m fires a model 14 and
+    // 16 minutes after its condition ended).
+    ...(
+      [
+        // regression.test.yaml: gpt-4o's 8-minute blip is above the factor in 12 of 31 steps;
+        // gpt-4.1-mini, slow 7 minutes in every 15, in 21-23; o3-mini, slow 5 in 15, dips to 18
+        // at 10240. hold.test.yaml: gpt-4o's condition ended at 10208.
+        {
+          key: 'itlRegression', alert: 'LLMProxyITLRegression',
+          lower: [0.35, 'regression.test.yaml', 'gpt-4o'], higher: [0.8, 'regression.test.yaml', 'gpt-4.1-mini'],
+          oldShape: ['regression.test.yaml', 'gpt-4.1-mini'], noHold: ['regression.test.yaml', 'o3-mini'], hold: ['hold.test.yaml', 'gpt-4o'],
+        },
+        // objective.test.yaml: o1-pro, slow 5 minutes in every 15, is above its objective in 18 steps
+        // at 28-30m (0.55 x 31 = 17.05: firing at 30m) and 19 from 31m, and 18 at 40-45m; o1,
+        // above 14 minutes in every 15; o1-mini's condition ended at 46m.
+        {
+          key: 'itlObjective', alert: 'LLMProxyITLAboveObjective',
+          lower: [0.55, 'objective.test.yaml', 'o1-pro'], higher: [0.65, 'objective.test.yaml', 'o1-pro'],
+          oldShape: ['objective.test.yaml', 'o1'], noHold: ['objective.test.yaml', 'o1-pro'], hold: ['objective.test.yaml', 'o1-mini'],
+        },
+      ] as const
+    ).flatMap(({ key, alert, lower, higher, oldShape, noHold, hold }) => [
+      { name: `${key} share ${lower[0]}`, rules: exprsOf((p) => (p.alerts[key].share = lower[0])), file: lower[1], expect: fires(alert, model(lower[2])) },
+      { name: `${key} share ${higher[0]}`, rules: exprsOf((p) => (p.alerts[key].share = higher[0])), file: higher[1], expect: misses(alert, model(higher[2])) },
+      {
+        name: `${key} share 1 over 15m`,
+        rules: rendered((p) => {
+          Object.assign(p.alerts[key], { share: 1, over: '15m' });
+          delete p.alerts[key].keepFiringFor;
+        }),
+        file: oldShape[0],
+        expect: misses(alert, model(oldShape[1])),
+      },
+      { name: `${key} without keepFiringFor`, rules: rendered((p) => delete p.alerts[key].keepFiringFor), file: noHold[0], expect: misses(alert, model(noHold[1])) },
+      { name: `${key} keepFiringFor 10m`, rules: rendered((p) => (p.alerts[key].keepFiringFor = '10m')), file: hold[0], expect: misses(alert, model(hold[1])) },
+      { name: `${key} keepFiringFor 30m`, rules: rendered((p) => (p.alerts[key].keepFiringFor = '30m')), file: hold[0], expect: fires(alert, model(hold[1])) },
+    ]),
+    // objective.test.yaml: o3-mini's traffic stopped (p95 NaN from 35m), o4's fell to 0.05 req/s.
+    {
+      name: 'itlObjective without the p95 > 0 guard',
+      rules: edited(/^(\s+)llm_proxy:tpot_seconds:p95_5m > 0$/m, '$1llm_proxy:tpot_seconds:p95_5m'),
+      file: 'objective.test.yaml',
+      expect: fires('LLMProxyITLAboveObjective', model('o3-mini')),
+    },
+    {
+      name: 'itlObjective gated on the instant rate',
+      rules: edited(/(llm_proxy:tpot_seconds:objective\)\[30m:1m\]\)[\s\S]*?)avg_over_time\(llm_proxy:tpot_requests:rate5m\[30m\]\)/, '$1llm_proxy:tpot_requests:rate5m'),
+      file: 'objective.test.yaml',
+      expect: misses('LLMProxyITLAboveObjective', model('o4')),
+    },
+    {
+      // o3's day-earlier window without requests: a NaN baseline
+      name: 'TPOT baselines without dropping NaN',
+      rules: edited(/(label_replace\(llm_proxy:tpot_seconds:p95_5m offset \w+) > 0 and on/g, '$1 and on'),
+      file: 'hold.test.yaml',
+      expect: /llm_proxy:tpot_seconds:p95_5m_baseline[^\n]*time: 7d2h40m[\s\S]*got:[^\n]*o3[^\n]*NaN/,
+    },
+    // ITL tail factor 1.75: o3 at 1.79x fires, o4-mini at 1.70x does not.
+    {
+      name: 'itlTailRegression factor 1.8',
+      rules: exprsOf((p) => (p.alerts.itlTailRegression.factor = 1.8)),
+      file: 'tail-regression.test.yaml',
+      expect: misses('LLMProxyITLTailRegression', model('o3')),
+    },
+    {
+      name: 'itlTailRegression factor 1.68',
+      rules: exprsOf((p) => (p.alerts.itlTailRegression.factor = 1.68)),
+      file: 'tail-regression.test.yaml',
+      expect: fires('LLMProxyITLTailRegression', model('o4-mini')),
+    },
+    {
+      // gpt-4.1-nano's past: 3 streams a minute, no baseline
+      name: 'gap baselines without the past-traffic gate',
+      rules: edited(/(label_replace\(llm_proxy:chunk_gap_seconds:p99_5m offset (\w+) > 0) and on \([^)]*\) avg_over_time\(llm_proxy:streams:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
+      file: 'tail-regression.test.yaml',
+      expect: fires('LLMProxyITLTailRegression', model('gpt-4.1-nano')),
+    },
+    {
+      // o3's past: 1 request every 3 minutes, no baseline
+      name: 'TTFT baselines without the past-traffic gate',
+      rules: edited(/(label_replace\(llm_proxy:ttft_seconds:p95_5m offset (\w+) > 0) and on \([^)]*\) avg_over_time\(llm_proxy:ttft_requests:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
+      file: 'bands-regression.test.yaml',
+      expect: fires('LLMProxyTTFTRegression', model('o3')),
+    },
+  ];
+}
+
 describe('grafana/alerts rules', () => {
   it('the plain rule file passes promtool check rules', async () => {
     const r = await run(['check', 'rules', RULES]);
@@ -153,277 +414,44 @@ describe('grafana/alerts rules', () => {
     expect(build.alertRules(changed).find((a) => a.alert === 'LLMProxyITLRegression')!.expr).toContain('1.75 *');
   });
 
-  it('the promtool tests fail when a guarded threshold changes', { timeout: 240_000 }, async () => {
-    const mutate = (f: (p: build.Params) => void): build.Params => {
-      const p = structuredClone(params);
-      f(p);
-      return p;
-    };
-    /** The rules rendered from params changed by `f`, annotations and all. */
-    const rendered = (f: (p: build.Params) => void): string => build.renderRulesFile(mutate(f));
-    /**
-     * The committed rules with every expression rendered from params changed by `f`: the
-     * annotations still name the real threshold, so only a case near it can fail (a changed
-     * threshold in the expected annotations would fail every firing case of the alert).
-     */
-    const exprsOf = (f: (p: build.Params) => void): string => {
-      const groups = build.ruleGroups(params);
-      const changed = build.ruleGroups(mutate(f));
-      groups.forEach((g, i) => g.rules.forEach((r, j) => (r.expr = changed[i]!.rules[j]!.expr)));
-      return YAML.stringify({ groups }, { lineWidth: 0, indent: 2 });
-    };
-    /** The committed rules with one edit of an expression (a change params.yaml cannot make). */
-    const edited = (from: RegExp, to: string): string => {
-      const rules = build.renderRulesFile(params);
-      const out = rules.replace(from, to);
-      if (out === rules) throw new Error(`mutation ${from} matches nothing in the rules`);
-      return out;
-    };
-    // promtool's report of an alert_rule_test: `alertname: A, time: T,` then `exp:[...]` and
-    // `got:[...]` (alerts as Labels:{...} Annotations:{...}; no "]" inside them).
-    const esc = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-    /** `alert` fired with `label` (name="value") where the case expected no such alert. */
-    const fires = (alert: string, label: string) =>
-      new RegExp(`alertname: ${alert}, [^\\n]*\\n\\s*exp:\\[(?![^\\]]*${esc(label)})[^\\]]*\\],\\s*got:\\[[^\\]]*${esc(label)}`);
-    /** `alert` with `label` was expected and did not fire. */
-    const misses = (alert: string, label: string) =>
-      new RegExp(`alertname: ${alert}, [^\\n]*\\n\\s*exp:\\[[^\\]]*${esc(label)}[^\\]]*\\],\\s*got:\\[(?![^\\]]*${esc(label)})`);
-    const model = (m: string) => `gen_ai_request_model="${m}"`;
-    const mutations: Array<{ name: string; rules: string; file: string; expect: RegExp }> = [
-      {
-        // the 1.4 -> 1.5 ms model (gpt-4.1, 1.17x) must then fire
-        name: 'regression factor 1.1',
-        rules: rendered((p) => (p.alerts.itlRegression.factor = 1.1)),
-        file: 'regression.test.yaml',
-        expect: /LLMProxyITLRegression[\s\S]*gpt-4\.1"/,
-      },
-      {
-        // every blip then outlasts for: (o4-mini is the blip model of each group, proxy-2 the blipping
-        // proxy); gpt-4o's objective alert, pending from 19m, fires at 20m
-        name: 'for: 1m everywhere',
-        rules: rendered((p) => Object.values(p.alerts).forEach((a) => (a.for = '1m'))),
-        file: 'alerts.test.yaml',
-        expect: new RegExp(
-          [
-            'LLMProxyITLAboveObjective, time: 20m',
-            'LLMProxyITLAboveObjective", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="gpt-4o"',
-            'LLMProxyHighErrorRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
-            'LLMProxyHighCancellationRatio", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
-            'LLMProxyStreamStalls", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
-            'LLMProxySaturated", instance="proxy-2:9464"',
-            'LLMProxyDown", instance="proxy-2:9464"',
-            'LLMProxyModelNoData", gen_ai_operation_name="chat", gen_ai_provider_name="openai", gen_ai_request_model="o4-mini"',
-          ]
-            .map((s) => `(?=[\\s\\S]*${s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')})`)
-            .join(''),
-        ),
-      },
-      {
-        // the low-traffic models then page
-        name: 'minRequestRate 0.01',
-        rules: rendered((p) =>
-          Object.values(p.alerts).forEach((a) => {
-            if ('minRequestRate' in a) a.minRequestRate = 0.01;
-          }),
-        ),
-        file: 'alerts.test.yaml',
-        expect: /gpt-4\.1-nano/,
-      },
-      {
-        // gpt-4o-mini's own 20 ms objective must be what makes it fire
-        name: 'no per-model objectives',
-        rules: rendered((p) => (p.alerts.itlObjective.perModel = {})),
-        file: 'alerts.test.yaml',
-        expect: /LLMProxyITLAboveObjective/,
-      },
-      // The edges (bands.test.yaml, bands-regression.test.yaml): each change below passed every
-      // other case (review 116).
-      // Stall threshold 1 %: cases at 0.99 % and 1.01 %.
-      ...[0.0001, 0.0098].map((t) => ({
-        name: `stall threshold ${t}`,
-        rules: exprsOf((p) => (p.alerts.stalls.threshold = t)),
-        file: 'bands.test.yaml',
-        expect: fires('LLMProxyStreamStalls', model('gpt-4.1')),
-      })),
-      ...[0.0102, 0.019].map((t) => ({
-        name: `stall threshold ${t}`,
-        rules: exprsOf((p) => (p.alerts.stalls.threshold = t)),
-        file: 'bands.test.yaml',
-        expect: misses('LLMProxyStreamStalls', model('gpt-4o')),
-      })),
-      {
-        // the proxy exports le="1" (Prometheus 2 keeps it): a rule for Prometheus 3's "1.0" alone misses it
-        name: 'stall bucket matched as le="1.0" only',
-        rules: edited(/le=~"1\|1\.0"/, 'le="1.0"'),
-        file: 'bands.test.yaml',
-        expect: misses('LLMProxyStreamStalls', model('gpt-4o')),
-      },
-      // Event-loop p99 50 ms: proxies at 49 and 51 ms.
-      {
-        name: 'event-loop threshold 0.048',
-        rules: exprsOf((p) => (p.alerts.proxySaturated!.eventLoopP99Seconds = 0.048)),
-        file: 'bands.test.yaml',
-        expect: fires('LLMProxySaturated', 'instance="proxy-0:9464"'),
-      },
-      {
-        name: 'event-loop threshold 0.052',
-        rules: exprsOf((p) => (p.alerts.proxySaturated!.eventLoopP99Seconds = 0.052)),
-        file: 'bands.test.yaml',
-        expect: misses('LLMProxySaturated', 'instance="proxy-1:9464"'),
-      },
-      // No data, sustainedShare 0.8: models with traffic in 20 and 27 of 31 steps.
-      {
-        name: 'noData sustainedShare 0.5',
-        rules: exprsOf((p) => (p.alerts.noData.sustainedShare = 0.5)),
-        file: 'bands.test.yaml',
-        expect: fires('LLMProxyModelNoData', model('bursty')),
-      },
-      {
-        name: 'noData sustainedShare 0.9',
-        rules: exprsOf((p) => (p.alerts.noData.sustainedShare = 0.9)),
-        file: 'bands.test.yaml',
-        expect: misses('LLMProxyModelNoData', model('steady')),
-      },
-      {
-        // another job's failing target on the proxy's address
-        name: 'LLMProxyDown joined on instance only',
-        rules: edited(/and on \(job, instance\)\n(\s*)max_over_time\(/, 'and on (instance)\n$1max_over_time('),
-        file: 'bands.test.yaml',
-        expect: fires('LLMProxyDown', 'job="kubernetes-pods"'),
-      },
-      // Two providers of one model: each is its own group.
-      {
-        name: 'noData: traffic on another provider counts',
-        rules: edited(/unless on \(gen_ai_provider_name, /, 'unless on ('),
-        file: 'bands.test.yaml',
-        expect: misses('LLMProxyModelNoData', 'gen_ai_provider_name="sglang"'),
-      },
-      {
-        name: "stalls: another provider's traffic lifts the low-traffic gate",
-        rules: edited(/(chunk_gap_stall:ratio_rate5m > [\d.]+\n\s*and on \()gen_ai_provider_name, /, '$1'),
-        file: 'bands.test.yaml',
-        expect: fires('LLMProxyStreamStalls', 'gen_ai_provider_name="sglang"'),
-      },
-      // Regression factors 1.5: TPOT at 1.43x and 1.55x, TTFT at 1.41x and 1.54x. A higher factor
-      // misses gpt-4o (1.55x, 1.54x), a lower one fires for gpt-4.1 (1.43x, 1.41x).
-      ...(
-        [
-          ['itlRegression', 'LLMProxyITLRegression', 1.6, 1.4],
-          ['ttftRegression', 'LLMProxyTTFTRegression', 1.6, 1.35],
-        ] as const
-      ).flatMap(([key, alert, higher, lower]) => [
-        { name: `${key} factor ${higher}`, rules: exprsOf((p) => (p.alerts[key].factor = higher)), file: 'bands-regression.test.yaml', expect: misses(alert, model('gpt-4o')) },
-        { name: `${key} factor ${lower}`, rules: exprsOf((p) => (p.alerts[key].factor = lower)), file: 'bands-regression.test.yaml', expect: fires(alert, model('gpt-4.1')) },
-      ]),
-      // The alerts judged by their share of slow steps (0.6 of 31 steps: 18.6), each pinned the
-      // same way: a case on either side of the share, the old shape (above at every step of the
-      // last 15m, its `for:`, no hold) missing an intermittent model, and the 15m hold (no hold
-      // misses a model at the share that dips below it; 10m misses and 30m fires a model 14 and
-      // 16 minutes after its condition ended).
-      ...(
-        [
-          // regression.test.yaml: gpt-4o's 8-minute blip is above the factor in 12 of 31 steps;
-          // gpt-4.1-mini, slow 7 minutes in every 15, in 21-23; o3-mini, slow 5 in 15, dips to 18
-          // at 10240. hold.test.yaml: gpt-4o's condition ended at 10208.
-          {
-            key: 'itlRegression', alert: 'LLMProxyITLRegression',
-            lower: [0.35, 'regression.test.yaml', 'gpt-4o'], higher: [0.8, 'regression.test.yaml', 'gpt-4.1-mini'],
-            oldShape: ['regression.test.yaml', 'gpt-4.1-mini'], noHold: ['regression.test.yaml', 'o3-mini'], hold: ['hold.test.yaml', 'gpt-4o'],
-          },
-          // objective.test.yaml: o1-pro, slow 5 minutes in every 15, is above its objective in 18 steps
-          // at 28-30m (0.55 x 31 = 17.05: firing at 30m) and 19 from 31m, and 18 at 40-45m; o1,
-          // above 14 minutes in every 15; o1-mini's condition ended at 46m.
-          {
-            key: 'itlObjective', alert: 'LLMProxyITLAboveObjective',
-            lower: [0.55, 'objective.test.yaml', 'o1-pro'], higher: [0.65, 'objective.test.yaml', 'o1-pro'],
-            oldShape: ['objective.test.yaml', 'o1'], noHold: ['objective.test.yaml', 'o1-pro'], hold: ['objective.test.yaml', 'o1-mini'],
-          },
-        ] as const
-      ).flatMap(({ key, alert, lower, higher, oldShape, noHold, hold }) => [
-        { name: `${key} share ${lower[0]}`, rules: exprsOf((p) => (p.alerts[key].share = lower[0])), file: lower[1], expect: fires(alert, model(lower[2])) },
-        { name: `${key} share ${higher[0]}`, rules: exprsOf((p) => (p.alerts[key].share = higher[0])), file: higher[1], expect: misses(alert, model(higher[2])) },
-        {
-          name: `${key} share 1 over 15m`,
-          rules: rendered((p) => {
-            Object.assign(p.alerts[key], { share: 1, over: '15m' });
-            delete p.alerts[key].keepFiringFor;
-          }),
-          file: oldShape[0],
-          expect: misses(alert, model(oldShape[1])),
-        },
-        { name: `${key} without keepFiringFor`, rules: rendered((p) => delete p.alerts[key].keepFiringFor), file: noHold[0], expect: misses(alert, model(noHold[1])) },
-        { name: `${key} keepFiringFor 10m`, rules: rendered((p) => (p.alerts[key].keepFiringFor = '10m')), file: hold[0], expect: misses(alert, model(hold[1])) },
-        { name: `${key} keepFiringFor 30m`, rules: rendered((p) => (p.alerts[key].keepFiringFor = '30m')), file: hold[0], expect: fires(alert, model(hold[1])) },
-      ]),
-      // objective.test.yaml: o3-mini's traffic stopped (p95 NaN from 35m), o4's fell to 0.05 req/s.
-      {
-        name: 'itlObjective without the p95 > 0 guard',
-        rules: edited(/^(\s+)llm_proxy:tpot_seconds:p95_5m > 0$/m, '$1llm_proxy:tpot_seconds:p95_5m'),
-        file: 'objective.test.yaml',
-        expect: fires('LLMProxyITLAboveObjective', model('o3-mini')),
-      },
-      {
-        name: 'itlObjective gated on the instant rate',
-        rules: edited(/(llm_proxy:tpot_seconds:objective\)\[30m:1m\]\)[\s\S]*?)avg_over_time\(llm_proxy:tpot_requests:rate5m\[30m\]\)/, '$1llm_proxy:tpot_requests:rate5m'),
-        file: 'objective.test.yaml',
-        expect: misses('LLMProxyITLAboveObjective', model('o4')),
-      },
-      {
-        // o3's day-earlier window without requests: a NaN baseline
-        name: 'TPOT baselines without dropping NaN',
-        rules: edited(/(label_replace\(llm_proxy:tpot_seconds:p95_5m offset \w+) > 0 and on/g, '$1 and on'),
-        file: 'hold.test.yaml',
-        expect: /llm_proxy:tpot_seconds:p95_5m_baseline[^\n]*time: 7d2h40m[\s\S]*got:[^\n]*o3[^\n]*NaN/,
-      },
-      // ITL tail factor 1.75: o3 at 1.79x fires, o4-mini at 1.70x does not.
-      {
-        name: 'itlTailRegression factor 1.8',
-        rules: exprsOf((p) => (p.alerts.itlTailRegression.factor = 1.8)),
-        file: 'tail-regression.test.yaml',
-        expect: misses('LLMProxyITLTailRegression', model('o3')),
-      },
-      {
-        name: 'itlTailRegression factor 1.68',
-        rules: exprsOf((p) => (p.alerts.itlTailRegression.factor = 1.68)),
-        file: 'tail-regression.test.yaml',
-        expect: fires('LLMProxyITLTailRegression', model('o4-mini')),
-      },
-      {
-        // gpt-4.1-nano's past: 3 streams a minute, no baseline
-        name: 'gap baselines without the past-traffic gate',
-        rules: edited(/(label_replace\(llm_proxy:chunk_gap_seconds:p99_5m offset (\w+) > 0) and on \([^)]*\) avg_over_time\(llm_proxy:streams:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
-        file: 'tail-regression.test.yaml',
-        expect: fires('LLMProxyITLTailRegression', model('gpt-4.1-nano')),
-      },
-      {
-        // o3's past: 1 request every 3 minutes, no baseline
-        name: 'TTFT baselines without the past-traffic gate',
-        rules: edited(/(label_replace\(llm_proxy:ttft_seconds:p95_5m offset (\w+) > 0) and on \([^)]*\) avg_over_time\(llm_proxy:ttft_requests:rate5m\[\w+\] offset \2\) >= [\d.]+/g, '$1'),
-        file: 'bands-regression.test.yaml',
-        expect: fires('LLMProxyTTFTRegression', model('o3')),
-      },
-    ];
-    // The generated entries are there (a table that produced none would pass unnoticed).
-    const names = mutations.map((m) => m.name);
-    expect(new Set(names).size).toBe(names.length);
-    for (const key of ['itlRegression', 'itlObjective']) {
-      for (const m of ['share 1 over 15m', 'without keepFiringFor', 'keepFiringFor 10m', 'keepFiringFor 30m']) expect(names).toContain(`${key} ${m}`);
-    }
-    const dirs: string[] = [];
-    try {
-      const results = await Promise.all(
-        mutations.map(async (m) => {
-          const dir = sandbox(m.rules);
-          dirs.push(dir);
-          return { m, r: await run(['test', 'rules', join(dir, 'alerts/tests', m.file)]) };
-        }),
-      );
-      for (const { m, r } of results) {
-        expect(r.code, `${m.name}: promtool test rules should fail\n${r.out}`).not.toBe(0);
-        expect(r.out, m.name).toMatch(m.expect);
+  // One test per promtool test file, so that each has its own timeout: all 39 runs in one test
+  // took 146-208 s of a 240 s timeout in full suites (330 s of CPU; regression.test.yaml's
+  // synthetic week alone is 5 x 36 s).
+  describe('the promtool tests fail when a guarded threshold changes', () => {
+    const mutations = guardedMutations();
+    const files = [...new Set(mutations.map((m) => m.file))].sort();
+
+    it('the table holds every generated entry, each named once', () => {
+      // A table that produced none would pass unnoticed.
+      const names = mutations.map((m) => m.name);
+      expect(new Set(names).size).toBe(names.length);
+      for (const key of ['itlRegression', 'itlObjective']) {
+        for (const m of ['share 1 over 15m', 'without keepFiringFor', 'keepFiringFor 10m', 'keepFiringFor 30m']) expect(names).toContain(`${key} ${m}`);
       }
-    } finally {
-      for (const d of dirs) rmSync(d, { recursive: true, force: true });
+      expect(mutations.length).toBeGreaterThanOrEqual(39);
+      for (const f of files) expect(TEST_FILES).toContain(f);
+    });
+
+    for (const file of files) {
+      it(`${file} fails on each of its mutations`, { timeout: 240_000 }, async () => {
+        const mine = mutations.filter((m) => m.file === file);
+        const dirs: string[] = [];
+        try {
+          const results = await Promise.all(
+            mine.map(async (m) => {
+              const dir = sandbox(m.rules);
+              dirs.push(dir);
+              return { m, r: await run(['test', 'rules', join(dir, 'alerts/tests', m.file)]) };
+            }),
+          );
+          for (const { m, r } of results) {
+            expect(r.code, `${m.name}: promtool test rules should fail\n${r.out}`).not.toBe(0);
+            expect(r.out, m.name).toMatch(m.expect);
+          }
+        } finally {
+          for (const d of dirs) rmSync(d, { recursive: true, force: true });
+        }
+      });
     }
   });
 
