@@ -143,7 +143,8 @@ describe('bench/run.mjs options', () => {
     for (const o of ['--quick', '--reps=N', '--paths=', '--phases=', '--gap=', '--mem=', '--out=', '--profile=', '--quiet-budget=']) expect(r.stdout).toContain(o);
   });
 
-  it('a misspelt option, path or phase is refused before anything starts (exit 2)', () => {
+  // 12 bench processes one after another, as below: up to 16.8 s in full suites.
+  it('a misspelt option, path or phase is refused before anything starts (exit 2)', { timeout: 120_000 }, () => {
     for (const [args, message] of [
       [['--path=proxy'], /unknown or malformed option "--path=proxy"/],
       [['--reps'], /unknown or malformed option "--reps"/],

@@ -53,7 +53,7 @@ describe('SequenceCounts', () => {
     // the event loop. Compared with the same number of events on one index, in one process; the
     // margin (50x) is far from both the linear (~1-5x) and the quadratic (~1,000x) cost.
     const n = 20_000;
-    const time = (indexOf: (k: number) => unknown, badFirst = false) => {
+    const timeOnce = (indexOf: (k: number) => unknown, badFirst: boolean) => {
       const s = new SequenceCounts();
       const usage: Usage = {};
       const t = performance.now();
@@ -61,6 +61,13 @@ describe('SequenceCounts', () => {
       if (badFirst) s.update('bad', { output: NaN }, usage);
       for (let k = 0; k < n; k++) s.update(indexOf(k), { output: 1, input: 3 }, usage);
       return { ms: performance.now() - t, usage };
+    };
+    // The fastest of three: one preemption or GC pause inside a timing of a few ms, on a loaded
+    // machine, must not pass for a cost of the code.
+    const time = (indexOf: (k: number) => unknown, badFirst = false) => {
+      const r = timeOnce(indexOf, badFirst);
+      for (let i = 0; i < 2; i++) r.ms = Math.min(r.ms, timeOnce(indexOf, badFirst).ms);
+      return r;
     };
     time(() => 0); // warm-up
     const one = time(() => 0);
