@@ -5,7 +5,8 @@ import { defineConfig } from 'vitest/config';
 // (`--project unit`) while the whole suite runs on the primary one.
 export default defineConfig({
   test: {
-    reporters: ['default'],
+    // The second names the tests that took 40% or more of their timeout (the next to fail by time).
+    reporters: ['default', ['./test/helpers/timeout-share-reporter.ts', { share: 0.4 }]],
     projects: [
       {
         test: {
