@@ -5,9 +5,11 @@
 //   node bench/readme.mjs --write [--bracket=F]   rewrite the block; F: a summary of an earlier run,
 //                                                 shown in brackets (default: the one the README names)
 //   node bench/readme.mjs --summary=OUT           write latest.json's summary (kept in bench/results/runs/)
+//     [--commit=REV]                              the commit of a run from before runs recorded theirs
 //   --results=FILE                                a results file other than bench/results/latest.json
 // File options are relative to the current directory; the bracket the README's marker names is
 // relative to the repository.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,16 +18,27 @@ import { readBlock, renderBlock, summarize, writeBlock } from './lib/readme-summ
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const argv = process.argv.slice(2);
 const opt = (name) => argv.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3);
-const known = /^--(check|write|summary=.+|bracket=.+|results=.+)$/;
+const known = /^--(check|write|summary=.+|commit=.+|bracket=.+|results=.+)$/;
 const unknown = argv.filter((a) => !known.test(a));
-if (unknown.length || argv.length === 0) {
-  process.stderr.write(`${unknown.length ? `unknown option ${unknown.join(' ')}\n` : ''}usage: node bench/readme.mjs --check | --write [--bracket=SUMMARY.json] | --summary=OUT.json  [--results=latest.json]\n`);
+const fail = (message) => {
+  process.stderr.write(`${message}usage: node bench/readme.mjs --check | --write [--bracket=SUMMARY.json] | --summary=OUT.json [--commit=REV]  [--results=latest.json]\n`);
   process.exit(2);
-}
+};
+if (unknown.length || argv.length === 0) fail(unknown.length ? `unknown option ${unknown.join(' ')}\n` : '');
+if (opt('commit') !== undefined && opt('summary') === undefined) fail('--commit names the run of a summary: use it with --summary\n');
 
 const resultsFile = opt('results') ? path.resolve(opt('results')) : path.join(ROOT, 'bench/results/latest.json');
 const summary = summarize(JSON.parse(fs.readFileSync(resultsFile, 'utf8')));
 const summaryOut = opt('summary');
+const given = opt('commit');
+if (given !== undefined) {
+  // Only for a run that predates meta.commit; the name must be a commit of this repository.
+  const rev = spawnSync('git', ['rev-parse', '--verify', '--quiet', '--short', `${given}^{commit}`], { cwd: ROOT, encoding: 'utf8' });
+  if (rev.status !== 0) fail(`--commit=${given}: not a commit of this repository\n`);
+  const short = rev.stdout.trim();
+  if (summary.meta.commit && !summary.meta.commit.startsWith(short)) fail(`--commit=${given}: the results record their commit, ${summary.meta.commit}\n`);
+  summary.meta.commit ??= short;
+}
 if (summaryOut) {
   fs.writeFileSync(summaryOut, `${JSON.stringify(summary, null, 1)}\n`);
   process.stdout.write(`wrote ${summaryOut}\n`);

@@ -1,7 +1,9 @@
 // The README's benchmark block is the rendering of bench/results/latest.json (and of the earlier
 // run its marker names for the brackets), not figures typed by hand: a new run that is not
 // written into the README, or an edit of a figure, fails here.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 // @ts-expect-error: the bench is plain JavaScript, with no types
@@ -179,6 +181,29 @@ describe('bench summary', () => {
     expect(noProxy).not.toContain('| this proxy |');
     expect(noProxy).not.toContain('In brackets');
     for (const text of [quick, noAcc, nullAcc, unmeasured, gapOnly, noProxy]) expect(text).not.toMatch(/NaN|undefined|Infinity|\[\]/);
+  });
+
+  it("names the commit of a run from before runs recorded theirs, and never replaces a recorded one", () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-readme-'));
+    try {
+      const head = spawnSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).stdout.trim();
+      const write = (meta: Record<string, unknown>, ...args: string[]) => {
+        fs.writeFileSync(path.join(dir, 'r.json'), JSON.stringify({ ...results, meta: { ...results.meta, ...meta } }));
+        fs.rmSync(path.join(dir, 's.json'), { force: true });
+        const r = spawnSync(process.execPath, ['bench/readme.mjs', `--results=${path.join(dir, 'r.json')}`, `--summary=${path.join(dir, 's.json')}`, ...args], { cwd: ROOT, encoding: 'utf8' });
+        const out = fs.existsSync(path.join(dir, 's.json')) ? JSON.parse(fs.readFileSync(path.join(dir, 's.json'), 'utf8')) : null;
+        return { status: r.status, stderr: r.stderr, written: out !== null, commit: out?.meta.commit };
+      };
+      expect(write({ commit: undefined }, `--commit=${head}`)).toMatchObject({ status: 0, written: true, commit: head });
+      expect(write({ commit: undefined })).toMatchObject({ status: 0, written: true, commit: null });
+      expect(write({ commit: `${head}-dirty` }, `--commit=${head}`)).toMatchObject({ status: 0, written: true, commit: `${head}-dirty` });
+      expect(write({ commit: 'abcdef0' }, `--commit=${head}`)).toMatchObject({ status: 2, written: false, stderr: expect.stringMatching(/record their commit, abcdef0/) });
+      expect(write({ commit: undefined }, '--commit=no-such-rev')).toMatchObject({ status: 2, written: false, stderr: expect.stringMatching(/not a commit/) });
+      const alone = spawnSync(process.execPath, ['bench/readme.mjs', '--check', `--commit=${head}`], { cwd: ROOT, encoding: 'utf8' });
+      expect([alone.status, alone.stderr]).toEqual([2, expect.stringMatching(/use it with --summary/)]);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses a file that is not a results file', () => {
