@@ -778,7 +778,7 @@ class InFlight implements ExchangeHandler {
             ? lackMessage(lack)
             : reset
               ? (err as NodeJS.ErrnoException).syscall === 'write'
-                ? `upstream closed the connection while the request body was being sent (${code ?? err.message}); it may have answered before reading it all`
+                ? `upstream closed the connection while the request body was being sent (${code ?? err.message})`
                 : `upstream closed the connection before responding (${code ?? err.message})`
               : `upstream unreachable: ${code ?? err.message}`;
       sendError(this.res, status, type, message);

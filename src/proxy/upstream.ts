@@ -45,6 +45,49 @@ export class UpstreamClosed extends Error {
   }
 }
 
+/**
+ * Node destroys a socket whose write fails, at once: an answer the upstream sent before it reset
+ * the connection (a 413 from the request head, then a close with the body unread) is still in
+ * the kernel's receive queue, and would be lost with the socket. While a request body is being
+ * sent, the exchange decides instead (`uploadFailed`). `autoDestroy` of both sides is what
+ * Node's stream internals read for that (net.Socket sets it, and has no option for it).
+ */
+function destroyOnWriteError(socket: net.Socket, on: boolean): void {
+  const s = socket as unknown as { _writableState?: { autoDestroy: boolean }; _readableState?: { autoDestroy: boolean } };
+  if (s._writableState !== undefined) s._writableState.autoDestroy = on;
+  if (s._readableState !== undefined) s._readableState.autoDestroy = on;
+}
+
+/**
+ * After a failed write was held (above): the read side is made to end and fail as usual again.
+ * Node marks the reading side errored too, which would keep its end from being heard.
+ */
+function readOnAfterWriteError(socket: net.Socket): void {
+  destroyOnWriteError(socket, true);
+  const r = (socket as unknown as { _readableState?: { errored: Error | null } })._readableState;
+  if (r !== undefined) r.errored = null;
+}
+
+/**
+ * Whether this Node lets those fields be set and read back (accessors over one bit field in
+ * Node 20.20 and 24). Where it does not, a failed body write ends the exchange at once, as before.
+ */
+const canHoldWriteErrors = ((): boolean => {
+  try {
+    const s = new net.Socket() as unknown as { _writableState: { autoDestroy: boolean }; _readableState: { autoDestroy: boolean; errored: Error | null } };
+    s._writableState.autoDestroy = false;
+    s._readableState.autoDestroy = false;
+    s._readableState.errored = new Error('probe');
+    s._readableState.errored = null;
+    return s._writableState.autoDestroy === false && s._readableState.autoDestroy === false && s._readableState.errored === null;
+  } catch {
+    return false;
+  }
+})();
+
+/** How long an exchange whose upload failed waits for the answer the upstream may have sent first. */
+const UPLOAD_FAILED_GRACE_MS = 100;
+
 export interface Origin {
   readonly protocol: string;
   /** Host to connect to (IPv6 without brackets); also the TLS server name. */
@@ -347,6 +390,14 @@ class Connection {
   private listen(): void {
     const socket = this.socket;
     socket.on('error', (err: NodeJS.ErrnoException) => {
+      // A reset, met by a body write on a connection that was up: an answer may be waiting in
+      // the read queue. Any other write failure ends the exchange at once, as before.
+      const ex = this.exchange;
+      if (err.syscall === 'write' && (err.code === 'ECONNRESET' || err.code === 'EPIPE') && this.established && ex !== undefined && ex.uploading) {
+        readOnAfterWriteError(socket);
+        ex.uploadFailed(err);
+        return;
+      }
       const via = this.via;
       // Before the upstream answered its connect, say which proxy the failure came through.
       // A timeout stays a timeout (504); its detail already names the proxy.
@@ -419,6 +470,7 @@ class Connection {
     this.pending = undefined;
     this.socket = socket;
     this.listen();
+    if (this.exchange?.uploading === true) destroyOnWriteError(socket, false);
     if (this.pausedEarly) socket.pause();
     socket.cork();
     let more = true;
@@ -458,6 +510,8 @@ class Connection {
     this.uses++;
     const s = this.socket;
     s.setTimeout(0);
+    // Not the socket to the egress proxy while a tunnel opens: the exchange writes to the TLS one.
+    if (ex.uploading && this.pending === undefined) destroyOnWriteError(s, false);
     if (this.pending !== undefined) {
       this.write(head);
       return;
@@ -485,6 +539,7 @@ class Connection {
       this.socket.destroy();
       return;
     }
+    destroyOnWriteError(this.socket, true);
     // The exchange may have paused reading (client backpressure on its last read):
     // an idle connection must read, to notice the server closing it.
     this.socket.resume();
@@ -501,6 +556,8 @@ export class Exchange {
   private remaining = 0;
   private finished = false;
   private requestDone = false;
+  /** A request body write failed: the rest of the body is dropped, the answer still read. */
+  private uploadError: Error | undefined;
   private onDrain: (() => void) | undefined;
   private readonly one: number[] = [0, 0];
   /** On a connection opened for it, not taken from the pool. */
@@ -536,9 +593,32 @@ export class Exchange {
     return this.conn.established ? undefined : this.conn.stage?.detail();
   }
 
+  /** A request body is being sent: a write that fails does not end the exchange by itself. */
+  get uploading(): boolean {
+    return canHoldWriteErrors && !this.finished && this.body !== 'none' && this.uploadError === undefined;
+  }
+
+  /**
+   * A request body write failed (the upstream closed or reset the connection): an upstream that
+   * answers from the head (a 413, a 401) and closes without reading the body does so. The answer
+   * came before the close, so it is in the read queue: read it. The rest of the body is dropped;
+   * with no answer by the time the reads are done, the exchange fails with this error.
+   */
+  uploadFailed(err: Error): void {
+    if (this.finished) return;
+    this.uploadError = err;
+    this.drained(); // a caller waiting to send more sends it here, to be dropped
+    if (this.head !== undefined) return; // answered already: the response goes on
+    const judge = (): void => {
+      if (!this.finished && this.head === undefined) this.fail(err);
+    };
+    // Timers run before the loop reads its sockets: judge after a turn's reads.
+    setTimeout(() => setImmediate(judge), UPLOAD_FAILED_GRACE_MS).unref();
+  }
+
   /** Request body bytes; false when the caller should wait for `whenDrained`. */
   write(chunk: Buffer): boolean {
-    if (this.finished || chunk.length === 0) return true;
+    if (this.finished || chunk.length === 0 || this.uploadError !== undefined) return true;
     const c = this.conn;
     if (this.body === 'chunked') {
       c.write(`${chunk.length.toString(16)}\r\n`);
@@ -551,7 +631,7 @@ export class Exchange {
   end(): void {
     if (this.finished || this.requestDone) return;
     this.requestDone = true;
-    if (this.body === 'chunked') this.conn.write(LAST_CHUNK);
+    if (this.body === 'chunked' && this.uploadError === undefined) this.conn.write(LAST_CHUNK);
   }
 
   whenDrained(cb: () => void): void {
@@ -664,7 +744,7 @@ export class Exchange {
   /** The response is complete; `inSync` when no stray bytes followed it. */
   private complete(inSync: boolean): void {
     this.finished = true;
-    const keep = inSync && this.requestDone && reusable(this.head!, this.framing!);
+    const keep = inSync && this.requestDone && this.uploadError === undefined && reusable(this.head!, this.framing!);
     this.conn.detach(keep, keep ? keepAliveHintMs(this.head!) : undefined);
     this.handler.onEnd();
   }
@@ -688,6 +768,8 @@ export class Exchange {
 
   fail(err: Error): void {
     if (this.finished) return;
+    // The connection's close after a failed upload: the write's error says more.
+    if (err instanceof UpstreamClosed && this.uploadError !== undefined && this.head === undefined) err = this.uploadError;
     this.finished = true;
     this.conn.detach(false, undefined);
     this.handler.onError(err);

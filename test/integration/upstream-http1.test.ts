@@ -821,6 +821,109 @@ describe('the request path, continued', () => {
     expect(text).toMatch(/^HTTP\/1\.1 413 Payload Too Large\r\n[^]*\r\n\r\ntoo big!HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\nprobe$/);
   });
 
+  it.each(['http', 'https'] as const)('an answer sent before a reset while the body is being sent (a 413, then a close with the body unread) reaches the client (%s)', async (scheme) => {
+    // Anthropic answers a request over 32 MB with 413 request_too_large; a server that answers
+    // from the head and closes with the body unread makes its kernel reset the connection. The
+    // answer came before the reset, so it waits in the proxy's read queue when a body write fails.
+    const files = scheme === 'https' ? selfSignedCert() : undefined;
+    if (files) {
+      cleanups.push(files.remove);
+      upstreamTlsContext().context.addCACert(fs.readFileSync(files.cert));
+    }
+    const answer = '{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}';
+    const sockets = new Set<net.Socket>();
+    const serve = (sock: net.Socket) => {
+      sockets.add(sock);
+      sock.on('error', () => {});
+      sock.once('data', () => {
+        sock.pause();
+        sock.write(`HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: ${answer.length}\r\n\r\n${answer}`, () => sock.destroy());
+      });
+    };
+    const server = files ? tls.createServer({ key: fs.readFileSync(files.key), cert: fs.readFileSync(files.cert) }, serve) : net.createServer(serve);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }));
+    const port = (server.address() as AddressInfo).port;
+    proxy = await startTestProxy(`${scheme}://${files ? 'localhost' : '127.0.0.1'}:${port}`);
+    const u = new URL(proxy.proxyUrl);
+    const size = 2 * 1024 * 1024;
+    const got: string[] = [];
+    // Which of the proxy's sockets the loop reads first decides whether a body write meets the
+    // reset before the answer is read: most requests did, before the fix (17 of 20 got a 502).
+    // So this test can pass without the fix when the loop happens to read first every time;
+    // the next one makes the write meet the reset on purpose.
+    for (let i = 0; i < 10; i++) {
+      const s = net.connect(Number(u.port), u.hostname);
+      let text = '';
+      s.on('data', (d: Buffer) => (text += d.toString('latin1')));
+      s.on('error', () => {});
+      s.write(`POST /v1/messages HTTP/1.1\r\nHost: h\r\ncontent-type: application/json\r\ncontent-length: ${size}\r\n\r\n`);
+      s.write(Buffer.alloc(size, 0x61));
+      for (let j = 0; j < 250 && !(text.includes('\r\n\r\n') && text.endsWith('}')); j++) await sleep(20);
+      s.destroy();
+      got.push(text);
+    }
+    for (const text of got) expect(text).toMatch(new RegExp(`^HTTP/1\\.1 413 Payload Too Large\r\n[^]*\r\n\r\n${answer.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`));
+    const m = await scrape(proxy.metricsUrl);
+    expect(hist(m, 'gen_ai_client_operation_duration_seconds', { error_type: 'upstream_reset' }).count).toBe(0);
+    expect(hist(m, 'gen_ai_client_operation_duration_seconds', { error_type: '413' }).count).toBe(10);
+  });
+
+  it.each([
+    ['its answer is read and delivered, and the rest of the body dropped', true, 'content-length: 8\r\n'],
+    ['an answer to the close ends at the close (the write took the reset, the read gets the end)', true, ''],
+    ['with the answer never read, the exchange fails with the write\'s error once the grace is over', false, 'content-length: 8\r\n'],
+  ] as const)('a body write that fails on a reset connection (the upstream answered from the head and closed): %s', async (_, readOn, framing) => {
+    // Deterministic: the exchange stops reading before the answer comes, so the reset is met by
+    // the next body write (Node's synchronous write attempt), not by a read.
+    const answer = `HTTP/1.1 413 Payload Too Large\r\n${framing}connection: close\r\n\r\ntoo big!`;
+    let reset!: () => void;
+    const closed = new Promise<void>((r) => (reset = r));
+    const server = net.createServer((sock) => {
+      sock.on('error', () => {});
+      sock.once('close', () => reset());
+      sock.once('data', () => {
+        sock.pause();
+        sock.write(answer, () => setTimeout(() => sock.resetAndDestroy(), 30)); // an RST, after the answer
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(() => new Promise<void>((r) => server.close(() => r())));
+    const client = new UpstreamClient({ connectTimeoutMs: 2000 });
+    cleanups.push(async () => client.close());
+    const seen = { status: 0, body: '', ended: false, err: undefined as (Error & { syscall?: string }) | undefined };
+    let ended!: () => void;
+    const done = new Promise<void>((r) => (ended = r));
+    const origin = { protocol: 'http:', host: '127.0.0.1', port: (server.address() as AddressInfo).port };
+    const ex = client.request(origin, 'POST', '/', ['host', 'x', 'content-length', '1048576'], 'length', {
+      onHead: (h) => (seen.status = h.status),
+      onData: (wire) => (seen.body += wire.toString('latin1')),
+      onEnd: () => ((seen.ended = true), ended()),
+      onError: (e) => ((seen.err = e), ended()),
+    });
+    ex.pause();
+    ex.write(Buffer.alloc(1024, 0x61));
+    await closed;
+    await sleep(50); // the reset has reached this side's socket
+    expect(ex.uploading).toBe(true);
+    const before = performance.now();
+    ex.write(Buffer.alloc(1024, 0x61)); // fails: the connection was reset (heard on the next tick)
+    await sleep(1);
+    // The write failed, and the exchange lives on, its connection not closed.
+    expect(ex.uploading).toBe(false);
+    expect(seen).toMatchObject({ status: 0, ended: false, err: undefined });
+    expect(ex.write(Buffer.alloc(1024, 0x61))).toBe(true); // dropped, never refused
+    if (readOn) ex.resume();
+    await done;
+    if (readOn) {
+      expect(seen).toMatchObject({ status: 413, body: 'too big!', ended: true, err: undefined });
+    } else {
+      expect(seen.status).toBe(0);
+      expect(seen.err?.syscall).toBe('write');
+      expect(performance.now() - before).toBeGreaterThanOrEqual(95); // the grace, 100 ms
+    }
+  });
+
   it('an upstream that stops taking the request body times out (504 timeout), though the upload never ended', async () => {
     const sockets = new Set<net.Socket>();
     const server = net.createServer((sock) => {
