@@ -11,6 +11,7 @@ import path from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { spawnCli, type Spawned } from '../helpers/process.js';
+import { startRefusingUpstream } from '../helpers/refusing-upstream.js';
 import { selfSignedCert } from '../helpers/tls.js';
 
 function squidBinary(): string | null {
@@ -224,6 +225,28 @@ describe('egress through a real Squid', () => {
     expect((await requestLines(1))[0]).toMatchObject({ status: 200, outcome: 'ok', outputTokens: TOKENS });
     for (let i = 0; i < 50 && !accessLog().includes(`http://127.0.0.1:${httpPort}/v1/chat/completions`); i++) await new Promise((r) => setTimeout(r, 100));
     expect(accessLog()).toMatch(new RegExp(`POST http://127\\.0\\.0\\.1:${httpPort}/v1/chat/completions alice `));
+  });
+
+  it('an upstream\'s early 413 (sent from the head, then a close with the request body unread) reaches the client through Squid, not a 502', async () => {
+    // Squid relays the answer and then resets the proxy's connection, whose body write meets the
+    // reset (by probe, before 0e32a4b: 5 of 20 such uploads got the 413, the rest a 502).
+    const answer = '{"error":{"message":"Request too large.","type":"invalid_request_error","param":null,"code":"request_too_large"}}';
+    const up = await startRefusingUpstream(answer);
+    try {
+      const proxyUrl = await start(`http://127.0.0.1:${up.port}`, `http://alice:${encodeURIComponent('pa:ss w0rd')}@127.0.0.1:${squidPort}`);
+      const body = JSON.stringify({ model: 'm', stream: true, messages: [{ role: 'user', content: 'x'.repeat(2 * 1024 * 1024) }] });
+      const got: [number, string][] = [];
+      for (let i = 0; i < 10; i++) {
+        const res = await fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+        got.push([res.status, await res.text()]);
+      }
+      expect(got).toEqual(Array.from({ length: 10 }, () => [413, answer]));
+      expect(up.requests()).toBe(10);
+      const lines = await requestLines(10);
+      expect(lines.map((l) => [l.status, l.errorType])).toEqual(Array.from({ length: 10 }, () => [413, '413']));
+    } finally {
+      await up.close();
+    }
   });
 
   it('a wrong password is a 502 that names Squid\'s 407; the upstream is never reached', async () => {

@@ -3,34 +3,23 @@
 // request over 32 MB, returned by Cloudflare. The close resets the connection while the proxy is
 // still sending the body; the client must get the provider's answer, not a 502 it would retry.
 import Anthropic from '@anthropic-ai/sdk';
-import net, { type AddressInfo } from 'node:net';
 import OpenAI from 'openai';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { RunningProxy } from '../../src/main.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { startRefusingUpstream } from '../helpers/refusing-upstream.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-/** An upstream that answers every request with `answer` (JSON) as a 413 from its head, then closes with the body unread. */
+/** The refusing upstream, closed after the test. */
 async function refusingUpstream(answer: string): Promise<{ url: string; requests: () => number }> {
-  let requests = 0;
-  const sockets = new Set<net.Socket>();
-  const server = net.createServer((sock) => {
-    sockets.add(sock);
-    sock.on('error', () => {});
-    sock.once('data', () => {
-      requests++;
-      sock.pause();
-      sock.write(`HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: ${answer.length}\r\n\r\n${answer}`, () => sock.destroy());
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  cleanups.push(() => new Promise<void>((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }));
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, requests: () => requests };
+  const up = await startRefusingUpstream(answer);
+  cleanups.push(up.close);
+  return { url: `http://127.0.0.1:${up.port}`, requests: up.requests };
 }
 
 async function proxyTo(url: string): Promise<RunningProxy> {

@@ -16,6 +16,7 @@ import { rawRequest } from '../helpers/http.js';
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { startRefusingUpstream } from '../helpers/refusing-upstream.js';
 import { UpstreamClient, type Exchange } from '../../src/proxy/upstream.js';
 import { upstreamTlsContext } from '../../src/proxy/tls-context.js';
 import { buildConfig } from '../../src/config.js';
@@ -831,19 +832,9 @@ describe('the request path, continued', () => {
       upstreamTlsContext().context.addCACert(fs.readFileSync(files.cert));
     }
     const answer = '{"type":"error","error":{"type":"request_too_large","message":"Request exceeds the maximum allowed number of bytes."}}';
-    const sockets = new Set<net.Socket>();
-    const serve = (sock: net.Socket) => {
-      sockets.add(sock);
-      sock.on('error', () => {});
-      sock.once('data', () => {
-        sock.pause();
-        sock.write(`HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: ${answer.length}\r\n\r\n${answer}`, () => sock.destroy());
-      });
-    };
-    const server = files ? tls.createServer({ key: fs.readFileSync(files.key), cert: fs.readFileSync(files.cert) }, serve) : net.createServer(serve);
-    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    cleanups.push(() => new Promise<void>((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }));
-    const port = (server.address() as AddressInfo).port;
+    const up = await startRefusingUpstream(answer, files);
+    cleanups.push(up.close);
+    const port = up.port;
     proxy = await startTestProxy(`${scheme}://${files ? 'localhost' : '127.0.0.1'}:${port}`);
     const u = new URL(proxy.proxyUrl);
     const size = 2 * 1024 * 1024;
