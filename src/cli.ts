@@ -38,6 +38,8 @@ Proxy options (environment variable in brackets):
   --metrics-port N      metrics port (/metrics, /healthz, /readyz), default 9464 [LLM_PROXY_METRICS_PORT]
   --no-metrics          forward only: no parsing, no measurement [LLM_PROXY_METRICS=false]
   --drain-timeout S     seconds in-flight streams get on SIGTERM, default 30 [LLM_PROXY_DRAIN_TIMEOUT]
+  --final-scrape-wait S after the drain, seconds /metrics stays up for one more scrape,
+                        default 0 [LLM_PROXY_FINAL_SCRAPE_WAIT]
   --log-level LEVEL     trace|debug|info|warn|error|fatal|silent, default info [LLM_PROXY_LOG_LEVEL]
   (no flag)             egress proxy: env (HTTPS_PROXY, HTTP_PROXY, NO_PROXY), none, or a URL
                         [LLM_PROXY_EGRESS_PROXY; env also when NODE_USE_ENV_PROXY=1]
@@ -154,6 +156,7 @@ const PROXY_OPTIONS = {
   'metrics-port': { type: 'string' },
   'no-metrics': { type: 'boolean' },
   'drain-timeout': { type: 'string' },
+  'final-scrape-wait': { type: 'string' },
   'log-level': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
   version: { type: 'boolean', short: 'v' },
@@ -176,6 +179,7 @@ function proxyFlags(values: ProxyValues): Overrides {
     metricsPort: num('metrics-port', values['metrics-port'], { int: true, min: 0, max: 65535 }),
     metricsEnabled: values['no-metrics'] ? false : undefined,
     drainTimeout: num('drain-timeout', values['drain-timeout'], { min: 0, max: MAX_TIMER_SECONDS }),
+    finalScrapeWait: num('final-scrape-wait', values['final-scrape-wait'], { min: 0, max: MAX_TIMER_SECONDS }),
     logLevel: logLevelOf('--log-level', values['log-level']),
   };
 }

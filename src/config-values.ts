@@ -117,6 +117,7 @@ export interface Overrides {
   /** OTEL_EXPORTER_OTLP_METRICS_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set: it wins over the file's `otlp.endpoint`. */
   otlpEndpointFromEnv?: boolean;
   drainTimeout?: number;
+  finalScrapeWait?: number;
   /** LLM_PROXY_EGRESS_PROXY: `env`, `none` or a proxy URL. */
   egressProxy?: string;
   /** The standard proxy variables, read when the egress proxy is `env`: [variable name, value]. */
@@ -138,6 +139,7 @@ export const ENV_NAMES: readonly string[] = [
   'LLM_PROXY_METRICS_PORT',
   'LLM_PROXY_LOG_LEVEL',
   'LLM_PROXY_DRAIN_TIMEOUT',
+  'LLM_PROXY_FINAL_SCRAPE_WAIT',
   'LLM_PROXY_EGRESS_PROXY',
 ];
 
@@ -240,6 +242,7 @@ export function envOverrides(env: NodeJS.ProcessEnv): Overrides {
   set('metricsPort', envInt(env, 'LLM_PROXY_METRICS_PORT'));
   set('logLevel', logLevelOf('LLM_PROXY_LOG_LEVEL', env.LLM_PROXY_LOG_LEVEL || undefined));
   set('drainTimeout', envSeconds(env, 'LLM_PROXY_DRAIN_TIMEOUT'));
+  set('finalScrapeWait', envSeconds(env, 'LLM_PROXY_FINAL_SCRAPE_WAIT'));
   set('egressProxy', env.LLM_PROXY_EGRESS_PROXY || undefined);
   o.proxyEnv = proxyEnvOf(env);
   const unknown = unknownEnvWarnings(env);

@@ -120,6 +120,8 @@ const fileSchema = z
          * previous values, so the period must stay well below the scrape or export interval.
          */
         loopDelayResolutionMs: z.number().int().min(1).max(1000).optional(),
+        /** Seconds the metrics port stays open after a drain for one more scrape (0: not at all). */
+        finalScrapeWait: z.number().min(0).max(MAX_TIMER_SECONDS, TIMER_LIMIT).optional(),
         buckets: z
           .object({
             itl: boundaries.optional(),
@@ -210,6 +212,11 @@ export interface Config {
     readonly perTokenItl: boolean;
     readonly identityEncoding: boolean;
     readonly loopDelayResolutionMs: number;
+    /**
+     * Seconds the metrics port stays open after the drain, until one scrape collected after it
+     * has been sent (0: closed with the proxy's port, as before).
+     */
+    readonly finalScrapeWait: number;
     readonly buckets: { readonly itl: number[]; readonly ttft: number[]; readonly duration: number[]; readonly tokens: number[] };
   };
   /**
@@ -344,6 +351,9 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
   if (overrides.drainTimeout !== undefined && !(overrides.drainTimeout <= MAX_TIMER_SECONDS)) {
     throw new ConfigError(`drain timeout: must be at most ${MAX_TIMER_SECONDS} s (~24.8 days), got ${overrides.drainTimeout}`);
   }
+  if (overrides.finalScrapeWait !== undefined && !(overrides.finalScrapeWait >= 0 && overrides.finalScrapeWait <= MAX_TIMER_SECONDS)) {
+    throw new ConfigError(`final scrape wait (--final-scrape-wait, LLM_PROXY_FINAL_SCRAPE_WAIT): must be from 0 to ${MAX_TIMER_SECONDS} s (~24.8 days), got ${overrides.finalScrapeWait}`);
+  }
   if (f.upstream !== undefined && f.routes !== undefined) {
     throw new ConfigError(`invalid configuration in ${source}:\n  upstream: give either "upstream" or "routes", not both`);
   }
@@ -389,6 +399,13 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     const why = overrides.exporters !== undefined ? 'OTEL_METRICS_EXPORTER leaves OTLP out' : 'otlp.enabled is not true';
     warnings.push(`otlp.${otlpKeys.join(', otlp.')} (${source}) ignored: ${why}, so nothing is pushed`);
   }
+  const finalScrapeWait = overrides.finalScrapeWait ?? m.finalScrapeWait ?? 0;
+  const metricsOn = overrides.metricsEnabled ?? m.enabled ?? true;
+  if (finalScrapeWait > 0 && !(metricsOn && (overrides.exporters?.prometheus ?? true))) {
+    const why = metricsOn ? 'OTEL_METRICS_EXPORTER leaves Prometheus out' : 'metrics are disabled';
+    const key = overrides.finalScrapeWait !== undefined ? '--final-scrape-wait / LLM_PROXY_FINAL_SCRAPE_WAIT' : `metrics.finalScrapeWait (${source})`;
+    warnings.push(`the final scrape wait (${key}: ${finalScrapeWait} s) is ignored: ${why}, so no scrape is waited for`);
+  }
   if (m.buckets?.itl !== undefined && !m.buckets.itl.includes(STALL_GAP_SECONDS)) {
     warnings.push(
       `metrics.buckets.itl has no ${STALL_GAP_SECONDS} s boundary: the shipped stall alert (LLMProxyStreamStalls, grafana/params.yaml alerts.stalls.gapSeconds) counts the gaps above that bucket and will never fire; add it, or rebuild the rules with your boundaries as gapBuckets and a gapSeconds among them (grafana/params.yaml)`,
@@ -403,13 +420,14 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     host: overrides.host ?? f.listen?.host ?? '127.0.0.1',
     port: overrides.port ?? f.listen?.port ?? 8080,
     metrics: Object.freeze({
-      enabled: overrides.metricsEnabled ?? m.enabled ?? true,
+      enabled: metricsOn,
       host: overrides.metricsHost ?? m.host ?? DEFAULT_METRICS_HOST,
       port: overrides.metricsPort ?? m.port ?? DEFAULT_METRICS_PORT,
       maxModelValues: m.maxModelValues ?? 100,
       perTokenItl: m.perTokenItl ?? false,
       identityEncoding: m.identityEncoding ?? true,
       loopDelayResolutionMs: m.loopDelayResolutionMs ?? DEFAULT_LOOP_RESOLUTION_MS,
+      finalScrapeWait,
       buckets: {
         itl: m.buckets?.itl ?? [...DEFAULT_BUCKETS.itl],
         ttft: m.buckets?.ttft ?? [...DEFAULT_BUCKETS.ttft],

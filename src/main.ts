@@ -7,6 +7,7 @@ import { droppedLogLines, serverErrorLog, type Logger } from './log.js';
 import { drainAfterIo } from './measure/after-io.js';
 import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
 import { Instruments } from './metrics/instruments.js';
+import { FinalScrape } from './metrics/final-scrape.js';
 import { ERROR_TYPE } from './metrics/semconv.js';
 import { Forwarder } from './proxy/forward.js';
 import { NO_EGRESS } from './proxy/egress.js';
@@ -14,6 +15,7 @@ import { upstreamOrigin } from './proxy/routes.js';
 import { createMetricsApp, createProxyApp, listen } from './server.js';
 import { createSimulator, type Simulator } from './simulate/server.js';
 import { VERSION } from './version.js';
+import { sessionsClosing } from './ws/session.js';
 
 export interface RunningProxy {
   readonly proxyUrl: string;
@@ -27,10 +29,11 @@ export interface RunningProxy {
   /**
    * Graceful stop: readiness fails at once, no new connections, in-flight
    * streams get up to `deadlineSeconds` to finish, the rest are cut and
-   * recorded with error type `shutdown_deadline`.
+   * recorded with error type `shutdown_deadline`; then, with `metrics.finalScrapeWait`, the
+   * metrics port waits for one more scrape.
    */
   shutdown(deadlineSeconds?: number): Promise<void>;
-  /** Immediate stop (tests). */
+  /** Immediate stop (tests); ends a final scrape wait under way. */
   close(): Promise<void>;
 }
 
@@ -96,7 +99,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   }).catch(
     which(`proxy on ${at(cfg.host, cfg.port, '--host/--port, LLM_PROXY_HOST/_PORT, listen.host/.port')}`),
   );
-  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive, onServerError: serverErrorLog(log, 'metrics') }).catch(
+  const finalScrape = new FinalScrape();
+  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }, { finalScrape }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive, onServerError: serverErrorLog(log, 'metrics') }).catch(
     async (e: Error) => {
       await new Promise((r) => proxy.server.close(r)); // not left listening while main() reports the error
       return which(`metrics on ${at(cfg.metrics.host, cfg.metrics.port, '--metrics-host/--metrics-port, LLM_PROXY_METRICS_HOST/_PORT, metrics.host/.port')}`)(e);
@@ -171,9 +175,22 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       const drainLog = { cut, ...(unsent > 0 ? { unsent } : {}), ...(dropped > 0 ? { logLinesDropped: dropped } : {}), ms: Math.round(performance.now() - started) };
       if (left.length > 0) log.warn(drainLog, 'drain deadline reached: cut streams');
       else log.info(drainLog, 'drained');
+      const wait = cfg.metrics.finalScrapeWait;
+      if (wait > 0 && telemetry?.scrape !== undefined && !closed) {
+        // The records of streams cut just now, and of WebSocket sessions whose last messages were
+        // still in zlib (at most 200 ms), before the scrape that is to show them.
+        drainAfterIo();
+        for (let i = 0; i < 20 && sessionsClosing() > 0; i++) await sleep(25);
+        const since = performance.now();
+        log.info({ waitSeconds: wait, metricsUrl: metrics.url }, 'waiting for a final scrape');
+        const by = await finalScrape.wait(since, wait * 1000);
+        if (by !== undefined) log.info({ ms: Math.round(performance.now() - since), client: by.address, userAgent: by.userAgent }, 'final scrape served');
+        else if (!closed) log.warn({ waitSeconds: wait }, 'no scrape within the final scrape wait (metrics.finalScrapeWait): the records since the last scrape are not in Prometheus');
+      }
       await closeAll();
     },
     async close() {
+      finalScrape.cancel();
       draining = true;
       forwarder.draining = true;
       forwarder.cutTunnels(ERROR_TYPE.shutdownDeadline);

@@ -5,6 +5,7 @@ import { createServer, IncomingMessage, type Server, type ServerOptions, type Se
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Telemetry } from './metrics/exporter.js';
+import type { FinalScrape } from './metrics/final-scrape.js';
 import type { Forwarder } from './proxy/forward.js';
 import { deferContinue } from './proxy/server-answers.js';
 import { CONNECT_ALLOW, CONNECT_REFUSAL, writeRawError } from './proxy/tunnel.js';
@@ -33,7 +34,11 @@ export const MAX_SCRAPES_IN_FLIGHT = 4;
 export const SCRAPE_DEADLINE_MS = 60_000;
 
 /** Metrics and health on their own port; never forwarded upstream. */
-export function createMetricsApp(telemetry: Telemetry | undefined, health: Health, { scrapeDeadlineMs = SCRAPE_DEADLINE_MS } = {}): Hono {
+export function createMetricsApp(
+  telemetry: Telemetry | undefined,
+  health: Health,
+  { scrapeDeadlineMs = SCRAPE_DEADLINE_MS, finalScrape }: { scrapeDeadlineMs?: number; finalScrape?: FinalScrape } = {},
+): Hono {
   const app = new Hono();
   // Each scrape holds its collected snapshot and unsent text until its client has read it: a
   // client that stops reading kept ~11-14 MB each at the series cap until timeouts.idle, and
@@ -68,6 +73,15 @@ export function createMetricsApp(telemetry: Telemetry | undefined, health: Healt
     // more, lock Prometheus out: a scrape gets scrapeDeadlineMs in all.
     const deadline = setTimeout(() => outgoing?.destroy(), scrapeDeadlineMs);
     deadline.unref();
+    const collectedAt = performance.now();
+    // Sent whole ('finish' comes only when the body's last byte was handed to the socket); not a
+    // HEAD, which Hono routes here too and which sends no body.
+    if (finalScrape !== undefined && c.req.method === 'GET') {
+      const by = { address: outgoing?.socket?.remoteAddress, userAgent: c.req.header('user-agent') }; // the socket is detached by 'finish'
+      outgoing?.once('finish', () => {
+        if (outgoing.statusCode === 200) finalScrape.served(collectedAt, by);
+      });
+    }
     const pieces = telemetry.scrape();
     let first: IteratorResult<string>;
     try {

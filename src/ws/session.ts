@@ -114,6 +114,15 @@ interface Turn {
 
 /** How long a closing tunnel waits for messages still in zlib (a `response.done`, say). */
 const CLOSE_WAIT_MS = 200;
+
+/** Sessions whose tunnel has closed and whose last responses are not recorded yet (at most CLOSE_WAIT_MS). */
+const closingSessions = new Set<object>();
+
+/** How many sessions are between their tunnel's close and their last records: a final scrape waits for them. */
+export function sessionsClosing(): number {
+  return closingSessions.size;
+}
+
 /** What a held message costs beyond its bytes, counted against the bound. */
 const HELD_OVERHEAD = 96;
 
@@ -226,6 +235,7 @@ export class WsSession {
     const timer = setTimeout(() => this.finalize(), CLOSE_WAIT_MS);
     timer.unref();
     this.closing = { end, errorType, upstreamFirst, timer };
+    closingSessions.add(this);
     if (this.pending() === undefined) this.finalize();
   }
 
@@ -277,6 +287,7 @@ export class WsSession {
     if (c === undefined || this.done || this.finalizing) return;
     this.finalizing = true;
     clearTimeout(c.timer);
+    closingSessions.delete(this);
     this.up.close(); // messages still in zlib are dropped: nothing waits for them below
     this.down.close();
     this.drain();
@@ -299,6 +310,7 @@ export class WsSession {
     if (this.done) return;
     this.stoppedEarly = true;
     if (this.closing !== undefined) clearTimeout(this.closing.timer);
+    closingSessions.delete(this);
     this.up.close();
     this.down.close();
     this.heldFromClient.clear();

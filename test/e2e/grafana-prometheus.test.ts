@@ -8,12 +8,12 @@
 // baseline, so the restore is what clears it).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as build from '../../grafana/build.mjs';
+import { startPrometheus, which, type PrometheusServer, type PromSample } from '../helpers/prometheus.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const CLI = join(ROOT, 'dist/cli.js');
@@ -29,23 +29,6 @@ const BASE_ITL = 0.0014; // the motivating 1.4 ms per token (lands in the (1.25,
 const SLOW_ITL = BASE_ITL * 1.6; // 2.24 ms (lands in (2,2.5] ms)
 const MODEL = 'sim-model';
 const WORKERS = 4;
-
-function which(bin: string): string | null {
-  const r = spawnSync('sh', ['-c', `command -v ${bin}`], { encoding: 'utf8' });
-  return r.status === 0 ? r.stdout.trim() : null;
-}
-
-async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.once('error', rej);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      s.close(() => res(port));
-    });
-  });
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -89,7 +72,7 @@ async function stop(p: Proc | undefined): Promise<void> {
   clearTimeout(t);
 }
 
-type Sample = { metric: Record<string, string>; value: [number, string] };
+type Sample = PromSample;
 
 describe('grafana/ on a real Prometheus', () => {
   const promtool = which('promtool');
@@ -97,7 +80,7 @@ describe('grafana/ on a real Prometheus', () => {
   let tmp = '';
   let sim: Proc | undefined;
   let proxy: Proc | undefined;
-  let prom: Proc | undefined;
+  let prom: PrometheusServer | undefined;
   let simUrl = '';
   let proxyUrl = '';
   let metricsUrl = '';
@@ -109,13 +92,7 @@ describe('grafana/ on a real Prometheus', () => {
   let stopTraffic = false;
   const stats = { ok: 0, cancelled: 0, failed: 0, lastError: '' };
 
-  async function query(expr: string): Promise<Sample[]> {
-    const r = await fetch(`${promUrl}/api/v1/query?query=${encodeURIComponent(expr)}`);
-    const j = (await r.json()) as { status: string; data?: { resultType: string; result: Sample[] }; error?: string };
-    if (j.status !== 'success') throw new Error(`query failed: ${expr}: ${j.error}`);
-    if (j.data!.resultType === 'scalar') return [{ metric: {}, value: j.data!.result as unknown as [number, string] }];
-    return j.data!.result;
-  }
+  const query = (expr: string): Promise<Sample[]> => prom!.query(expr);
 
   async function alerts(name: string): Promise<Array<{ labels: Record<string, string>; annotations: Record<string, string>; state: string }>> {
     const r = await fetch(`${promUrl}/api/v1/alerts`);
@@ -226,10 +203,8 @@ describe('grafana/ on a real Prometheus', () => {
     metricsUrl = String(p.line.metricsUrl);
     metricsTarget = new URL(metricsUrl).host;
 
-    const promPort = await freePort();
-    promUrl = `http://127.0.0.1:${promPort}`;
-    writeFileSync(
-      join(tmp, 'prometheus.yml'),
+    prom = await startPrometheus(
+      tmp,
       [
         'global:',
         '  scrape_interval: 1s',
@@ -244,23 +219,7 @@ describe('grafana/ on a real Prometheus', () => {
         '',
       ].join('\n'),
     );
-    const child = spawn(
-      prometheusBin,
-      [
-        `--config.file=${join(tmp, 'prometheus.yml')}`,
-        `--storage.tsdb.path=${join(tmp, 'data')}`,
-        `--web.listen-address=127.0.0.1:${promPort}`,
-        '--log.level=warn',
-      ],
-      { cwd: tmp, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    prom = { child, output: [] };
-    child.stdout!.on('data', (d: Buffer) => prom!.output.length < 200 && prom!.output.push(d.toString()));
-    child.stderr!.on('data', (d: Buffer) => prom!.output.length < 200 && prom!.output.push(d.toString()));
-    await waitFor('Prometheus /-/ready', 30_000, async () => {
-      if (child.exitCode !== null) throw new Error(`prometheus exited: ${prom!.output.join('')}`);
-      return (await fetch(`${promUrl}/-/ready`)).ok;
-    });
+    promUrl = prom.url;
 
     // Traffic for at most 4 minutes; the test stops it earlier.
     traffic = startTraffic(Date.now() + 240_000);
@@ -269,7 +228,7 @@ describe('grafana/ on a real Prometheus', () => {
   afterAll(async () => {
     stopTraffic = true;
     await traffic?.catch(() => undefined);
-    await stop(prom);
+    await prom?.stop();
     await stop(proxy);
     await stop(sim);
     if (tmp) rmSync(tmp, { recursive: true, force: true });

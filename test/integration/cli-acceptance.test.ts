@@ -221,6 +221,7 @@ describe('acceptance: separate processes, official client', () => {
       [['--port', '0x10'], {}, /^llm-latency-proxy: --port: invalid value "0x10" \(expected an integer from 0 to 65535\)/],
       // Past Node's longest timer: named at the flag, with the range.
       [['--drain-timeout', '3000000', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --drain-timeout: invalid value "3000000" \(expected a number from 0 to 2147483\)/],
+      [['--final-scrape-wait=-5', '--port', '0', '--metrics-port', '0'], {}, /^llm-latency-proxy: --final-scrape-wait: invalid value "-5" \(expected a number from 0 to 2147483\)/],
       [['simulate', '--port', '0'], { LLM_PROXY_LOG_LEVEL: 'bogus' }, /^llm-latency-proxy: LLM_PROXY_LOG_LEVEL: expected one of/],
       // The simulator's limits at its own flags, as /_sim/config keeps them.
       [['simulate', '--port', '0', '--tokens', '1000001'], {}, /^llm-latency-proxy: --tokens: invalid value "1000001" \(expected an integer from 1 to 1000000\)/],

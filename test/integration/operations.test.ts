@@ -12,7 +12,7 @@ import { startForwardProxy } from '../helpers/forward-proxy.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
 import { startOtlpReceiver } from '../helpers/otlp-receiver.js';
 import { CLI, spawnCli, type Spawned } from '../helpers/process.js';
-import { hist, parseProm } from '../helpers/prom.js';
+import { hist, parseProm, scrape } from '../helpers/prom.js';
 import { tempDir } from '../helpers/temp-dir.js';
 import { DEFAULT_BUCKETS, METRIC } from '../../src/metrics/semconv.js';
 
@@ -141,6 +141,81 @@ describe('graceful shutdown and OTLP push', () => {
     expect(p.lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
     const cut = otlp.latest().filter((x) => x.metric === 'gen_ai.client.operation.duration' && x.attributes['error.type'] === 'shutdown_deadline');
     expect(cut.reduce((a, x) => a + (x.count ?? 0), 0)).toBe(1);
+  });
+});
+
+describe('the final scrape after the drain (--final-scrape-wait)', () => {
+  /** Whether `p` settled within `ms`, and how. */
+  const settled = <T>(p: Promise<T>, ms: number) => Promise.race([p, sleep(ms).then(() => 'pending' as const)]);
+  const NO_OTLP = 'http://127.0.0.1:9/v1/metrics'; // Prometheus only: OTEL_METRICS_EXPORTER=prometheus
+
+  it('SIGTERM: after the drain /metrics stays up until a scrape has shown the streams that ended during it (one finished, one cut), then the process exits', async () => {
+    const gt = await startGroundTruth({ ttftMs: 20, itlMs: 20, tokens: 100, alwaysUsage: true }); // ~2 s
+    closers.push(gt.close);
+    const long = await startGroundTruth({ ttftMs: 20, itlMs: 50, tokens: 400 }); // 20 s: cut at the deadline
+    closers.push(long.close);
+    const cfg = join(tempDir('llp-final-scrape-'), 'config.yaml');
+    writeFileSync(cfg, `routes:\n  - { prefix: /long, upstream: "${long.url}" }\n  - { prefix: /, upstream: "${gt.url}" }\n`);
+    const p = spawnCli(['--config', cfg, '--port', '0', '--metrics-port', '0', '--drain-timeout', '4', '--final-scrape-wait', '60'], { OTEL_METRICS_EXPORTER: 'prometheus' });
+    procs.push(p);
+    const l = await p.waitFor((x) => x.msg === 'listening');
+    const proxyUrl = l.proxyUrl as string;
+    const metricsUrl = l.metricsUrl as string;
+    let started = 0;
+    const streams = [stream(proxyUrl, () => started++), stream(`${proxyUrl}/long`, () => started++)];
+    while (started < 2) await sleep(5);
+    const model = { gen_ai_request_model: 'drain-model' };
+    expect(hist(await scrape(metricsUrl), 'gen_ai_client_operation_duration_seconds', model).count).toBe(0); // both still streaming
+    const t0 = performance.now();
+    p.child.kill('SIGTERM');
+    const [done, cut] = await Promise.all(streams);
+    expect(done!.sha).toBe(gt.sent[0]!.sha256);
+    expect(cut!.error).toBeDefined();
+    await p.waitFor((x) => x.msg === 'waiting for a final scrape');
+    expect(p.lines.find((x) => x.msg === 'drain deadline reached: cut streams')).toMatchObject({ cut: 1 });
+    // The drain is over, and the process waits: the proxy's port is closed, the metrics port serves.
+    expect(await settled(p.exited, 500)).toBe('pending');
+    expect(await connectRefused(proxyUrl)).toBe(true);
+    expect((await fetch(`${metricsUrl}/readyz`)).status).toBe(503);
+    expect((await fetch(`${metricsUrl}/healthz`)).status).toBe(200);
+    expect(await settled(p.exited, 300)).toBe('pending'); // neither probe was the scrape it waits for
+    const last = await scrape(metricsUrl);
+    expect(hist(last, 'gen_ai_client_operation_duration_seconds', model).count).toBe(2);
+    expect(hist(last, 'gen_ai_client_operation_duration_seconds', { ...model, error_type: 'shutdown_deadline' }).count).toBe(1);
+    expect(hist(last, 'gen_ai_client_operation_time_to_first_chunk_seconds', model).count).toBe(2);
+    expect(await settled(p.exited, 10_000)).toBe(0);
+    expect(p.lines.find((x) => x.msg === 'final scrape served')).toMatchObject({ level: 30, client: '127.0.0.1' });
+    expect(performance.now() - t0).toBeLessThan(30_000); // not the whole 60 s
+  });
+
+  it('LLM_PROXY_FINAL_SCRAPE_WAIT: with no scrape, the process exits when the wait ends, saying so at warn', async () => {
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });
+    closers.push(gt.close);
+    const { p, proxyUrl } = await startProxy(gt.url, 5, NO_OTLP, { OTEL_METRICS_EXPORTER: 'prometheus', LLM_PROXY_FINAL_SCRAPE_WAIT: '1.5' });
+    expect((await stream(proxyUrl, () => {})).sha).toBeDefined();
+    const t0 = performance.now();
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toBe(0);
+    expect(performance.now() - t0).toBeGreaterThan(1450); // the wait began after the SIGTERM
+    expect(p.lines.find((x) => x.msg === 'waiting for a final scrape')).toMatchObject({ waitSeconds: 1.5 });
+    expect(p.lines.find((x) => typeof x.msg === 'string' && x.msg.startsWith('no scrape within the final scrape wait'))).toMatchObject({ level: 40, waitSeconds: 1.5 });
+  });
+
+  it('a second signal ends the wait at once; without Prometheus there is no wait, and a warning at start says so', async () => {
+    const gt = await startGroundTruth({ ttftMs: 5, itlMs: 2, tokens: 5 });
+    closers.push(gt.close);
+    const a = await startProxy(gt.url, 5, NO_OTLP, { OTEL_METRICS_EXPORTER: 'prometheus' }, ['--final-scrape-wait', '60']);
+    a.p.child.kill('SIGTERM');
+    await a.p.waitFor((x) => x.msg === 'waiting for a final scrape');
+    const t0 = performance.now();
+    a.p.child.kill('SIGINT');
+    expect(await a.p.exited).toBe(1);
+    expect(performance.now() - t0).toBeLessThan(5000);
+    const b = await startProxy(gt.url, 5, NO_OTLP, { OTEL_METRICS_EXPORTER: 'none' }, ['--final-scrape-wait', '60']);
+    expect(b.p.lines.find((x) => typeof x.msg === 'string' && x.msg.includes('final scrape wait (--final-scrape-wait / LLM_PROXY_FINAL_SCRAPE_WAIT: 60 s) is ignored'))).toMatchObject({ level: 40 });
+    b.p.child.kill('SIGTERM');
+    expect(await settled(b.p.exited, 10_000)).toBe(0);
+    expect(b.p.lines.some((x) => x.msg === 'waiting for a final scrape')).toBe(false);
   });
 });
 

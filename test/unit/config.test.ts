@@ -169,6 +169,9 @@ describe('config', () => {
     // The variable is checked where it is read, so its error names it.
     expect(errorOf(() => envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: '3000000' }))).toMatch(/^LLM_PROXY_DRAIN_TIMEOUT: expected a number of seconds from 0 to 2147483/);
     expect(envOverrides({ LLM_PROXY_DRAIN_TIMEOUT: '2147483' }).drainTimeout).toBe(2_147_483);
+    expect(errorOf(() => buildConfig({ metrics: { finalScrapeWait: 3_000_000 } }))).toMatch(/metrics\.finalScrapeWait: must be at most/);
+    expect(errorOf(() => envOverrides({ LLM_PROXY_FINAL_SCRAPE_WAIT: '-1' }))).toMatch(/^LLM_PROXY_FINAL_SCRAPE_WAIT: expected a number of seconds from 0 to 2147483/);
+    expect(errorOf(() => buildConfig({}, { finalScrapeWait: Number.NaN }))).toMatch(/final scrape wait \(--final-scrape-wait, LLM_PROXY_FINAL_SCRAPE_WAIT\): must be from 0 to 2147483/);
     expect(errorOf(() => buildConfig({ otlp: { intervalSeconds: 3_000_000 } }))).toMatch(/otlp\.intervalSeconds: must be at most/);
     expect(errorOf(() => envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '3000000000' }))).toMatch(/OTEL_METRIC_EXPORT_INTERVAL: expected milliseconds from 100 to 2147483000/);
     expect(envOverrides({ OTEL_METRIC_EXPORT_INTERVAL: '2147483000' }).otlpIntervalMs).toBe(2_147_483_000);
@@ -257,7 +260,7 @@ describe('config', () => {
     ]);
     expect(loadConfig({ upstream: 'http://u:1' }, { LLM_PROXY_UPSTREAMS: 'x' }).warnings).toEqual([expect.stringMatching(/^LLM_PROXY_UPSTREAMS is not/)]);
     // Every variable the README's table names is one it reads (listed here, not taken from ENV_NAMES).
-    const readme = { LLM_PROXY_UPSTREAM: 'http://u:1', LLM_PROXY_CONFIG: '', LLM_PROXY_HOST: '127.0.0.1', LLM_PROXY_PORT: '1', LLM_PROXY_METRICS_HOST: '127.0.0.1', LLM_PROXY_METRICS_PORT: '2', LLM_PROXY_METRICS: 'true', LLM_PROXY_DRAIN_TIMEOUT: '3', LLM_PROXY_LOG_LEVEL: 'info', LLM_PROXY_EGRESS_PROXY: 'none' };
+    const readme = { LLM_PROXY_UPSTREAM: 'http://u:1', LLM_PROXY_CONFIG: '', LLM_PROXY_HOST: '127.0.0.1', LLM_PROXY_PORT: '1', LLM_PROXY_METRICS_HOST: '127.0.0.1', LLM_PROXY_METRICS_PORT: '2', LLM_PROXY_METRICS: 'true', LLM_PROXY_DRAIN_TIMEOUT: '3', LLM_PROXY_FINAL_SCRAPE_WAIT: '0', LLM_PROXY_LOG_LEVEL: 'info', LLM_PROXY_EGRESS_PROXY: 'none' };
     expect(unknownEnvWarnings(readme)).toEqual([]);
     expect(loadConfig({}, readme).warnings).toEqual([]);
     // A Kubernetes Service named llm-proxy: its link names are left alone, its _PORT is refused with the reason.
@@ -265,6 +268,21 @@ describe('config', () => {
     expect(errorOf(() => envOverrides({ LLM_PROXY_PORT: 'tcp://10.0.0.1:8080' }))).toMatch(/^LLM_PROXY_PORT: "tcp:\/\/10\.0\.0\.1:8080" is a Kubernetes service link \(a Service named llm-proxy sets it\).* enableServiceLinks: false/);
     // The Service the variable comes from, by its name.
     expect(errorOf(() => envOverrides({ LLM_PROXY_METRICS_PORT: 'tcp://10.0.0.1:9464' }))).toMatch(/^LLM_PROXY_METRICS_PORT: .* \(a Service named llm-proxy-metrics sets it\)/);
+  });
+
+  it('metrics.finalScrapeWait: 0 by default; the variable and the flag win over the file; ignored with a warning when nothing is scraped', () => {
+    expect(buildConfig({}).metrics.finalScrapeWait).toBe(0);
+    expect(buildConfig({ metrics: { finalScrapeWait: 20 } }).metrics.finalScrapeWait).toBe(20);
+    expect(errorOf(() => buildConfig({ metrics: { finalScrapeWait: -1 } }))).toMatch(/metrics\.finalScrapeWait: /);
+    expect(errorOf(() => buildConfig({ metrics: { finalScrapeWait: '20s' } }))).toMatch(/metrics\.finalScrapeWait: /);
+    expect(loadConfig({}, { LLM_PROXY_FINAL_SCRAPE_WAIT: '7.5' }).metrics.finalScrapeWait).toBe(7.5);
+    expect(loadConfig({ finalScrapeWait: 3 }, { LLM_PROXY_FINAL_SCRAPE_WAIT: '7.5' }).metrics.finalScrapeWait).toBe(3);
+    expect(buildConfig({ metrics: { finalScrapeWait: 20 } }).warnings).toEqual([]);
+    expect(buildConfig({ metrics: { finalScrapeWait: 20, enabled: false } }, {}, 'p.yaml').warnings).toEqual(['the final scrape wait (metrics.finalScrapeWait (p.yaml): 20 s) is ignored: metrics are disabled, so no scrape is waited for']);
+    expect(buildConfig({ metrics: { finalScrapeWait: 20 } }, { exporters: { prometheus: false, otlp: true }, finalScrapeWait: 5 }).warnings).toEqual([
+      'the final scrape wait (--final-scrape-wait / LLM_PROXY_FINAL_SCRAPE_WAIT: 5 s) is ignored: OTEL_METRICS_EXPORTER leaves Prometheus out, so no scrape is waited for',
+    ]);
+    expect(buildConfig({ metrics: { finalScrapeWait: 0, enabled: false } }).warnings).toEqual([]);
   });
 
   it('warns of settings that do nothing: a simulator plan beside an upstream, OTLP settings without OTLP (review 121)', () => {

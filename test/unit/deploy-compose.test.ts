@@ -132,7 +132,18 @@ describe('deploy/compose/compose.yaml', () => {
     expect(c.services.proxy.ports.map(String)).toEqual(expect.arrayContaining(['127.0.0.1:8080:8080', '127.0.0.1:9464:9464']));
     // A demo stack with an anonymous Grafana: every published port on the host's loopback only.
     for (const svc of Object.values(c.services) as { ports?: unknown[] }[]) for (const p of svc.ports ?? []) expect(String(p)).toMatch(/^127\.0\.0\.1:/);
-    expect(Number(/^(\d+)s$/.exec(c.services.proxy.stop_grace_period)?.[1])).toBeGreaterThan(DRAIN_SECONDS);
+    // Drain, the final scrape wait, then at most 5 s for the last OTLP push and 2 s for the log flush.
+    const env = c.services.proxy.environment as Obj;
+    expect(Number(env.LLM_PROXY_DRAIN_TIMEOUT)).toBe(DRAIN_SECONDS);
+    const finalScrape = Number(env.LLM_PROXY_FINAL_SCRAPE_WAIT ?? 0);
+    expect(Number(/^(\d+)s$/.exec(c.services.proxy.stop_grace_period)?.[1])).toBeGreaterThanOrEqual(DRAIN_SECONDS + finalScrape + 7);
+    // One scrape begins within an interval of the drain's end, and may take up to its timeout.
+    const { global } = readYaml(join(composeDir, 'prometheus.yml'));
+    const seconds = (d: string) => Number(/^(\d+)s$/.exec(d)?.[1]);
+    expect(finalScrape).toBeGreaterThanOrEqual(seconds(global.scrape_interval) + seconds(global.scrape_timeout));
+    // Compose stops in reverse dependency order: Prometheus must outlive the proxy's drain.
+    expect(Object.keys(c.services.proxy.depends_on)).toContain('prometheus');
+    expect(c.services.prometheus.depends_on).toBeUndefined();
   });
 
   it('the load generator targets the proxy and knows the simulator URL (stays idle for a real upstream)', () => {

@@ -348,13 +348,17 @@ function durationSeconds(s: string): number {
   return Number(m[1]) * (m[2] === 'm' ? 60 : 1);
 }
 
-function drainSeconds(c: Obj): number {
+/** A number of seconds the container sets by flag (which wins) or variable, else the proxy's default. */
+function secondsSetting(c: Obj, flag: string, variable: string, byDefault: number): number {
   const args: string[] = c.args ?? [];
-  const i = args.findIndex((a) => a === '--drain-timeout' || a.startsWith('--drain-timeout='));
+  const i = args.findIndex((a) => a === `--${flag}` || a.startsWith(`--${flag}=`));
   if (i >= 0) return Number(args[i]!.includes('=') ? args[i]!.split('=')[1] : args[i + 1]);
-  const env = (c.env ?? []).find((e: Obj) => e.name === 'LLM_PROXY_DRAIN_TIMEOUT');
-  return env ? Number(env.value) : DEFAULT_DRAIN_SECONDS;
+  // The last entry wins in Kubernetes.
+  const env = (c.env ?? []).findLast((e: Obj) => e.name === variable);
+  return env ? Number(env.value) : byDefault;
 }
+const drainSeconds = (c: Obj) => secondsSetting(c, 'drain-timeout', 'LLM_PROXY_DRAIN_TIMEOUT', DEFAULT_DRAIN_SECONDS);
+const finalScrapeSeconds = (c: Obj) => secondsSetting(c, 'final-scrape-wait', 'LLM_PROXY_FINAL_SCRAPE_WAIT', 0);
 
 /**
  * Seconds the process may still need after the drain deadline: the last OTLP push (the proxy
@@ -402,7 +406,10 @@ function checkInvariants(objs: Obj[]): string[] {
   const drain = drainSeconds(c);
   const preStop = preStopSeconds(c);
   if (preStop <= 0) errs.push('no preStop delay: endpoints may still route to a draining pod');
-  if (!(grace >= drain + preStop + EXIT_MARGIN)) errs.push(`terminationGracePeriodSeconds ${grace} < drain ${drain} + preStop ${preStop} + ${EXIT_MARGIN}`);
+  // After the drain the metrics port may wait for one more scrape (LLM_PROXY_FINAL_SCRAPE_WAIT).
+  const finalScrape = finalScrapeSeconds(c);
+  const sum = `drain ${drain} + preStop ${preStop}${finalScrape > 0 ? ` + final scrape wait ${finalScrape}` : ''} + ${EXIT_MARGIN}`;
+  if (!(grace >= drain + preStop + finalScrape + EXIT_MARGIN)) errs.push(`terminationGracePeriodSeconds ${grace} < ${sum}`);
 
   // Ports and probes.
   const http = containerPort(c, 'http');
@@ -507,6 +514,11 @@ function checkInvariants(objs: Obj[]): string[] {
       if (port === undefined) errs.push(`PodMonitor port ${ep.port} not on the container`);
       else if (port.containerPort !== metrics) errs.push(`PodMonitor port ${ep.port} is not the metrics port`);
       if ((ep.path ?? '/metrics') !== '/metrics') errs.push('PodMonitor path');
+      // The streams that end during the drain reach Prometheus only if a scrape begun after it
+      // is sent within the final scrape wait: one interval, then up to the scrape timeout.
+      const interval = durationSeconds(ep.interval ?? '30s');
+      const timeout = durationSeconds(ep.scrapeTimeout ?? '10s');
+      if (!(finalScrape >= interval + timeout)) errs.push(`final scrape wait ${finalScrape} s < PodMonitor interval ${interval} s + scrapeTimeout ${timeout} s: the streams that end during the drain may never be scraped`);
     }
   }
 
@@ -564,6 +576,7 @@ function effectiveConfig(objs: Obj[]): Config {
       metricsHost: flag('metrics-host'),
       metricsPort: flag('metrics-port') === undefined ? undefined : Number(flag('metrics-port')),
       drainTimeout: flag('drain-timeout') === undefined ? undefined : Number(flag('drain-timeout')),
+      finalScrapeWait: flag('final-scrape-wait') === undefined ? undefined : Number(flag('final-scrape-wait')),
       logLevel: flag('log-level'),
     }).filter(([, v]) => v !== undefined),
   );
@@ -585,7 +598,9 @@ function checkEffectiveConfig(objs: Obj[]): string[] {
   if (cfg.metrics.port !== containerPort(c, 'metrics')) errs.push(`metrics port ${cfg.metrics.port} != metrics containerPort`);
   if (!cfg.metrics.enabled) errs.push('metrics disabled');
   const grace = byKind(objs, 'Deployment')[0]!.spec.template.spec.terminationGracePeriodSeconds ?? 30;
-  if (!(grace >= cfg.drainTimeout + preStopSeconds(c) + EXIT_MARGIN)) errs.push(`drainTimeout ${cfg.drainTimeout} does not fit the grace period ${grace}`);
+  if (!(grace >= cfg.drainTimeout + preStopSeconds(c) + cfg.metrics.finalScrapeWait + EXIT_MARGIN)) {
+    errs.push(`drainTimeout ${cfg.drainTimeout} and metrics.finalScrapeWait ${cfg.metrics.finalScrapeWait} do not fit the grace period ${grace}`);
+  }
   return errs;
 }
 
@@ -719,8 +734,18 @@ describe('deploy/kubernetes: the checks reject broken manifests', () => {
   });
   it('grace period with no room for the last OTLP push and the log flush after the drain', () => {
     // The base had 45 s before the last push's wait was counted: SIGKILL during a hung push.
-    const objs = mutate((o) => (dep(o).spec.template.spec.terminationGracePeriodSeconds = 45));
-    expect(checkInvariants(objs).join('\n')).toMatch(/terminationGracePeriodSeconds 45 < drain 30 \+ preStop 5 \+ 12/);
+    const objs = mutate((o) => (dep(o).spec.template.spec.terminationGracePeriodSeconds = 65));
+    expect(checkInvariants(objs).join('\n')).toMatch(/terminationGracePeriodSeconds 65 < drain 30 \+ preStop 5 \+ final scrape wait 25 \+ 12/);
+  });
+  it('a final scrape wait needs a longer grace period, and must outlast the PodMonitor interval and scrape timeout', () => {
+    const long = mutate((o) => ctr(o).env.push({ name: 'LLM_PROXY_FINAL_SCRAPE_WAIT', value: '60' }));
+    expect(checkInvariants(long).join('\n')).toMatch(/terminationGracePeriodSeconds 75 < drain 30 \+ preStop 5 \+ final scrape wait 60 \+ 12/);
+    const off = mutate((o) => ctr(o).args.push('--final-scrape-wait', '0'));
+    expect(checkInvariants(off).join('\n')).toMatch(/final scrape wait 0 s < PodMonitor interval 15 s \+ scrapeTimeout 10 s/);
+    const slow = mutate((o) => (byKind(o, 'PodMonitor')[0]!.spec.podMetricsEndpoints[0].interval = '1m'));
+    expect(checkInvariants(slow).join('\n')).toMatch(/final scrape wait 25 s < PodMonitor interval 60 s/);
+    const patient = mutate((o) => (byKind(o, 'PodMonitor')[0]!.spec.podMetricsEndpoints[0].scrapeTimeout = '15s'));
+    expect(checkInvariants(patient).join('\n')).toMatch(/final scrape wait 25 s < PodMonitor interval 15 s \+ scrapeTimeout 15 s/);
   });
   it('a longer drain set by flag needs a longer grace period', () => {
     const objs = mutate((o) => ctr(o).args.push('--drain-timeout', '120'));

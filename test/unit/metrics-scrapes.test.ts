@@ -3,6 +3,7 @@ import net from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Telemetry } from '../../src/metrics/exporter.js';
+import { FinalScrape } from '../../src/metrics/final-scrape.js';
 import { createMetricsApp, listen, MAX_SCRAPES_IN_FLIGHT } from '../../src/server.js';
 
 // A scrape holds its snapshot until its client has read it; the metrics port lets only a few be
@@ -23,6 +24,19 @@ function gated(held: number) {
   return { telemetry, open: () => open(), calls: () => calls };
 }
 
+/** 24 pieces of 1 MiB: more than the socket buffers hold, so a client that does not read stalls it. */
+function large() {
+  const big = 'x'.repeat(1 << 20) + '\n';
+  let calls = 0;
+  const telemetry = {
+    scrape: async function* () {
+      calls++;
+      for (let i = 0; i < 24; i++) yield big;
+    },
+  } as unknown as Telemetry;
+  return { telemetry, calls: () => calls, size: 24 * big.length };
+}
+
 const servers: http.Server[] = [];
 afterEach(async () => {
   for (const s of servers.splice(0)) {
@@ -31,8 +45,8 @@ afterEach(async () => {
   }
 });
 
-async function serve(telemetry: Telemetry, scrapeDeadlineMs?: number): Promise<string> {
-  const { server, url } = await listen(createMetricsApp(telemetry, { ready: () => true }, scrapeDeadlineMs ? { scrapeDeadlineMs } : {}), 0, '127.0.0.1');
+async function serve(telemetry: Telemetry, scrapeDeadlineMs?: number, finalScrape?: FinalScrape): Promise<string> {
+  const { server, url } = await listen(createMetricsApp(telemetry, { ready: () => true }, { ...(scrapeDeadlineMs ? { scrapeDeadlineMs } : {}), ...(finalScrape ? { finalScrape } : {}) }), 0, '127.0.0.1');
   servers.push(server);
   return url;
 }
@@ -92,15 +106,7 @@ describe('/metrics scrapes in flight', () => {
   });
 
   it('closes a scrape whose client stopped reading at the deadline, freeing its slot', async () => {
-    // 24 pieces of 1 MiB: more than the socket buffers hold, so a client that does not read stalls it.
-    const big = 'x'.repeat(1 << 20) + '\n';
-    let calls = 0;
-    const telemetry = {
-      scrape: async function* () {
-        calls++;
-        for (let i = 0; i < 24; i++) yield big;
-      },
-    } as unknown as Telemetry;
+    const { telemetry, calls } = large();
     const url = await serve(telemetry, 1000);
     const { port } = new URL(url);
     const sockets = Array.from({ length: MAX_SCRAPES_IN_FLIGHT }, () => {
@@ -109,7 +115,7 @@ describe('/metrics scrapes in flight', () => {
       s.on('error', () => undefined);
       return s;
     });
-    await until(() => calls === MAX_SCRAPES_IN_FLIGHT);
+    await until(() => calls() === MAX_SCRAPES_IN_FLIGHT);
     expect((await get(url).done).status).toBe(503);
     // The proxy cuts them at the deadline (their own ends, paused, do not notice).
     let status = 0;
@@ -132,5 +138,82 @@ describe('a listener error once listening', () => {
     for (const code of ['EMFILE', 'ENOBUFS']) server.emit('error', Object.assign(new Error(`accept ${code}`), { code }));
     expect(seen).toEqual(['accept EMFILE', 'accept ENOBUFS']);
     expect(await get(url).done).toMatchObject({ status: 200, body: '# TYPE x gauge\nx 1\n' });
+  });
+});
+
+describe('the final scrape after a drain (metrics.finalScrapeWait)', () => {
+  /** Whether `p` has settled within `ms`, and how. */
+  const settled = <T>(p: Promise<T>, ms: number) => Promise.race([p, sleep(ms).then(() => 'pending' as const)]);
+  /** A raw request that never reads its answer; `destroy()` hangs up. */
+  const unread = (url: string, method = 'GET') => {
+    const s = net.connect(Number(new URL(url).port), '127.0.0.1', () => s.write(`${method} /metrics HTTP/1.1\r\nHost: x\r\n\r\n`));
+    s.pause();
+    s.on('error', () => undefined);
+    return s;
+  };
+
+  it('is a GET collected after the drain ended and sent whole, named by its client; one collected before it does not count, even when sent after', async () => {
+    const fs = new FinalScrape();
+    const t = gated(1);
+    const url = await serve(t.telemetry, undefined, fs);
+    const early = get(url); // its collection begins before the drain's end, and waits on the gate
+    await until(() => t.calls() === 1);
+    await sleep(5);
+    const waiting = fs.wait(performance.now(), 20_000);
+    t.open();
+    expect(await early.done).toEqual({ status: 200, body: '# TYPE x gauge\nx 1\n' });
+    expect(await settled(waiting, 200)).toBe('pending');
+    const res = await fetch(`${url}/metrics`, { headers: { 'user-agent': 'Prometheus/3.5.0' } });
+    expect(await res.text()).toBe('# TYPE x gauge\nx 1\n');
+    expect(await settled(waiting, 5000)).toEqual({ address: '127.0.0.1', userAgent: 'Prometheus/3.5.0' });
+  });
+
+  it('is not a HEAD, nor a collection that failed (500)', async () => {
+    const fs = new FinalScrape();
+    let fail = true;
+    const telemetry = {
+      scrape: async function* () {
+        if (fail) throw new Error('collector broke');
+        yield 'x 1\n';
+      },
+    } as unknown as Telemetry;
+    const url = await serve(telemetry, undefined, fs);
+    const waiting = fs.wait(performance.now(), 20_000);
+    expect((await fetch(`${url}/metrics`)).status).toBe(500);
+    fail = false;
+    const head = await fetch(`${url}/metrics`, { method: 'HEAD' });
+    expect(head.status).toBe(200);
+    expect(await settled(waiting, 300)).toBe('pending');
+    expect((await fetch(`${url}/metrics`)).status).toBe(200);
+    expect(await settled(waiting, 5000)).toMatchObject({ address: '127.0.0.1' });
+  });
+
+  it('is not a scrape whose client hung up, nor one cut because its client stopped reading', async () => {
+    const fs = new FinalScrape();
+    const { telemetry, calls, size } = large();
+    const url = await serve(telemetry, 500, fs);
+    const waiting = fs.wait(performance.now(), 20_000);
+    const gone = unread(url); // 24 MiB cannot be sent whole to a client that does not read
+    await until(() => calls() === 1);
+    gone.destroy();
+    const stalled = unread(url); // cut at the 500 ms deadline
+    await until(() => calls() === 2);
+    expect(await settled(waiting, 1500)).toBe('pending');
+    stalled.destroy();
+    const whole = await get(url).done;
+    expect(whole.status).toBe(200);
+    expect(whole.body.length).toBe(size);
+    expect(await settled(waiting, 5000)).toMatchObject({ address: '127.0.0.1' });
+  });
+
+  it('ends undefined when no scrape comes within the wait, or at once when cancelled', async () => {
+    const fs = new FinalScrape();
+    const t0 = performance.now();
+    expect(await fs.wait(t0, 150)).toBeUndefined();
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(140);
+    const waiting = fs.wait(performance.now(), 20_000);
+    fs.cancel();
+    expect(await settled(waiting, 1000)).toBeUndefined();
+    fs.served(performance.now(), { address: undefined, userAgent: undefined }); // nothing waits: no effect, no throw
   });
 });

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import * as wsModule from 'ws';
 import type { MeterSummary } from '../../src/measure/request-meter.js';
 import { METRIC } from '../../src/metrics/semconv.js';
-import { detectWsApi, quickDelta, WsSession, type WsApiMatch } from '../../src/ws/session.js';
+import { detectWsApi, quickDelta, sessionsClosing, WsSession, type WsApiMatch } from '../../src/ws/session.js';
 import { countLike, fault, faultText, oneCount, timeLike, withFault } from '../helpers/json-faults.js';
 import { testInstruments } from '../helpers/metrics.js';
 
@@ -482,7 +482,9 @@ describe('review cases', () => {
     t.server(20, delta('r1'));
     t.s.fromUpstream(compressed({ type: 'response.done', response: { id: 'r1', status: 'completed' } }, false), 30);
     t.s.close(31, undefined);
+    expect(sessionsClosing()).toBe(1); // a final scrape waits for its record
     await settle();
+    expect(sessionsClosing()).toBe(0);
     expect(t.summaries).toHaveLength(1);
     expect(t.summaries[0]).toMatchObject({ outcome: 'ok', durationMs: 30 });
   });
