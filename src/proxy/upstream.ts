@@ -45,6 +45,13 @@ export class UpstreamClosed extends Error {
   }
 }
 
+/** The fields of a socket's stream states that the functions below read and set (Node internals). */
+interface StreamStates {
+  _writableState?: { autoDestroy: boolean };
+  _readableState?: { autoDestroy: boolean; errored: Error | null };
+}
+const streamStates = (socket: net.Socket): StreamStates => socket as unknown as StreamStates;
+
 /**
  * Node destroys a socket whose write fails, at once: an answer the upstream sent before it reset
  * the connection (a 413 from the request head, then a close with the body unread) is still in
@@ -53,7 +60,7 @@ export class UpstreamClosed extends Error {
  * Node's stream internals read for that (net.Socket sets it, and has no option for it).
  */
 function destroyOnWriteError(socket: net.Socket, on: boolean): void {
-  const s = socket as unknown as { _writableState?: { autoDestroy: boolean }; _readableState?: { autoDestroy: boolean } };
+  const s = streamStates(socket);
   if (s._writableState !== undefined) s._writableState.autoDestroy = on;
   if (s._readableState !== undefined) s._readableState.autoDestroy = on;
 }
@@ -64,7 +71,7 @@ function destroyOnWriteError(socket: net.Socket, on: boolean): void {
  */
 function readOnAfterWriteError(socket: net.Socket): void {
   destroyOnWriteError(socket, true);
-  const r = (socket as unknown as { _readableState?: { errored: Error | null } })._readableState;
+  const r = streamStates(socket)._readableState;
   if (r !== undefined) r.errored = null;
 }
 
@@ -74,12 +81,13 @@ function readOnAfterWriteError(socket: net.Socket): void {
  */
 const canHoldWriteErrors = ((): boolean => {
   try {
-    const s = new net.Socket() as unknown as { _writableState: { autoDestroy: boolean }; _readableState: { autoDestroy: boolean; errored: Error | null } };
-    s._writableState.autoDestroy = false;
-    s._readableState.autoDestroy = false;
-    s._readableState.errored = new Error('probe');
-    s._readableState.errored = null;
-    return s._writableState.autoDestroy === false && s._readableState.autoDestroy === false && s._readableState.errored === null;
+    const { _writableState: w, _readableState: r } = streamStates(new net.Socket());
+    if (w === undefined || r === undefined) return false;
+    w.autoDestroy = false;
+    r.autoDestroy = false;
+    r.errored = new Error('probe');
+    r.errored = null;
+    return w.autoDestroy === false && r.autoDestroy === false && r.errored === null;
   } catch {
     return false;
   }
