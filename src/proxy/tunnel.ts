@@ -15,6 +15,7 @@ import { authority, openTunnel } from './egress.js';
 import { safePath } from './routes.js';
 import { serverName, upstreamLookup } from './lookup.js';
 import { peerAddress, sharedRead, UpstreamTimeout, writeQueueSize, type Origin } from './upstream.js';
+import { CLOSE_GOING_AWAY, closeFrame, FrameBounds } from '../ws/frame-bounds.js';
 import type { WsSession } from '../ws/session.js';
 
 /**
@@ -88,6 +89,11 @@ export class Tunnel {
   private upstreamAddr: string | undefined;
   /** Reads from and writes to the upstream socket, and its resumes: what puts its idle timeout back. */
   private upstreamMoves = 0;
+  /** Frame boundaries of what went to the client and to the upstream since the 101 (a shutdown's Close frames). */
+  private readonly downFrames = new FrameBounds(false);
+  private readonly upFrames = new FrameBounds(true);
+  /** Which sides were sent a Close 1001 at the shutdown deadline (for the log). */
+  private goingAway: string[] | undefined;
 
   constructor(
     private readonly opts: TunnelOptions,
@@ -209,7 +215,9 @@ export class Tunnel {
   private forwardUp(b: Buffer): void {
     this.upstreamMoves++;
     this.bytesUp += b.length;
-    if (!this.upstream!.write(b) && !this.upPaused) {
+    const full = !this.upstream!.write(b);
+    this.upFrames.push(b);
+    if (full && !this.upPaused) {
       this.upPaused = true;
       this.client.pause();
       this.upstream!.once('drain', () => {
@@ -253,6 +261,7 @@ export class Tunnel {
     this.upstreamMoves++;
     if (this.status === 101) {
       this.writeDown(b);
+      this.downFrames.push(b);
       this.session?.fromUpstream(b, arrival);
       return;
     }
@@ -296,6 +305,7 @@ export class Tunnel {
       if (head.status === 101) {
         const switched = passedHead(head, SWITCHING_KEEP, 'Upgrade');
         this.writeDown(buf.length > end ? Buffer.concat([switched, buf.subarray(end)]) : switched);
+        if (buf.length > end) this.downFrames.push(buf.subarray(end));
         this.session = this.opts.measure?.(rawHeader(head.rawHeaders, 'sec-websocket-extensions'));
         if (buf.length > end) this.session?.fromUpstream(buf.subarray(end), arrival);
         this.open();
@@ -397,9 +407,12 @@ export class Tunnel {
     this.close(errorType, true);
   }
 
-  /** Cut at a shutdown deadline. */
+  /**
+   * Ended at a shutdown deadline: an open tunnel's sides are each sent a Close 1001 ("going
+   * away", RFC 6455 §7.4.1) where one can go between two frames, then ended; otherwise cut.
+   */
   abort(errorType: string): void {
-    this.close(errorType);
+    this.close(errorType, false, this.status === 101);
   }
 
   private recordFailure(status: number, errorType: string | undefined): void {
@@ -408,7 +421,7 @@ export class Tunnel {
     this.opts.failed?.(status, errorType, this.start);
   }
 
-  private close(errorType: string | undefined, clientAnswered = false): void {
+  private close(errorType: string | undefined, clientAnswered = false, goAway = false): void {
     if (this.done) return;
     // Ended before any final answer (the client gave up on a hung upstream, the shutdown
     // deadline, a failure after a 103): the upgrade failed too. The client's own 400 is not.
@@ -423,6 +436,9 @@ export class Tunnel {
       if (this.status === 101) endSocket(this.upstream!);
       else this.upstream?.destroy();
       endSocket(this.client);
+    } else if (goAway) {
+      const told = [sayGoingAway(this.client, this.downFrames, false) && 'client', sayGoingAway(this.upstream!, this.upFrames, true) && 'upstream'];
+      this.goingAway = told.filter((s): s is string => s !== false);
     } else {
       // A failure reaches each side as one (a reset), not as a clean end.
       if (this.upstream) cut(this.upstream);
@@ -448,6 +464,10 @@ export class Tunnel {
         responses: this.session?.responses,
         // The messages could not be read to the end (a protocol break, a bound): see the README.
         measurementStopped: this.session?.stopped || undefined,
+        // The sides sent a Close 1001 at the shutdown deadline. A side not named was cut (mid-frame,
+        // or its frames could not be followed), or only ended (a Close had gone its way already, or
+        // its half had ended).
+        goingAway: this.goingAway,
         durationMs: Math.round((performance.now() - this.start) * 1000) / 1000,
         upstreamConnectMs: this.connectMs === undefined ? undefined : Math.round(this.connectMs * 1000) / 1000,
         upstreamAddr: this.upstreamAddr,
@@ -491,6 +511,28 @@ function cut(s: Duplex): void {
   } catch {
     s.destroy();
   }
+}
+
+/**
+ * A Close 1001 to one side of an open tunnel at the shutdown deadline, then our half's end; true
+ * if sent. Where the last frame that side was sent is incomplete (or could not be followed), a
+ * frame cannot go in: cut, as any failure. After a Close has gone that way, or once our half has
+ * ended (an end passed on), only the end: a reset could lose what that side has not read yet.
+ */
+function sayGoingAway(s: Duplex, frames: FrameBounds, masked: boolean): boolean {
+  if (s.destroyed) return false;
+  if (s.writableEnded) {
+    endSocket(s);
+    return false;
+  }
+  if (!frames.atBoundary) {
+    cut(s);
+    return false;
+  }
+  const say = !frames.closeSeen;
+  if (say) s.write(closeFrame(CLOSE_GOING_AWAY, 'proxy shutting down', masked));
+  endSocket(s);
+  return say;
 }
 
 /**

@@ -195,6 +195,45 @@ describe('the simulator over WebSocket, measured through the proxy', () => {
     }
   });
 
+  it('a drain that ends with sessions open tells the official clients the server is going away (Close 1001), not an abnormal closure', async () => {
+    const p = await startTestProxy(`http://127.0.0.1:${(sim.server.address() as net.AddressInfo).port}`);
+    try {
+      // OpenAI Realtime, open after one answer.
+      const client = new OpenAI({ apiKey: 'sk-sim', baseURL: `${p.proxyUrl}/v1` });
+      const port = Number(new URL(p.proxyUrl).port);
+      const rt = await OpenAIRealtimeWS.create(client, { model: 'gpt-realtime', options: { createConnection: () => net.connect(port, '127.0.0.1') } });
+      await new Promise<void>((r, j) => rt.socket.once('open', () => r()).once('error', j));
+      const answered = new Promise<void>((r) => rt.on('response.done', () => r()));
+      rt.send({ type: 'response.create' });
+      await answered;
+      const rtClosed = new Promise<[number, string]>((r) => rt.socket.once('close', (code, reason) => r([code, reason.toString()])));
+      // Gemini Live, open after one turn.
+      let liveClosed!: (c: [number, string]) => void;
+      const liveClose = new Promise<[number, string]>((r) => (liveClosed = r));
+      let turnDone!: () => void;
+      const turn = new Promise<void>((r) => (turnDone = r));
+      const ai = new GoogleGenAI({ apiKey: 'g-sim', httpOptions: { baseUrl: p.proxyUrl } });
+      const session = await ai.live.connect({
+        model: 'gemini-live-2.5-flash',
+        config: { responseModalities: [Modality.TEXT] },
+        callbacks: {
+          onmessage: (m) => {
+            if (m.serverContent?.turnComplete) turnDone();
+          },
+          onclose: (e) => liveClosed([e.code, e.reason]),
+        },
+      });
+      session.sendClientContent({ turns: 'Weather in Paris?', turnComplete: true });
+      await turn;
+
+      await p.shutdown(0.2);
+      expect(await rtClosed).toEqual([1001, 'proxy shutting down']);
+      expect(await liveClose).toEqual([1001, 'proxy shutting down']);
+    } finally {
+      await p.close();
+    }
+  });
+
   it('speaks RFC 6455 where a client can get it wrong: version 13 only, masked client frames only', async () => {
     const port = (sim.server.address() as net.AddressInfo).port;
     const raw = (version: string, after?: Buffer) =>

@@ -1,7 +1,9 @@
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as wsLib from 'ws';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
 import { afterHead, pump, type Progress } from '../helpers/flood.js';
@@ -31,6 +33,11 @@ const wss = new WebSocketServer({ noServer: true, perMessageDeflate: true });
 const serverClose: Promise<{ code: number; reason: string }>[] = [];
 /** What raw upstreams read from the client after they had ended their half. */
 const afterUpstreamEnd: string[] = [];
+/** What each `/partial` upstream read, to its connection's close, and the error that closed it. */
+const partialEnds: Promise<{ read: Buffer; error: string | undefined }>[] = [];
+/** ws's frame reader (exported by ws, not declared by @types/ws). */
+const { Receiver } = wsLib as unknown as { Receiver: new (o: { isServer: boolean }) => EventEmitter & { write(b: Buffer): void } };
+const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 
 beforeAll(async () => {
   upstream = http.createServer((req, res) => {
@@ -82,6 +89,25 @@ beforeAll(async () => {
       }
       socket.write('HTTP/1.1 103 Early Hints\r\nLink: </a>\r\nConnection: X-Hop, keep-alive\r\nX-Hop: internal\r\nKeep-Alive: timeout=9\r\n\r\n');
       socket.end('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Also\r\nX-Also: hop\r\nKeep-Alive: timeout=9\r\nSec-WebSocket-Accept: abc\r\n\r\nbye');
+      return;
+    }
+    if (req.url!.startsWith('/partial')) {
+      // A 101 and, with ?down, 10 bytes of a 100-byte text frame: the tunnel stays mid-frame
+      // towards the client. What the upstream reads, and how its connection ended, are kept.
+      const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}${GUID}`).digest('base64');
+      const head = `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`;
+      const down = req.url!.includes('down') ? Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(10, 0x61)]) : Buffer.alloc(0);
+      socket.write(Buffer.concat([Buffer.from(head, 'latin1'), down])); // one write: the proxy has it all with the 101
+      const got: Buffer[] = [];
+      let error: string | undefined;
+      socket.on('data', (b: Buffer) => got.push(b));
+      socket.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
+      partialEnds.push(
+        new Promise((r) => {
+          socket.once('end', () => socket.end()); // the server's sockets are half-open ones
+          socket.once('close', () => r({ read: Buffer.concat(got), error }));
+        }),
+      );
       return;
     }
     if (req.url!.startsWith('/silent')) return socket.destroy(); // accepts the TCP connection, never answers
@@ -603,7 +629,7 @@ describe('WebSocket upgrades', () => {
       const cut = new Promise<number>((r) => busy.once('close', (c) => r(c)));
       const d0 = performance.now();
       await p2.shutdown(0.2);
-      expect(await cut).toBe(1006);
+      expect(await cut).toBe(1001); // told "going away", not reset
       expect(performance.now() - d0).toBeGreaterThanOrEqual(150);
       expect(p2.forwarder.inFlight.size).toBe(0);
     } finally {
@@ -612,19 +638,88 @@ describe('WebSocket upgrades', () => {
     }
   });
 
-  it('a tunnel cut at the shutdown deadline is logged at warn (the production level keeps it)', async () => {
+  it('a tunnel cut at the shutdown deadline: each side is sent a Close 1001, and it is logged at warn (the production level keeps it)', async () => {
     const lines: Record<string, unknown>[] = [];
     const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
     const p = await startProxy(config, createLogger('warn', { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
     try {
-      const { ws } = await open(`${p.proxyUrl.replace(/^http/, 'ws')}/v1/realtime`);
-      const cut = new Promise<number>((r) => ws.once('close', (c) => r(c)));
+      // permessage-deflate on: the Close is a control frame, never compressed.
+      const { ws } = await open(`${p.proxyUrl.replace(/^http/, 'ws')}/v1/realtime`, { perMessageDeflate: true });
+      expect(ws.extensions).toContain('permessage-deflate');
+      await echo(ws, ['x'.repeat(1000), Buffer.alloc(70_000, 7)]); // frames of each length encoding, each way
+      const n = serverClose.length;
+      const cut = new Promise<{ code: number; reason: string }>((r) => ws.once('close', (code, reason) => r({ code, reason: reason.toString() })));
       await p.shutdown(0.2);
-      expect(await cut).toBe(1006);
-      expect(lines.find((l) => l.msg === 'tunnel')).toMatchObject({ level: 40, errorType: 'shutdown_deadline' });
+      expect(await cut).toEqual({ code: 1001, reason: 'proxy shutting down' });
+      // The upstream (ws, which rejects an unmasked client frame with 1002) read the proxy's masked Close.
+      expect(await serverClose[n - 1]).toEqual({ code: 1001, reason: 'proxy shutting down' });
+      expect(lines.find((l) => l.msg === 'tunnel')).toMatchObject({ level: 40, errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
       expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
     } finally {
       await p.close();
+    }
+  });
+
+  it('at the shutdown deadline, cut a side whose last frame is incomplete (no Close can go in); the other side still gets its Close 1001', async () => {
+    // Raw sockets at both ends: a ws peer reports 1006 for a reset and for a Close pushed into a
+    // frame's payload alike; a raw one tells a reset (ECONNRESET) from bytes that came.
+    const CLOSE = Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]);
+    /** The upgrade (with `extra` bytes in the same write, held by the proxy until the 101) through `p`, read to its close. */
+    const rawClient = (p: RunningProxy, path: string, extra: Buffer) => {
+      const key = randomBytes(16).toString('base64');
+      const url = new URL(p.proxyUrl);
+      const c = net.connect(Number(url.port), url.hostname);
+      const chunks: Buffer[] = [];
+      let error: string | undefined;
+      c.on('data', (b: Buffer) => chunks.push(b));
+      c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
+      const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes('\r\n\r\n') && r()));
+      const closed = new Promise<{ read: Buffer; error: string | undefined }>((r) => c.once('close', () => r({ read: Buffer.concat(chunks), error })));
+      c.write(Buffer.concat([Buffer.from(`GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`, 'latin1'), extra]));
+      return { opened, closed };
+    };
+    const decode = (bytes: Buffer): unknown => {
+      let told: unknown = `no Close in the ${bytes.length} bytes`;
+      const r = new Receiver({ isServer: true });
+      r.on('conclude', (code: number, reason: Buffer) => (told = { code, reason: reason.toString() }));
+      r.on('error', (e: Error) => (told = e.message));
+      r.write(bytes);
+      return told;
+    };
+    const p = await startTestProxy(upstreamUrl);
+    const p2 = await startTestProxy(upstreamUrl);
+    try {
+      // Mid-frame towards the client: the client is reset and gets no Close; the upstream, between
+      // frames, reads a masked Close (which ws's frame reader accepts), then the end.
+      const n = partialEnds.length;
+      const one = rawClient(p, '/partial?down', Buffer.alloc(0));
+      await one.opened;
+      await p.shutdown(0.2);
+      const client = await one.closed;
+      expect(client.error).toBe('ECONNRESET');
+      expect(client.read.includes(CLOSE)).toBe(false);
+      expect(client.read.subarray(client.read.length - 12).equals(Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(10, 0x61)]))).toBe(true);
+      const up = await partialEnds[n]!;
+      expect(up.error).toBeUndefined();
+      expect(decode(up.read)).toEqual({ code: 1001, reason: 'proxy shutting down' });
+
+      // Mid-frame towards the upstream (a client frame head announcing 100 bytes, 10 sent): the
+      // upstream is reset after exactly those bytes; the client reads the proxy's Close, then the end.
+      const mask = randomBytes(4);
+      const partial = Buffer.concat([Buffer.from([0x81, 0x80 | 100]), mask, Buffer.alloc(10, 0x61).map((b, i) => b ^ mask[i % 4]!)]);
+      const m = partialEnds.length;
+      const two = rawClient(p2, '/partial', partial);
+      await two.opened;
+      await p2.shutdown(0.2);
+      const client2 = await two.closed;
+      expect(client2.error).toBeUndefined();
+      expect(client2.read.subarray(client2.read.length - CLOSE.length).equals(CLOSE)).toBe(true);
+      const up2 = await partialEnds[m]!;
+      expect(up2.error).toBe('ECONNRESET');
+      expect(up2.read.equals(partial)).toBe(true);
+    } finally {
+      await p.close();
+      await p2.close();
     }
   });
 });
