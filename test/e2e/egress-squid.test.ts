@@ -227,7 +227,7 @@ describe('egress through a real Squid', () => {
     expect(accessLog()).toMatch(new RegExp(`POST http://127\\.0\\.0\\.1:${httpPort}/v1/chat/completions alice `));
   });
 
-  it('an upstream\'s early 413 (sent from the head, then a close with the request body unread) reaches the client through Squid, not a 502', async () => {
+  it('an upstream\'s early 413 (sent from the head, then a close with the request body unread) reaches the client through Squid, not the proxy\'s own 502', async () => {
     // Squid relays the answer and then resets the proxy's connection, whose body write meets the
     // reset (by probe, before 0e32a4b: 5 of 20 such uploads got the 413, the rest a 502).
     const answer = '{"error":{"message":"Request too large.","type":"invalid_request_error","param":null,"code":"request_too_large"}}';
@@ -240,10 +240,17 @@ describe('egress through a real Squid', () => {
         const res = await fetch(`${proxyUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
         got.push([res.status, await res.text()]);
       }
-      expect(got).toEqual(Array.from({ length: 10 }, () => [413, answer]));
-      expect(up.requests()).toBe(10);
+      // Squid runs the same race on its own hop: writing the body, it can meet the upstream's reset
+      // before it has read the 413, and then answers its own 502 (ERR_WRITE_ERROR, an HTML page;
+      // 1 of 10 uploads in one run here). That is Squid's answer, forwarded as it came. What must
+      // never come is the proxy's own 502 (JSON, source llm-latency-proxy), which the code before
+      // 0e32a4b gave from the second upload on.
+      const squidOwn = (status: number, text: string) => status === 502 && text.includes('ERR_WRITE_ERROR') && text.includes('squid/');
+      expect(got.filter(([status, text]) => !(status === 413 && text === answer) && !squidOwn(status, text))).toEqual([]);
+      expect(got.filter(([status]) => status === 413).length).toBeGreaterThanOrEqual(1);
+      expect(up.requests()).toBeGreaterThanOrEqual(10);
       const lines = await requestLines(10);
-      expect(lines.map((l) => [l.status, l.errorType])).toEqual(Array.from({ length: 10 }, () => [413, '413']));
+      expect(lines.map((l) => [l.status, l.errorType])).toEqual(got.map(([status]) => [status, String(status)]));
     } finally {
       await up.close();
     }
