@@ -177,7 +177,9 @@ export function renderBlock(cur, bracket = null) {
   // 2. The issue's targets, with this run's verdict and the bracket run's.
   // A target the run could not measure is a failure of the run, said as such.
   const verdict = (t) => (t ? (t.unmeasured ? 'missed (unmeasured)' : t.met === null ? 'no verdict' : t.met ? 'met' : 'missed') : 'not run');
-  const value = (t) => (t?.unmeasured ? 'unmeasured' : num(t?.value));
+  // JSON has no Infinity: a ratio over a peer's 0 (Portkey sustaining no level) is null there.
+  // Met with no value, it can only be that.
+  const value = (t) => (t?.unmeasured ? 'unmeasured' : t?.value == null && t?.met === true ? '∞' : num(t?.value));
   const bt = new Map((b?.targets ?? []).map((t) => [t.target, t]));
   const isAcc = (t) => t.target.startsWith('measurement error');
   const trows = cur.targets.filter((t) => !isAcc(t)).map((t) => [t.target, `${value(t)}${br(value(bt.get(t.target)))}`, t.limit, `${verdict(t)}${br(verdict(bt.get(t.target)))}`, t.note]);

@@ -162,6 +162,18 @@ describe('bench summary', () => {
       Object.assign(t, { value: null, met: false, unmeasured: true });
     });
     expect(unmeasured).toMatch(/\| cancellation p99 \| unmeasured \[[\d.]+\] \| <= 20 ms \| missed \(unmeasured\) \[met\] \|/);
+    // a ratio over a peer's 0 is Infinity, which JSON writes as null: met, it shows as ∞; a null
+    // that is not met stays a dash
+    const overZero = variant((r) => {
+      const t = r.targets.find((x: { target: string }) => x.target === 'streams sustained vs portkey');
+      Object.assign(t, { value: null, met: true, note: '250 vs 0' });
+    });
+    expect(overZero).toMatch(/\| streams sustained vs portkey \| ∞ \[[^\]]+\] \| >= 3x \| met \[met\] \| 250 vs 0 \|/);
+    const nullMissed = variant((r) => {
+      const t = r.targets.find((x: { target: string }) => x.target === 'streams sustained vs portkey');
+      Object.assign(t, { value: null, met: false });
+    });
+    expect(nullMissed).toMatch(/\| streams sustained vs portkey \| – \[[^\]]+\] \| >= 3x \| missed \[met\] \|/);
     // phases that did not run leave their rows out
     const gapOnly = variant((r) => {
       r.meta.phases = ['gap'];
