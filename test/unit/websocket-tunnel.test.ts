@@ -1,14 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { EventEmitter } from 'node:events';
 import http from 'node:http';
 import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import * as wsLib from 'ws';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
 import { afterHead, pump, type Progress } from '../helpers/flood.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { Receiver } from '../helpers/ws-frames.js';
 import { buildConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { startProxy } from '../../src/main.js';
@@ -35,8 +34,6 @@ const serverClose: Promise<{ code: number; reason: string }>[] = [];
 const afterUpstreamEnd: string[] = [];
 /** What each `/partial` upstream read, to its connection's close, and the error that closed it. */
 const partialEnds: Promise<{ read: Buffer; error: string | undefined }>[] = [];
-/** ws's frame reader (exported by ws, not declared by @types/ws). */
-const { Receiver } = wsLib as unknown as { Receiver: new (o: { isServer: boolean }) => EventEmitter & { write(b: Buffer): void } };
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 
 beforeAll(async () => {

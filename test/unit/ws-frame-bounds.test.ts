@@ -1,14 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import * as ws from 'ws';
-import type { EventEmitter } from 'node:events';
 import { CLOSE_GOING_AWAY, closeFrame, FrameBounds } from '../../src/ws/frame-bounds.js';
-
-// ws exports its Sender and Receiver, which @types/ws does not declare.
-const { Sender, Receiver } = ws as unknown as {
-  Sender: { frame(data: Buffer, o: { fin: boolean; opcode: number; mask: boolean; readOnly: boolean; rsv1: boolean }): Buffer[] };
-  Receiver: new (o: { isServer: boolean }) => EventEmitter & { write(b: Buffer): void };
-};
+import { Receiver, Sender } from '../helpers/ws-frames.js';
 
 // The frames are encoded by the `ws` library (its Sender), not by code of ours, and the proxy's
 // Close frames are decoded by its Receiver: both sides of the check are a real implementation.
