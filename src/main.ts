@@ -6,12 +6,13 @@ import { rootRoute, type Config } from './config.js';
 import { droppedLogLines, serverErrorLog, type Logger } from './log.js';
 import { drainAfterIo } from './measure/after-io.js';
 import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
-import { Instruments } from './metrics/instruments.js';
 import { FinalScrape } from './metrics/final-scrape.js';
+import { Instruments } from './metrics/instruments.js';
 import { ERROR_TYPE } from './metrics/semconv.js';
 import { Forwarder } from './proxy/forward.js';
 import { NO_EGRESS } from './proxy/egress.js';
 import { upstreamOrigin } from './proxy/routes.js';
+import { Tunnel } from './proxy/tunnel.js';
 import { createMetricsApp, createProxyApp, listen } from './server.js';
 import { createSimulator, type Simulator } from './simulate/server.js';
 import { VERSION } from './version.js';
@@ -167,13 +168,23 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       const left = [...forwarder.inFlight];
       // Requests queued behind a cut answer on their connection were never sent: not counted as cut.
       const unsent = left.filter((f) => f.queued === true).length;
-      const cut = left.length - unsent;
+      // Open WebSocket tunnels are told "going away" where they can be (each one's own line says):
+      // not counted as cut. An upgrade not answered yet is cut as a request is.
+      const tunnels = left.filter((f) => f instanceof Tunnel && f.isOpen).length;
+      const cut = left.length - unsent - tunnels;
       for (const f of left) f.abort(ERROR_TYPE.shutdownDeadline);
       proxy.server.closeAllConnections();
       await stopped;
       const dropped = droppedLogLines(); // a log reader that did not keep up (log.ts)
-      const drainLog = { cut, ...(unsent > 0 ? { unsent } : {}), ...(dropped > 0 ? { logLinesDropped: dropped } : {}), ms: Math.round(performance.now() - started) };
-      if (left.length > 0) log.warn(drainLog, 'drain deadline reached: cut streams');
+      const drainLog = {
+        cut,
+        ...(unsent > 0 ? { unsent } : {}),
+        ...(tunnels > 0 ? { tunnels } : {}),
+        ...(dropped > 0 ? { logLinesDropped: dropped } : {}),
+        ms: Math.round(performance.now() - started),
+      };
+      if (cut + unsent > 0) log.warn(drainLog, 'drain deadline reached: cut streams');
+      else if (tunnels > 0) log.warn(drainLog, 'drain deadline reached: closed tunnels');
       else log.info(drainLog, 'drained');
       const wait = cfg.metrics.finalScrapeWait;
       if (wait > 0 && telemetry?.scrape !== undefined && !closed) {

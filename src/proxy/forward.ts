@@ -352,7 +352,11 @@ export class Forwarder {
     return status !== undefined && !NOT_ADMITTED.has(status) ? this.models.limit(model) : this.models.known(model);
   }
 
-  /** Closes every tunnel: Node's server cannot close the sockets it handed over. */
+  /**
+   * Ends every tunnel as at the shutdown deadline (`Tunnel.abort`: an open one's sides get a Close
+   * where one can go in, after a frame in flight for up to FRAME_FINISH_MS): Node's server cannot
+   * close the sockets it handed over.
+   */
   cutTunnels(errorType: string): void {
     for (const f of [...this.inFlight]) if (f instanceof Tunnel) f.abort(errorType);
   }

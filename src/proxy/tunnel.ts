@@ -53,6 +53,15 @@ export interface TunnelOptions {
 /** Client bytes held before the 101 (a client should send none: RFC 6455 §4.1). */
 const MAX_HELD_BYTES = 64 * 1024;
 
+/**
+ * How long a direction that is mid-frame at the shutdown deadline gets to finish that frame
+ * before its Close goes in; then it is cut. A frame in flight (a Realtime audio delta of tens
+ * of KiB) ends within milliseconds unless its sender or its reader has stalled.
+ */
+export const FRAME_FINISH_MS = 1000;
+
+type Direction = 'down' | 'up';
+
 export class Tunnel {
   private upstream: net.Socket | undefined;
   private connected = false;
@@ -94,6 +103,18 @@ export class Tunnel {
   private readonly upFrames = new FrameBounds(true);
   /** Which sides were sent a Close 1001 at the shutdown deadline (for the log). */
   private goingAway: string[] | undefined;
+  /** At the shutdown deadline, the directions whose frame under way is let finish before their Close. */
+  private finishDown = false;
+  private finishUp = false;
+  private finishTimer: NodeJS.Timeout | undefined;
+  /** What the tunnel closed with, for its log line, written once no frame is being let finish. */
+  private closedWith: string | undefined;
+  /**
+   * Sides sent their Close whose end waits for the frame they owe the other side: a peer may
+   * take our end (EOF) as the whole connection's and stop sending the rest of that frame.
+   */
+  private endClientLater = false;
+  private endUpstreamLater = false;
 
   constructor(
     private readonly opts: TunnelOptions,
@@ -148,8 +169,8 @@ export class Tunnel {
     }
     this.client.on('data', (b: Buffer) => this.fromClient(b));
     this.client.on('end', () => this.clientEnd());
-    this.client.on('error', () => this.close(ERROR_TYPE.clientCancelled));
-    this.client.on('close', () => this.close(ERROR_TYPE.clientCancelled));
+    this.client.on('error', () => this.clientGone());
+    this.client.on('close', () => this.clientGone());
     this.client.resume();
   }
 
@@ -195,10 +216,14 @@ export class Tunnel {
   };
 
   private fromClient(b: Buffer): void {
-    if (this.done) return;
+    if (this.done) {
+      if (this.finishUp) this.finishFrame('up', b);
+      return;
+    }
     const arrival = performance.now();
     if (this.status === 101) {
       this.forwardUp(b);
+      this.upFrames.push(b);
       this.session?.fromClient(b, arrival);
     }
     // After a declined upgrade, dropped: they would be requests the router never saw.
@@ -215,9 +240,7 @@ export class Tunnel {
   private forwardUp(b: Buffer): void {
     this.upstreamMoves++;
     this.bytesUp += b.length;
-    const full = !this.upstream!.write(b);
-    this.upFrames.push(b);
-    if (full && !this.upPaused) {
+    if (!this.upstream!.write(b) && !this.upPaused) {
       this.upPaused = true;
       this.client.pause();
       this.upstream!.once('drain', () => {
@@ -230,6 +253,7 @@ export class Tunnel {
 
   private clientEnd(): void {
     this.clientEnded = true;
+    if (this.finishUp) this.settle('up', false); // the rest of its frame will not come
     // Before the 101 it is remembered; after a declined one the answer still goes out.
     if (this.status !== 101 || this.done) return;
     this.upstream!.end();
@@ -239,6 +263,7 @@ export class Tunnel {
   private upstreamEnd(): void {
     this.upstreamEnded = true;
     if (!this.clientEnded) this.upstreamFirst = true;
+    if (this.finishDown) this.settle('down', false); // the rest of its frame will not come
     if (this.done) return;
     if (this.status === 101) {
       this.client.end();
@@ -257,7 +282,10 @@ export class Tunnel {
   }
 
   private fromUpstream(b: Buffer, arrival: number): void {
-    if (this.done) return;
+    if (this.done) {
+      if (this.finishDown) this.finishFrame('down', b);
+      return;
+    }
     this.upstreamMoves++;
     if (this.status === 101) {
       this.writeDown(b);
@@ -364,6 +392,7 @@ export class Tunnel {
     this.heldAt = [];
     for (let i = 0; i < held.length; i++) {
       this.forwardUp(held[i]!);
+      this.upFrames.push(held[i]!);
       this.session?.fromClient(held[i]!, at[i]!);
     }
     if (this.clientEnded) this.upstream!.end();
@@ -372,7 +401,12 @@ export class Tunnel {
   }
 
   private upstreamFailed(err: NodeJS.ErrnoException | undefined): void {
-    if (this.done) return;
+    if (this.done) {
+      // Gone while a frame was being let finish: neither direction's can now.
+      if (this.finishDown) this.settle('down', false);
+      if (this.finishUp) this.settle('up', false);
+      return;
+    }
     if (this.status === undefined) {
       const code = err?.code;
       if (this.connected) this.fail(502, ERROR_TYPE.upstreamReset, `upstream closed the connection before responding (${code ?? err?.message ?? 'closed'})`);
@@ -407,9 +441,16 @@ export class Tunnel {
     this.close(errorType, true);
   }
 
+  /** Switched to WebSocket and not closed yet: a session, not a request waiting for its answer. */
+  get isOpen(): boolean {
+    return this.status === 101 && !this.done;
+  }
+
   /**
    * Ended at a shutdown deadline: an open tunnel's sides are each sent a Close 1001 ("going
-   * away", RFC 6455 §7.4.1) where one can go between two frames, then ended; otherwise cut.
+   * away", RFC 6455 §7.4.1) between two frames, then ended. A side mid-frame is first sent the
+   * rest of that frame as it comes (FRAME_FINISH_MS at most, else it is cut); one whose frames
+   * could not be followed is cut.
    */
   abort(errorType: string): void {
     this.close(errorType, false, this.status === 101);
@@ -437,14 +478,104 @@ export class Tunnel {
       else this.upstream?.destroy();
       endSocket(this.client);
     } else if (goAway) {
-      const told = [sayGoingAway(this.client, this.downFrames, false) && 'client', sayGoingAway(this.upstream!, this.upFrames, true) && 'upstream'];
-      this.goingAway = told.filter((s): s is string => s !== false);
+      this.goingAway = [];
+      // Both known first: a side's end waits for the frame it still owes the other.
+      this.finishDown = this.midFrame('down');
+      this.finishUp = this.midFrame('up');
+      this.goAway('down');
+      this.goAway('up');
+      if (this.finishDown || this.finishUp) this.finishTimer = setTimeout(this.finishDue, FRAME_FINISH_MS);
     } else {
       // A failure reaches each side as one (a reset), not as a clean end.
       if (this.upstream) cut(this.upstream);
       if (!clientAnswered) cut(this.client);
     }
     this.opts.onDone(this);
+    this.closedWith = errorType;
+    if (!this.finishDown && !this.finishUp) this.logLine(errorType);
+  }
+
+  private clientGone(): void {
+    if (!this.done) return this.close(ERROR_TYPE.clientCancelled);
+    // Gone while a frame was being let finish: neither direction's can now.
+    if (this.finishUp) this.settle('up', false);
+    if (this.finishDown) this.settle('down', false);
+  }
+
+  private sideOf(dir: Direction): { socket: Duplex; frames: FrameBounds } {
+    return dir === 'down' ? { socket: this.client, frames: this.downFrames } : { socket: this.upstream!, frames: this.upFrames };
+  }
+
+  /** That side's last frame is incomplete, and the rest may still come and go to it. */
+  private midFrame(dir: Direction): boolean {
+    const { socket, frames } = this.sideOf(dir);
+    return !socket.destroyed && !socket.writableEnded && !frames.broken && !frames.atBoundary;
+  }
+
+  /**
+   * At the shutdown deadline, one side of an open tunnel: a Close 1001 where a frame can go in,
+   * then our half's end (once that side owes the other no rest of a frame). After a Close has gone that way, or once our half has ended (an end
+   * passed on), only the end: a reset could lose what that side has not read yet. A side whose
+   * frames could not be followed is cut, as any failure; one mid-frame waits for its frame's end.
+   */
+  private goAway(dir: Direction): void {
+    const { socket, frames } = this.sideOf(dir);
+    if (socket.destroyed) return;
+    if (socket.writableEnded) endSocket(socket);
+    else if (frames.broken) cut(socket);
+    else if (frames.atBoundary) this.tellGoingAway(dir);
+  }
+
+  private tellGoingAway(dir: Direction): void {
+    const { socket, frames } = this.sideOf(dir);
+    if (!frames.closeSeen) {
+      socket.write(closeFrame(CLOSE_GOING_AWAY, 'proxy shutting down', dir === 'up'));
+      this.goingAway!.push(dir === 'down' ? 'client' : 'upstream');
+    }
+    // The client is the sender of the frame going up, the upstream of the one going down.
+    if (dir === 'down' && this.finishUp) this.endClientLater = true;
+    else if (dir === 'up' && this.finishDown) this.endUpstreamLater = true;
+    else endSocket(socket);
+  }
+
+  /** Bytes for a direction being let finish its frame: up to the frame's end, then the Close (what follows is dropped). */
+  private finishFrame(dir: Direction, b: Buffer): void {
+    const { frames } = this.sideOf(dir);
+    const n = frames.untilBoundary(b);
+    if (n > 0) {
+      const part = n === b.length ? b : b.subarray(0, n);
+      if (dir === 'down') this.writeDown(part);
+      else this.forwardUp(part);
+    }
+    if (frames.atBoundary) this.settle(dir, true);
+    else if (frames.broken) this.settle(dir, false);
+  }
+
+  /** A direction let finish its frame is done: told (its frame ended) or cut. The log line once both are. */
+  private settle(dir: Direction, frameEnded: boolean): void {
+    if (dir === 'down') this.finishDown = false;
+    else this.finishUp = false;
+    if (frameEnded) this.tellGoingAway(dir);
+    else cut(this.sideOf(dir).socket);
+    // The sender of that frame, told already, owes nothing more: its end goes now.
+    if (dir === 'down' && this.endUpstreamLater) {
+      this.endUpstreamLater = false;
+      endSocket(this.upstream!);
+    } else if (dir === 'up' && this.endClientLater) {
+      this.endClientLater = false;
+      endSocket(this.client);
+    }
+    if (this.finishDown || this.finishUp) return;
+    clearTimeout(this.finishTimer);
+    this.logLine(this.closedWith);
+  }
+
+  private readonly finishDue = (): void => {
+    if (this.finishDown) this.settle('down', false);
+    if (this.finishUp) this.settle('up', false);
+  };
+
+  private logLine(errorType: string | undefined): void {
     // A declined upgrade is a failed request, as its metrics recorded when its head came
     // (recordUnopened): its status, or upgrade_declined for a 1xx-3xx, however it then ended.
     const declined = this.status !== undefined && this.status !== 101;
@@ -464,10 +595,10 @@ export class Tunnel {
         responses: this.session?.responses,
         // The messages could not be read to the end (a protocol break, a bound): see the README.
         measurementStopped: this.session?.stopped || undefined,
-        // The sides sent a Close 1001 at the shutdown deadline. A side not named was cut (mid-frame,
-        // or its frames could not be followed), or only ended (a Close had gone its way already, or
-        // its half had ended).
-        goingAway: this.goingAway,
+        // The sides sent a Close 1001 at the shutdown deadline. A side not named was cut (its frame
+        // under way did not end in time, or its frames could not be followed), or only ended (a
+        // Close had gone its way already, or its half had ended).
+        goingAway: this.goingAway?.sort(),
         durationMs: Math.round((performance.now() - this.start) * 1000) / 1000,
         upstreamConnectMs: this.connectMs === undefined ? undefined : Math.round(this.connectMs * 1000) / 1000,
         upstreamAddr: this.upstreamAddr,
@@ -511,28 +642,6 @@ function cut(s: Duplex): void {
   } catch {
     s.destroy();
   }
-}
-
-/**
- * A Close 1001 to one side of an open tunnel at the shutdown deadline, then our half's end; true
- * if sent. Where the last frame that side was sent is incomplete (or could not be followed), a
- * frame cannot go in: cut, as any failure. After a Close has gone that way, or once our half has
- * ended (an end passed on), only the end: a reset could lose what that side has not read yet.
- */
-function sayGoingAway(s: Duplex, frames: FrameBounds, masked: boolean): boolean {
-  if (s.destroyed) return false;
-  if (s.writableEnded) {
-    endSocket(s);
-    return false;
-  }
-  if (!frames.atBoundary) {
-    cut(s);
-    return false;
-  }
-  const say = !frames.closeSeen;
-  if (say) s.write(closeFrame(CLOSE_GOING_AWAY, 'proxy shutting down', masked));
-  endSocket(s);
-  return say;
 }
 
 /**

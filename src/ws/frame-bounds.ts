@@ -4,9 +4,10 @@ import { randomFillSync } from 'node:crypto';
  * Follows where the frames (RFC 6455 §5.2) of one direction of a WebSocket tunnel begin and end,
  * from the bytes as they were forwarded: only each frame's head (2-14 bytes) is read, payloads are
  * skipped by their length. At the shutdown deadline it says whether the proxy may put a Close
- * frame of its own into that direction (between two frames, none sent yet), so that the peer is
- * told "going away" (1001) instead of seeing its connection reset mid-session. Control frames may
- * come between the fragments of a message (§5.4), so a frame boundary is enough.
+ * frame of its own into that direction (between two frames, none sent yet), or, mid-frame, where
+ * the frame under way ends (`untilBoundary`), so that the peer is told "going away" (1001) instead
+ * of seeing its connection reset mid-session. Control frames may come between the fragments of a
+ * message (§5.4), so a frame boundary is enough.
  *
  * It stops for good (`broken`) at a head that breaks the protocol as far as it can tell here: a
  * reserved opcode, a fragmented or over-long control frame, a length past 2^53, or the wrong
@@ -34,6 +35,19 @@ export class FrameBounds {
 
   /** Bytes forwarded in this direction, in order. */
   push(b: Uint8Array): void {
+    this.scan(b, false);
+  }
+
+  /**
+   * Follows `b` only up to the end of the frame under way: how many of its bytes belong to that
+   * frame (all of them when it does not end in `b`; `atBoundary` then says which). For a direction
+   * mid-frame at the shutdown deadline, whose frame is let finish before the Close goes in.
+   */
+  untilBoundary(b: Uint8Array): number {
+    return this.scan(b, true);
+  }
+
+  private scan(b: Uint8Array, toBoundary: boolean): number {
     let i = 0;
     const n = b.length;
     while (i < n && !this.broken) {
@@ -41,12 +55,17 @@ export class FrameBounds {
         const take = Math.min(this.remaining, n - i);
         this.remaining -= take;
         i += take;
+        if (toBoundary && this.remaining === 0) return i;
         continue;
       }
       this.head[this.headLen++] = b[i++]!;
       if (this.headLen === 2) this.headNeed = 2 + (this.head[1]! & 0x80 ? 4 : 0) + lengthBytes(this.head[1]! & 0x7f);
-      if (this.headLen === this.headNeed) this.frameHead();
+      if (this.headLen === this.headNeed) {
+        this.frameHead();
+        if (toBoundary && this.atBoundary) return i; // a frame with no payload
+      }
     }
+    return i;
   }
 
   private frameHead(): void {

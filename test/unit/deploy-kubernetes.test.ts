@@ -363,7 +363,8 @@ const finalScrapeSeconds = (c: Obj) => secondsSetting(c, 'final-scrape-wait', 'L
 /**
  * Seconds the process may still need after the drain deadline: the last OTLP push (the proxy
  * waits for it at most SHUTDOWN_PUSH_MS, 5 s, shorter than the exporter's own 10 s request
- * timeout) and the log flush (exitAfterLogs waits at most 2 s), with 5 s to spare.
+ * timeout) and the log flush (exitAfterLogs waits at most 2 s), with 5 s to spare (WebSocket
+ * tunnels open at the deadline take up to 3 s of it: a frame in flight, then 2 s for the peers).
  */
 const EXIT_MARGIN = 12;
 

@@ -11,6 +11,7 @@ import { Receiver } from '../helpers/ws-frames.js';
 import { buildConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { startProxy } from '../../src/main.js';
+import { FRAME_FINISH_MS } from '../../src/proxy/tunnel.js';
 
 // WebSocket upgrades (OpenAI's Realtime API, Gemini's Live API) pass through as a byte tunnel;
 // every other Upgrade (h2c, which Java's HttpClient asks for over http://) stays a plain
@@ -35,6 +36,9 @@ const afterUpstreamEnd: string[] = [];
 /** What each `/partial` upstream read, to its connection's close, and the error that closed it. */
 const partialEnds: Promise<{ read: Buffer; error: string | undefined }>[] = [];
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
+/** The `/partial` upstream's 100-byte text frame, of which it first sends 12 bytes (head and 10 of payload), and a frame after it. */
+const DOWN_FRAME = Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(100, 0x61)]);
+const NEXT_FRAME = Buffer.concat([Buffer.from([0x81, 4]), Buffer.from('next')]);
 
 beforeAll(async () => {
   upstream = http.createServer((req, res) => {
@@ -90,13 +94,19 @@ beforeAll(async () => {
     }
     if (req.url!.startsWith('/partial')) {
       // A 101 and, with ?down, 10 bytes of a 100-byte text frame: the tunnel stays mid-frame
-      // towards the client. What the upstream reads, and how its connection ended, are kept.
+      // towards the client. With ?down-finish, once anything comes (the proxy's Close), the
+      // frame's other 90 bytes and a next frame, in one write, as a server finishing its frame
+      // before it answers a Close would; with ?down-end, its half's end instead; with ?down-bad,
+      // only the frame head's first byte, and then the rest of a head that breaks the protocol. What the upstream reads, and how its connection ended, are kept.
       const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}${GUID}`).digest('base64');
       const head = `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`;
-      const down = req.url!.includes('down') ? Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(10, 0x61)]) : Buffer.alloc(0);
+      const down = req.url!.includes('down-bad') ? DOWN_FRAME.subarray(0, 1) : req.url!.includes('down') ? DOWN_FRAME.subarray(0, 12) : Buffer.alloc(0);
       socket.write(Buffer.concat([Buffer.from(head, 'latin1'), down])); // one write: the proxy has it all with the 101
       const got: Buffer[] = [];
       let error: string | undefined;
+      if (req.url!.includes('down-finish')) socket.once('data', () => socket.write(Buffer.concat([DOWN_FRAME.subarray(12), NEXT_FRAME])));
+      if (req.url!.includes('down-end')) socket.once('data', () => socket.end()); // its half ends, the frame unfinished
+      if (req.url!.includes('down-bad')) socket.once('data', () => socket.write(Buffer.from([0x85, 1, 2, 3, 4]))); // a masked server frame: a protocol break
       socket.on('data', (b: Buffer) => got.push(b));
       socket.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
       partialEnds.push(
@@ -651,30 +661,65 @@ describe('WebSocket upgrades', () => {
       // The upstream (ws, which rejects an unmasked client frame with 1002) read the proxy's masked Close.
       expect(await serverClose[n - 1]).toEqual({ code: 1001, reason: 'proxy shutting down' });
       expect(lines.find((l) => l.msg === 'tunnel')).toMatchObject({ level: 40, errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
-      expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
+      // Not counted as a cut stream: the tunnel's own line says what each side got.
+      expect(lines.find((l) => l.msg === 'drain deadline reached: closed tunnels')).toMatchObject({ level: 40, cut: 0, tunnels: 1 });
+      expect(lines.some((l) => l.msg === 'drain deadline reached: cut streams')).toBe(false);
     } finally {
       await p.close();
     }
   });
 
-  it('at the shutdown deadline, cut a side whose last frame is incomplete (no Close can go in); the other side still gets its Close 1001', async () => {
+  it('count an upgrade still unanswered, or a declined answer still being forwarded, at the shutdown deadline as a cut request, not as a tunnel', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
+    const p = await startProxy(config, createLogger('warn', { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
+    try {
+      // /stall: a declined answer (403) that never ends; its head comes through first.
+      const port = Number(new URL(p.proxyUrl).port);
+      const c = net.connect(port, '127.0.0.1');
+      c.on('error', () => {});
+      const headCame = new Promise<void>((r) => c.once('data', () => r()));
+      c.write(`GET /stall HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`);
+      await headCame;
+      await p.shutdown(0.2);
+      expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
+      expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).not.toHaveProperty('tunnels');
+      expect(lines.some((l) => l.msg === 'drain deadline reached: closed tunnels')).toBe(false);
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('at the shutdown deadline, let a side mid-frame finish that frame, then send its Close 1001 (what follows is dropped); cut it if the frame does not end within FRAME_FINISH_MS', async () => {
     // Raw sockets at both ends: a ws peer reports 1006 for a reset and for a Close pushed into a
     // frame's payload alike; a raw one tells a reset (ECONNRESET) from bytes that came.
     const CLOSE = Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]);
-    /** The upgrade (with `extra` bytes in the same write, held by the proxy until the 101) through `p`, read to its close. */
-    const rawClient = (p: RunningProxy, path: string, extra: Buffer) => {
+    /**
+     * The upgrade (with `extra` bytes in the same write, held by the proxy until the 101) through
+     * `p`, read to its close; `onClose`: written once the proxy's Close has come ('end': this half's end then).
+     */
+    const rawClient = (p: RunningProxy, path: string, extra: Buffer, onClose?: Buffer | 'end') => {
       const key = randomBytes(16).toString('base64');
       const url = new URL(p.proxyUrl);
       const c = net.connect(Number(url.port), url.hostname);
       const chunks: Buffer[] = [];
       let error: string | undefined;
-      c.on('data', (b: Buffer) => chunks.push(b));
+      let then = onClose;
+      c.on('data', (b: Buffer) => {
+        chunks.push(b);
+        if (then !== undefined && Buffer.concat(chunks).includes(CLOSE)) {
+          if (then === 'end') c.end();
+          else c.write(then);
+          then = undefined;
+        }
+      });
       c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
       const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes('\r\n\r\n') && r()));
-      const closed = new Promise<{ read: Buffer; error: string | undefined }>((r) => c.once('close', () => r({ read: Buffer.concat(chunks), error })));
+      const closed = new Promise<{ read: Buffer; error: string | undefined; at: number }>((r) => c.once('close', () => r({ read: Buffer.concat(chunks), error, at: performance.now() })));
       c.write(Buffer.concat([Buffer.from(`GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`, 'latin1'), extra]));
       return { opened, closed };
     };
+    /** The Close (code and reason) a WebSocket server reads in what the upstream got, after any frames before it. */
     const decode = (bytes: Buffer): unknown => {
       let told: unknown = `no Close in the ${bytes.length} bytes`;
       const r = new Receiver({ isServer: true });
@@ -683,40 +728,167 @@ describe('WebSocket upgrades', () => {
       r.write(bytes);
       return told;
     };
-    const p = await startTestProxy(upstreamUrl);
-    const p2 = await startTestProxy(upstreamUrl);
+    /** A masked copy of a client frame with `payload` (text). */
+    const clientFrame = (payload: Buffer, mask = randomBytes(4)) => Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask, payload.map((b, i) => b ^ mask[i % 4]!)]);
+    const proxies: RunningProxy[] = [];
+    const tunnelLines: Record<string, unknown>[] = [];
+    const proxyWithLog = async () => {
+      const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
+      const p = await startProxy(
+        config,
+        createLogger('warn', {
+          write: (line: string) => {
+            const l = JSON.parse(line) as Record<string, unknown>;
+            if (l.msg === 'tunnel') tunnelLines.push(l);
+          },
+        }),
+      );
+      proxies.push(p);
+      return p;
+    };
+    /** The tunnel line of the scenario just run: exactly one per tunnel, written once both sides are settled. */
+    const lineOf = (k: number) => {
+      expect(tunnelLines).toHaveLength(k);
+      return tunnelLines[k - 1];
+    };
+    const mask = randomBytes(4);
+    const whole = clientFrame(Buffer.alloc(100, 0x61), mask); // 6 + 100 bytes; 16 of them sent first
+    /**
+     * A reset that an end or close caused comes at once, not when FRAME_FINISH_MS ends the wait
+     * (200 + 1000 ms after the drain began): 300 ms of that is left for the test process's own lateness.
+     */
+    const soon = 200 + FRAME_FINISH_MS - 300;
     try {
-      // Mid-frame towards the client: the client is reset and gets no Close; the upstream, between
-      // frames, reads a masked Close (which ws's frame reader accepts), then the end.
-      const n = partialEnds.length;
-      const one = rawClient(p, '/partial?down', Buffer.alloc(0));
+      // 1. Mid-frame towards the client; the upstream, told first (its end held back: it still
+      // owes the frame's rest), finishes the frame and sends another in the same write: the
+      // client reads the whole frame, then the Close, then the end (no reset), and not the frame after it.
+      let p = await proxyWithLog();
+      let n = partialEnds.length;
+      const one = rawClient(p, '/partial?down-finish', Buffer.alloc(0));
       await one.opened;
       await p.shutdown(0.2);
-      const client = await one.closed;
-      expect(client.error).toBe('ECONNRESET');
-      expect(client.read.includes(CLOSE)).toBe(false);
-      expect(client.read.subarray(client.read.length - 12).equals(Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(10, 0x61)]))).toBe(true);
-      const up = await partialEnds[n]!;
-      expect(up.error).toBeUndefined();
-      expect(decode(up.read)).toEqual({ code: 1001, reason: 'proxy shutting down' });
+      const c1 = await one.closed;
+      expect(c1.error).toBeUndefined();
+      expect(c1.read.subarray(c1.read.length - DOWN_FRAME.length - CLOSE.length).equals(Buffer.concat([DOWN_FRAME, CLOSE]))).toBe(true);
+      expect(c1.read.includes(NEXT_FRAME)).toBe(false);
+      const u1 = await partialEnds[n]!;
+      expect(u1.error).toBeUndefined();
+      expect(decode(u1.read)).toEqual({ code: 1001, reason: 'proxy shutting down' });
+      expect(lineOf(1)).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
 
-      // Mid-frame towards the upstream (a client frame head announcing 100 bytes, 10 sent): the
-      // upstream is reset after exactly those bytes; the client reads the proxy's Close, then the end.
-      const mask = randomBytes(4);
-      const partial = Buffer.concat([Buffer.from([0x81, 0x80 | 100]), mask, Buffer.alloc(10, 0x61).map((b, i) => b ^ mask[i % 4]!)]);
-      const m = partialEnds.length;
-      const two = rawClient(p2, '/partial', partial);
+      // 2. Mid-frame towards the client, and the rest never comes: the client is reset once
+      // FRAME_FINISH_MS has passed since the deadline, with no Close; the upstream, between
+      // frames, read its masked Close (which ws's frame reader accepts), then the end.
+      p = await proxyWithLog();
+      n = partialEnds.length;
+      const two = rawClient(p, '/partial?down', Buffer.alloc(0));
       await two.opened;
-      await p2.shutdown(0.2);
-      const client2 = await two.closed;
-      expect(client2.error).toBeUndefined();
-      expect(client2.read.subarray(client2.read.length - CLOSE.length).equals(CLOSE)).toBe(true);
-      const up2 = await partialEnds[m]!;
-      expect(up2.error).toBe('ECONNRESET');
-      expect(up2.read.equals(partial)).toBe(true);
+      const d2 = performance.now();
+      await p.shutdown(0.2);
+      const c2 = await two.closed;
+      expect(c2.error).toBe('ECONNRESET');
+      expect(c2.at - d2).toBeGreaterThanOrEqual(200 + FRAME_FINISH_MS - 10);
+      expect(c2.read.includes(CLOSE)).toBe(false);
+      expect(c2.read.subarray(c2.read.length - 12).equals(DOWN_FRAME.subarray(0, 12))).toBe(true);
+      const u2 = await partialEnds[n]!;
+      expect(u2.error).toBeUndefined();
+      expect(decode(u2.read)).toEqual({ code: 1001, reason: 'proxy shutting down' });
+      expect(lineOf(2)).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['upstream'] });
+
+      // 2b. The same, but the upstream ends its half on reading the Close: the frame cannot end,
+      // and the client is reset then.
+      p = await proxyWithLog();
+      n = partialEnds.length;
+      const twoB = rawClient(p, '/partial?down-end', Buffer.alloc(0));
+      await twoB.opened;
+      const d2b = performance.now();
+      await p.shutdown(0.2);
+      const c2b = await twoB.closed;
+      expect(c2b.error).toBe('ECONNRESET');
+      expect(c2b.at - d2b).toBeLessThan(soon);
+      expect(c2b.read.includes(CLOSE)).toBe(false);
+      expect((await partialEnds[n]!).error).toBeUndefined();
+      expect(lineOf(3)).toMatchObject({ goingAway: ['upstream'] });
+
+      // 2c. Mid-head towards the client, and the head's rest breaks the protocol (a masked
+      // server frame): the frame cannot be followed to its end, and the client is reset then.
+      p = await proxyWithLog();
+      const twoC = rawClient(p, '/partial?down-bad', Buffer.alloc(0));
+      await twoC.opened;
+      const d2c = performance.now();
+      await p.shutdown(0.2);
+      const c2c = await twoC.closed;
+      // Reset right after the bytes it forwarded: a Linux peer reads that reset as an end (no
+      // ECONNRESET) when it comes with data still unread, so only the missing Close tells here.
+      expect(c2c.at - d2c).toBeLessThan(soon);
+      expect(c2c.read.includes(CLOSE)).toBe(false);
+      expect(lineOf(4)).toMatchObject({ goingAway: ['upstream'] });
+
+      // 3. Mid-frame towards the upstream (a client frame announcing 100 bytes, 10 sent); the
+      // client, told first, sends the other 90 and a next frame: the upstream reads the whole
+      // frame, then the masked Close, not the next frame, and no reset.
+      p = await proxyWithLog();
+      n = partialEnds.length;
+      const three = rawClient(p, '/partial', whole.subarray(0, 16), Buffer.concat([whole.subarray(16), clientFrame(Buffer.from('next'))]));
+      await three.opened;
+      await p.shutdown(0.2);
+      const c3 = await three.closed;
+      expect(c3.error).toBeUndefined();
+      expect(c3.read.subarray(c3.read.length - CLOSE.length).equals(CLOSE)).toBe(true);
+      const u3 = await partialEnds[n]!;
+      expect(u3.error).toBeUndefined();
+      expect(u3.read.subarray(0, whole.length).equals(whole)).toBe(true);
+      expect(u3.read.length).toBe(whole.length + 6 + CLOSE.length - 2); // the Close's 4-byte mask key, and its 2-byte head as the unmasked one's
+      expect(decode(u3.read)).toEqual({ code: 1001, reason: 'proxy shutting down' });
+      expect(lineOf(5)).toMatchObject({ goingAway: ['client', 'upstream'] });
+
+      // 4. Mid-frame towards the upstream, and the rest never comes: the upstream is reset after
+      // exactly the partial frame, once FRAME_FINISH_MS has passed; the client reads the Close, then the end.
+      p = await proxyWithLog();
+      n = partialEnds.length;
+      const four = rawClient(p, '/partial', whole.subarray(0, 16));
+      await four.opened;
+      await p.shutdown(0.2);
+      const c4 = await four.closed;
+      expect(c4.error).toBeUndefined();
+      expect(c4.read.subarray(c4.read.length - CLOSE.length).equals(CLOSE)).toBe(true);
+      const u4 = await partialEnds[n]!;
+      expect(u4.error).toBe('ECONNRESET');
+      expect(u4.read.equals(whole.subarray(0, 16))).toBe(true);
+      expect(lineOf(6)).toMatchObject({ goingAway: ['client'] });
+
+      // 4b. The same, but the client ends its half on reading the Close: the upstream is reset then.
+      p = await proxyWithLog();
+      n = partialEnds.length;
+      const fourB = rawClient(p, '/partial', whole.subarray(0, 16), 'end');
+      await fourB.opened;
+      const d4b = performance.now();
+      await p.shutdown(0.2);
+      const u4b = await partialEnds[n]!;
+      expect(u4b.error).toBe('ECONNRESET');
+      expect(performance.now() - d4b).toBeLessThan(soon);
+      expect((await fourB.closed).error).toBeUndefined();
+      expect(lineOf(7)).toMatchObject({ goingAway: ['client'] });
+
+      // 5. Mid-frame both ways, neither frame ever finishing, both peers keeping their halves
+      // open: only FRAME_FINISH_MS ends it (no Close could go either way, so no other timer
+      // runs). Each side is reset, no sooner than that after the deadline.
+      p = await proxyWithLog();
+      n = partialEnds.length;
+      const five = rawClient(p, '/partial?down', whole.subarray(0, 16));
+      await five.opened;
+      const d5 = performance.now();
+      await p.shutdown(0.2);
+      const c5 = await five.closed;
+      expect(c5.error).toBe('ECONNRESET');
+      expect(c5.at - d5).toBeGreaterThanOrEqual(200 + FRAME_FINISH_MS - 10);
+      expect(c5.read.includes(CLOSE)).toBe(false);
+      const u5 = await partialEnds[n]!;
+      expect(u5.error).toBe('ECONNRESET');
+      expect(u5.read.equals(whole.subarray(0, 16))).toBe(true);
+      expect(lineOf(8)).toMatchObject({ goingAway: [] });
     } finally {
-      await p.close();
-      await p2.close();
+      for (const p of proxies) await p.close();
     }
   });
 });

@@ -52,6 +52,39 @@ describe('FrameBounds', () => {
     );
   });
 
+  it('untilBoundary: from a point mid-frame, takes exactly the rest of that frame, however it comes split', () => {
+    fc.assert(
+      fc.property(fc.array(frame, { minLength: 1, maxLength: 6 }), fc.boolean(), fc.nat(), fc.array(fc.nat(), { maxLength: 8 }), (frames, masked, stopRaw, cutsRaw) => {
+        const parts = frames.map((f) => encode(f, masked));
+        const bytes = Buffer.concat(parts);
+        const ends: number[] = [];
+        let at = 0;
+        for (const p of parts) ends.push((at += p.length));
+        // The deadline's point: anywhere but a boundary (there, no frame is under way).
+        const stop = stopRaw % bytes.length;
+        fc.pre(stop !== 0 && !ends.includes(stop));
+        const frameEnd = ends.find((e) => e > stop)!;
+        const fb = new FrameBounds(masked);
+        fb.push(bytes.subarray(0, stop));
+        expect(fb.atBoundary).toBe(false);
+        const cuts = [...new Set(cutsRaw.map((c) => stop + (c % (bytes.length - stop + 1))))].sort((a, b) => a - b);
+        let from = stop;
+        let taken = 0;
+        for (const to of [...cuts, bytes.length]) {
+          const n = fb.untilBoundary(bytes.subarray(from, to));
+          taken += n;
+          if (fb.atBoundary) break;
+          expect(n).toBe(to - from); // not ended in this piece: all of it is the frame's
+          from = to;
+        }
+        expect(fb.broken).toBe(false);
+        expect(fb.atBoundary).toBe(true);
+        expect(stop + taken).toBe(frameEnd);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it('byte by byte', () => {
     const parts = [encode({ opcode: 1, fin: false, length: 300 }, true), encode({ opcode: 9, fin: true, length: 4 }, true), encode({ opcode: 0, fin: true, length: 70_000 }, true)];
     const bytes = Buffer.concat(parts);
