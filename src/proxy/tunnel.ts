@@ -450,7 +450,7 @@ export class Tunnel {
    * Ended at a shutdown deadline: an open tunnel's sides are each sent a Close 1001 ("going
    * away", RFC 6455 §7.4.1) between two frames, then ended. A side mid-frame is first sent the
    * rest of that frame as it comes (FRAME_FINISH_MS at most, else it is cut); one whose frames
-   * could not be followed is cut.
+   * could not be followed is cut. A tunnel not open (no 101 yet, a declined answer) is cut.
    */
   abort(errorType: string): void {
     this.close(errorType, false, this.status === 101);
@@ -538,7 +538,11 @@ export class Tunnel {
     else endSocket(socket);
   }
 
-  /** Bytes for a direction being let finish its frame: up to the frame's end, then the Close (what follows is dropped). */
+  /**
+   * Bytes for a direction being let finish its frame: up to the frame's end, then the Close (what
+   * follows is dropped). Up to a head that breaks the protocol, as every byte before the deadline
+   * was, then the reset.
+   */
   private finishFrame(dir: Direction, b: Buffer): void {
     const { frames } = this.sideOf(dir);
     const n = frames.untilBoundary(b);
@@ -596,8 +600,9 @@ export class Tunnel {
         // The messages could not be read to the end (a protocol break, a bound): see the README.
         measurementStopped: this.session?.stopped || undefined,
         // The sides sent a Close 1001 at the shutdown deadline. A side not named was cut (its frame
-        // under way did not end in time, or its frames could not be followed), or only ended (a
-        // Close had gone its way already, or its half had ended).
+        // under way did not end: in time, or its sender ended, closed or broke the protocol first;
+        // or its frames could not be followed), or only ended (a Close had gone its way already,
+        // or its half had ended).
         goingAway: this.goingAway?.sort(),
         durationMs: Math.round((performance.now() - this.start) * 1000) / 1000,
         upstreamConnectMs: this.connectMs === undefined ? undefined : Math.round(this.connectMs * 1000) / 1000,

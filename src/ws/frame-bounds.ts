@@ -40,7 +40,8 @@ export class FrameBounds {
 
   /**
    * Follows `b` only up to the end of the frame under way: how many of its bytes belong to that
-   * frame (all of them when it does not end in `b`; `atBoundary` then says which). For a direction
+   * frame (all of them when it does not end in `b`; `atBoundary` then says which), or up to the
+   * end of a head that breaks the protocol (`broken` then says so). For a direction
    * mid-frame at the shutdown deadline, whose frame is let finish before the Close goes in.
    */
   untilBoundary(b: Uint8Array): number {

@@ -37,7 +37,8 @@ export function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}): Spawned {
     }
   });
   child.stderr!.on('data', (d: Buffer) => (stderr += d.toString('utf8')));
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  // 'close', not 'exit': its output is read to the end then (the last log lines, written just before it exits).
+  const exited = new Promise<number | null>((resolve) => child.once('close', (code) => resolve(code)));
   const s: Spawned = {
     child,
     lines,

@@ -12,6 +12,7 @@ import { startForwardProxy, type ForwardProxy } from '../helpers/forward-proxy.j
 import { spawnCli, type Spawned } from '../helpers/process.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { selfSignedCert } from '../helpers/tls.js';
+import { Receiver } from '../helpers/ws-frames.js';
 
 const sse = (k: number) => `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"tok ${k}"},"finish_reason":null}]}\n\n`;
 const STREAM = [sse(1), sse(2), sse(3), 'data: [DONE]\n\n'];
@@ -430,5 +431,72 @@ describe('egress proxy', () => {
         expect(fp.connects).toHaveLength(tunnels);
       }
     }
+  });
+
+  it.each([
+    ['directly', false],
+    ['through CONNECT', true],
+  ])('at the drain deadline, a tunnel to a wss: upstream reached %s gets the rest of a frame in flight, then a Close 1001 each way', async (_how, viaConnect) => {
+    // The upstream's reads come from TLS: through CONNECT as 'data' events on a TLS socket over
+    // the tunnel, directly through `onread`. It sends the 101 with 12 bytes of a 102-byte frame;
+    // once the proxy's Close comes, the frame's rest and a next frame, in one write.
+    const FRAME = Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(100, 0x62)]);
+    const NEXT = Buffer.concat([Buffer.from([0x81, 4]), Buffer.from('next')]);
+    const CLOSE = Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]);
+    const cert = selfSignedCert();
+    cleanups.push(cert.remove);
+    let upstreamRead!: Promise<Buffer>;
+    const server = https.createServer({ key: fs.readFileSync(cert.key), cert: fs.readFileSync(cert.cert) });
+    server.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
+      socket.on('error', () => {});
+      socket.write(Buffer.concat([Buffer.from('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n', 'latin1'), FRAME.subarray(0, 12)]));
+      const got: Buffer[] = [];
+      socket.once('data', () => socket.write(Buffer.concat([FRAME.subarray(12), NEXT])));
+      socket.on('data', (b: Buffer) => got.push(b));
+      // Also on a reset (a regression), which would otherwise leave the test waiting.
+      upstreamRead = new Promise((r) => {
+        socket.once('end', () => socket.end());
+        socket.once('close', () => r(Buffer.concat(got)));
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    cleanups.push(
+      () =>
+        new Promise<void>((r) => {
+          server.closeAllConnections();
+          server.close(() => r());
+        }),
+    );
+    const port = (server.address() as AddressInfo).port;
+    const fp = viaConnect ? await forwardProxy() : undefined;
+    const proxyUrl = await start(`https://localhost:${port}`, proxyEnv(fp ? { NODE_USE_ENV_PROXY: '1', https_proxy: fp.url } : {}, { NODE_EXTRA_CA_CERTS: cert.cert }), ['--drain-timeout', '0.2']);
+    const u = new URL(proxyUrl);
+    const c = net.connect({ port: Number(u.port), host: u.hostname });
+    cleanups.push(async () => void c.destroy());
+    const chunks: Buffer[] = [];
+    let error: string | undefined;
+    c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
+    c.on('data', (b: Buffer) => chunks.push(b));
+    // The 101 and the frame's first 12 bytes have come through.
+    const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes(FRAME.subarray(0, 12)) && r()));
+    const closed = new Promise<Buffer>((r) => c.once('close', () => r(Buffer.concat(chunks))));
+    c.write('GET /v1/realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+    await opened;
+    const exited = spawned!.stop();
+    const read = await closed;
+    expect(error).toBeUndefined();
+    expect(read.subarray(read.length - FRAME.length - CLOSE.length).equals(Buffer.concat([FRAME, CLOSE]))).toBe(true);
+    expect(read.includes(NEXT)).toBe(false);
+    // The upstream, a WebSocket server, reads the proxy's masked Close.
+    let told: unknown = 'no Close';
+    const r = new Receiver({ isServer: true });
+    r.on('conclude', (code: number, reason: Buffer) => (told = { code, reason: reason.toString() }));
+    r.on('error', (e: Error) => (told = e.message));
+    r.write(await upstreamRead);
+    expect(told).toEqual({ code: 1001, reason: 'proxy shutting down' });
+    expect(await exited).toBe(0);
+    expect(spawned!.lines.find((l) => l.msg === 'tunnel')).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
+    expect(spawned!.lines.find((l) => l.msg === 'drain deadline reached: closed tunnels')).toMatchObject({ cut: 0, tunnels: 1 });
+    if (fp) expect(fp.connects).toEqual([`localhost:${port}`]);
   });
 });

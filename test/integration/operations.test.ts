@@ -219,6 +219,44 @@ describe('the final scrape after the drain (--final-scrape-wait)', () => {
   });
 });
 
+describe('shutdown with WebSocket peers that never close', () => {
+  it('SIGTERM: a frame in flight gets 1 s and the peers 2 s more after the Close, then the process exits 0 (no later)', async () => {
+    // The client sends part of a frame and never the rest, nor closes its connection; the
+    // upstream answers 101 and stays silent, keeping its half open. At the deadline the client
+    // is sent its Close, but not our end while it still owes the frame's rest; after 1 s the
+    // upstream is reset, the client's end goes, and 2 s later its socket is destroyed.
+    const upstream = http.createServer();
+    upstream.on('upgrade', (_req: http.IncomingMessage, socket: net.Socket) => {
+      socket.on('error', () => {});
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    });
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise<void>((r) => upstream.close(() => r())));
+    const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 0.2, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus' });
+    const u = new URL(proxyUrl);
+    const c = net.connect({ port: Number(u.port), host: u.hostname, allowHalfOpen: true });
+    c.on('error', () => {});
+    closers.push(async () => void c.destroy());
+    const chunks: Buffer[] = [];
+    c.on('data', (b: Buffer) => chunks.push(b));
+    const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes('\r\n\r\n') && r()));
+    const partial = Buffer.from([0x81, 0x80 | 100, 0, 0, 0, 0, 0x61, 0x61]); // a masked 100-byte text frame's head, 2 bytes of it
+    c.write(Buffer.concat([Buffer.from('GET /v1/realtime HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n'), partial]));
+    await opened;
+    const t0 = performance.now();
+    const code = await p.stop();
+    const took = performance.now() - t0;
+    expect(code).toBe(0);
+    // 0.2 s of drain, 1 s for the frame, 2 s for the client to close (10 ms for timers that fire early).
+    expect(took).toBeGreaterThanOrEqual(3190);
+    // And not held longer: the helper would kill it at 10 s (with no exit code).
+    expect(took).toBeLessThan(9000);
+    expect(Buffer.concat(chunks).includes(Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]))).toBe(true);
+    expect(p.lines.find((l) => l.msg === 'tunnel')).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client'] });
+    expect(p.lines.find((l) => l.msg === 'drain deadline reached: closed tunnels')).toMatchObject({ cut: 0, tunnels: 1 });
+  });
+});
+
 describe('shutdown when the log output fails', () => {
   /** A port free now (the proxy is told it: its log, which would say, cannot be read here). */
   async function freePort(): Promise<number> {

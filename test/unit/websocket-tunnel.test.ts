@@ -118,6 +118,7 @@ beforeAll(async () => {
       return;
     }
     if (req.url!.startsWith('/silent')) return socket.destroy(); // accepts the TCP connection, never answers
+    if (req.url!.startsWith('/hang')) return void socket.on('error', () => {}); // reads the upgrade, never answers
     if (req.url!.startsWith('/flood')) return flood(socket);
     if (req.url!.startsWith('/sink')) return sink(socket);
     if (req.url!.startsWith('/pattern')) return pattern(socket, Number(new URL(req.url!, 'http://x').searchParams.get('id')));
@@ -147,6 +148,14 @@ const floodChunk = randomBytes(256 * 1024);
 const floods: Progress[] = [];
 const sinks: { read: number; socket: net.Socket }[] = [];
 const SWITCHED = 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n';
+
+/** A proxy to the upstream here whose log lines (at `warn`, the production level) are kept, parsed. */
+async function loggedProxy(): Promise<{ p: RunningProxy; lines: Record<string, unknown>[] }> {
+  const lines: Record<string, unknown>[] = [];
+  const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
+  const p = await startProxy(config, createLogger('warn', { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
+  return { p, lines };
+}
 
 /** A raw upstream that answers 101, then floods the tunnel. */
 function flood(socket: net.Socket): void {
@@ -646,9 +655,7 @@ describe('WebSocket upgrades', () => {
   });
 
   it('a tunnel cut at the shutdown deadline: each side is sent a Close 1001, and it is logged at warn (the production level keeps it)', async () => {
-    const lines: Record<string, unknown>[] = [];
-    const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
-    const p = await startProxy(config, createLogger('warn', { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
+    const { p, lines } = await loggedProxy();
     try {
       // permessage-deflate on: the Close is a control frame, never compressed.
       const { ws } = await open(`${p.proxyUrl.replace(/^http/, 'ws')}/v1/realtime`, { perMessageDeflate: true });
@@ -670,19 +677,24 @@ describe('WebSocket upgrades', () => {
   });
 
   it('count an upgrade still unanswered, or a declined answer still being forwarded, at the shutdown deadline as a cut request, not as a tunnel', async () => {
-    const lines: Record<string, unknown>[] = [];
-    const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
-    const p = await startProxy(config, createLogger('warn', { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
+    const { p, lines } = await loggedProxy();
     try {
-      // /stall: a declined answer (403) that never ends; its head comes through first.
       const port = Number(new URL(p.proxyUrl).port);
-      const c = net.connect(port, '127.0.0.1');
-      c.on('error', () => {});
-      const headCame = new Promise<void>((r) => c.once('data', () => r()));
-      c.write(`GET /stall HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`);
-      await headCame;
+      const upgrade = (path: string) => {
+        const c = net.connect(port, '127.0.0.1');
+        c.on('error', () => {});
+        c.write(`GET ${path} HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${randomBytes(16).toString('base64')}\r\n\r\n`);
+        return c;
+      };
+      // /stall: a declined answer (403) that never ends; its head comes through first.
+      const stalled = upgrade('/stall');
+      await new Promise<void>((r) => stalled.once('data', () => r()));
+      // /hang: an upgrade the upstream got and never answers.
+      upgrade('/hang');
+      for (let i = 0; i < 300 && !upgrades.some((r) => r.url === '/hang'); i++) await new Promise((r) => setTimeout(r, 10));
+      expect(upgrades.some((r) => r.url === '/hang')).toBe(true);
       await p.shutdown(0.2);
-      expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 1 });
+      expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).toMatchObject({ level: 40, cut: 2 });
       expect(lines.find((l) => l.msg === 'drain deadline reached: cut streams')).not.toHaveProperty('tunnels');
       expect(lines.some((l) => l.msg === 'drain deadline reached: closed tunnels')).toBe(false);
     } finally {
@@ -731,31 +743,27 @@ describe('WebSocket upgrades', () => {
     /** A masked copy of a client frame with `payload` (text). */
     const clientFrame = (payload: Buffer, mask = randomBytes(4)) => Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask, payload.map((b, i) => b ^ mask[i % 4]!)]);
     const proxies: RunningProxy[] = [];
-    const tunnelLines: Record<string, unknown>[] = [];
+    const logs: Record<string, unknown>[][] = [];
+    /** The tunnel lines of every proxy of this test, in order. */
+    const tunnelLines = () => logs.flat().filter((l) => l.msg === 'tunnel');
     const proxyWithLog = async () => {
-      const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
-      const p = await startProxy(
-        config,
-        createLogger('warn', {
-          write: (line: string) => {
-            const l = JSON.parse(line) as Record<string, unknown>;
-            if (l.msg === 'tunnel') tunnelLines.push(l);
-          },
-        }),
-      );
+      const { p, lines } = await loggedProxy();
       proxies.push(p);
+      logs.push(lines);
       return p;
     };
     /** The tunnel line of the scenario just run: exactly one per tunnel, written once both sides are settled. */
     const lineOf = (k: number) => {
-      expect(tunnelLines).toHaveLength(k);
-      return tunnelLines[k - 1];
+      const all = tunnelLines();
+      expect(all).toHaveLength(k);
+      return all[k - 1];
     };
     const mask = randomBytes(4);
     const whole = clientFrame(Buffer.alloc(100, 0x61), mask); // 6 + 100 bytes; 16 of them sent first
     /**
-     * A reset that an end or close caused comes at once, not when FRAME_FINISH_MS ends the wait
-     * (200 + 1000 ms after the drain began): 300 ms of that is left for the test process's own lateness.
+     * A reset that an end, a close or a protocol break caused comes at once (~200-250 ms after the
+     * drain began), not when FRAME_FINISH_MS ends the wait (1,200 ms): a bound 300 ms short of the
+     * wait, which leaves ~650 ms for the test process's own lateness.
      */
     const soon = 200 + FRAME_FINISH_MS - 300;
     try {
