@@ -514,9 +514,10 @@ export class Tunnel {
 
   /**
    * At the shutdown deadline, one side of an open tunnel: a Close 1001 where a frame can go in,
-   * then our half's end (once that side owes the other no rest of a frame). After a Close has gone that way, or once our half has ended (an end
-   * passed on), only the end: a reset could lose what that side has not read yet. A side whose
-   * frames could not be followed is cut, as any failure; one mid-frame waits for its frame's end.
+   * then our half's end (once that side owes the other no rest of a frame). After a Close has
+   * gone that way, or once our half has ended (an end passed on), only the end: a reset could
+   * lose what that side has not read yet. A side whose frames could not be followed is cut, as
+   * any failure; one mid-frame waits for its frame's end.
    */
   private goAway(dir: Direction): void {
     const { socket, frames } = this.sideOf(dir);
