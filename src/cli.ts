@@ -202,6 +202,11 @@ async function runProxy(args: string[]): Promise<void> {
   // Handlers before the start: the 'listening' line can reach a supervisor (or a test) before
   // startProxy() returns, and a SIGTERM then must shut down, not meet the default action.
   const starting = startProxy(config, log);
+  let started: Awaited<typeof starting> | undefined;
+  void starting.then(
+    (proxy) => (started = proxy),
+    () => undefined, // main() says so and exits
+  );
   let stopping = false;
   let terminalGone = false;
   const exit = (code: number): void => {
@@ -213,8 +218,11 @@ async function runProxy(args: string[]): Promise<void> {
   };
   const stop = (signal: string) => {
     if (stopping) {
-      // A second signal (Ctrl-C twice): no more waiting for streams to drain.
+      // A second signal (Ctrl-C twice): no more waiting for streams to drain. Open WebSocket
+      // tunnels are still sent their Close 1001 where one can go in: written before the exit,
+      // the kernel delivers it as the process's sockets close.
       log.warn({ signal }, 'second signal: exiting now');
+      started?.endTunnels();
       exit(1);
       return;
     }

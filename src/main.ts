@@ -36,6 +36,11 @@ export interface RunningProxy {
   shutdown(deadlineSeconds?: number): Promise<void>;
   /** Immediate stop (tests); ends a final scrape wait under way. */
   close(): Promise<void>;
+  /**
+   * For an exit that cannot wait (a second signal): each open WebSocket tunnel is ended as at the
+   * drain deadline, so its sides are sent their Close 1001 now, where a frame can go in.
+   */
+  endTunnels(): void;
 }
 
 export async function startProxy(config: Config, log: Logger): Promise<RunningProxy> {
@@ -199,6 +204,9 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
         else if (!closed) log.warn({ waitSeconds: wait }, 'no scrape within the final scrape wait (metrics.finalScrapeWait): the records since the last scrape are not in Prometheus');
       }
       await closeAll();
+    },
+    endTunnels() {
+      forwarder.cutTunnels(ERROR_TYPE.shutdownDeadline);
     },
     async close() {
       finalScrape.cancel();

@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
+import { WebSocket, WebSocketServer } from 'ws';
 import { sleepUntil } from '../helpers/bands.js';
 import { startForwardProxy } from '../helpers/forward-proxy.js';
 import { startGroundTruth } from '../helpers/ground-truth.js';
@@ -254,6 +255,30 @@ describe('shutdown with WebSocket peers that never close', () => {
     expect(Buffer.concat(chunks).includes(Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]))).toBe(true);
     expect(p.lines.find((l) => l.msg === 'tunnel')).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client'] });
     expect(p.lines.find((l) => l.msg === 'drain deadline reached: closed tunnels')).toMatchObject({ cut: 0, tunnels: 1 });
+  });
+});
+
+describe('a second signal with a WebSocket session open', () => {
+  it('exits at once with code 1, and the session\'s client and upstream are still sent their Close 1001', async () => {
+    const upstream = http.createServer();
+    const wss = new WebSocketServer({ server: upstream });
+    const upstreamClosed = new Promise<{ code: number; reason: string }>((r) => wss.on('connection', (ws) => ws.on('close', (code, reason) => r({ code, reason: reason.toString() }))));
+    wss.on('connection', (ws) => ws.send('hello'));
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise<void>((r) => wss.close(() => upstream.close(() => r()))));
+    const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 30, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus' });
+    const ws = new WebSocket(`${proxyUrl.replace(/^http/, 'ws')}/v1/realtime`);
+    ws.on('error', () => {});
+    closers.push(async () => ws.terminate());
+    await new Promise((r) => ws.once('message', r));
+    const clientClosed = new Promise<{ code: number; reason: string }>((r) => ws.once('close', (code, reason) => r({ code, reason: reason.toString() })));
+    p.child.kill('SIGTERM');
+    await p.waitFor((l) => l.msg === 'draining'); // the drain waits for the session (30 s)
+    p.child.kill('SIGTERM');
+    expect(await p.exited).toBe(1);
+    expect(await clientClosed).toEqual({ code: 1001, reason: 'proxy shutting down' });
+    expect(await upstreamClosed).toEqual({ code: 1001, reason: 'proxy shutting down' });
+    expect(p.lines.find((l) => l.msg === 'tunnel')).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
   });
 });
 
