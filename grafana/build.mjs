@@ -26,6 +26,7 @@ export const METRICS = Object.freeze({
   clientPaced: 'llm_proxy_streams_client_paced_total',
   active: 'llm_proxy_streams_active',
   connect: 'llm_proxy_upstream_connect_duration_seconds',
+  dropped: 'llm_proxy_connections_dropped_total',
   loopP50: 'nodejs_eventloop_delay_p50_seconds',
   loopP99: 'nodejs_eventloop_delay_p99_seconds',
   loopMax: 'nodejs_eventloop_delay_max_seconds',
@@ -885,15 +886,15 @@ export function renderDashboard(p) {
 
   row('Proxy health (is the proxy itself the bottleneck?)');
   panel({
-    title: 'In-flight streams (count)',
-    description: `Requests currently in flight through the proxy (${METRICS.active}, an up-down counter), from their arrival (also while the upstream has not answered: requests that hang pile up here) to their end, per provider, operation (a Realtime or Live response counts while it is being answered) and upstream server_address.`,
-    unit: 'short',
-    min: 0,
+    title: 'In-flight streams (count), and connections closed at listen.maxConnections per second (right axis)',
+    description: `Requests currently in flight through the proxy (${METRICS.active}, an up-down counter), from their arrival (also while the upstream has not answered: requests that hang pile up here) to their end, per provider, operation (a Realtime or Live response counts while it is being answered) and upstream server_address. Right axis, only for proxies with listen.maxConnections set: client connections closed unread because the proxy already held that many open (rate of ${METRICS.dropped}); their clients got no answer and retried or failed, and no stream series shows them. Above 0, the proxy is at its cap: add replicas or raise it.`,
+    fieldConfig: twoAxes('short', '^closed at cap', 'cps'),
     targets: [
       target(
         `sum by (gen_ai_provider_name, gen_ai_operation_name, server_address) (${METRICS.active}{${f.active}})`,
         '{{gen_ai_provider_name}} {{gen_ai_operation_name}} {{server_address}}',
       ),
+      target(`sum by (instance) (rate(${METRICS.dropped}{${f.proc}}[${ri}]))`, 'closed at cap {{instance}}'),
     ],
   });
   panel({

@@ -103,7 +103,15 @@ const fileSchema = z
   .object({
     upstream: httpUrl.optional(),
     routes: z.array(routeSchema).optional(),
-    listen: z.object({ host: listenHost.optional(), port: port.optional() }).strict().optional(),
+    listen: z
+      .object({
+        host: listenHost.optional(),
+        port: port.optional(),
+        /** Open client connections the proxy's port takes at most; past it, new ones are closed unread. */
+        maxConnections: z.number().int().min(1).optional(),
+      })
+      .strict()
+      .optional(),
     metrics: z
       .object({
         enabled: z.boolean().optional(),
@@ -204,6 +212,11 @@ export interface Config {
   readonly simulator: SimulatorConfig;
   readonly host: string;
   readonly port: number;
+  /**
+   * Client connections the proxy's port holds open at most (idle keep-alive ones, WebSocket
+   * tunnels and CONNECTs included); a new one past it is closed at once, unread. None: no cap.
+   */
+  readonly maxConnections: number | undefined;
   readonly metrics: {
     readonly enabled: boolean;
     readonly host: string;
@@ -419,6 +432,7 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     simulator: simulatorSchema.parse(f.simulator ?? {}),
     host: overrides.host ?? f.listen?.host ?? '127.0.0.1',
     port: overrides.port ?? f.listen?.port ?? 8080,
+    maxConnections: f.listen?.maxConnections,
     metrics: Object.freeze({
       enabled: metricsOn,
       host: overrides.metricsHost ?? m.host ?? DEFAULT_METRICS_HOST,

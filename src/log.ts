@@ -119,33 +119,55 @@ export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
 }
 
 /**
- * Logs a listener's error (an accept that failed), at most one line per 10 s with the count of
- * those not logged: a flood of them must not become a flood of log lines. The count of a flood
- * that stops is written when its 10 s are up.
+ * At most one call of `write` per 10 s for a flood of `T`s: at once for the first, then for the
+ * first one 10 s after the last call, with the number that had no call of their own (`unlogged`);
+ * the count of a flood that stops is written when its 10 s are up (`own` false: a summary, with
+ * the latest one).
  */
-export function serverErrorLog(log: Logger, listener: string): (err: Error) => void {
+function throttled<T>(write: (latest: T, unlogged: number, own: boolean) => void): (item: T) => void {
   let last = -Infinity;
   let unlogged = 0;
-  let latest: NodeJS.ErrnoException | undefined;
+  let latest: T | undefined;
   let flush: NodeJS.Timeout | undefined;
-  const write = (err: NodeJS.ErrnoException, now: number) => {
-    log.warn({ listener, err: err.message, code: err.code, ...(unlogged > 0 ? { notLogged: unlogged } : {}) }, 'listener error');
+  const emit = (item: T, own: boolean, now: number) => {
+    write(item, unlogged, own);
     last = now;
     unlogged = 0;
   };
-  return (err: NodeJS.ErrnoException) => {
+  return (item: T) => {
     const now = performance.now();
     if (now - last < 10_000) {
       unlogged++;
-      latest = err;
+      latest = item;
       flush ??= setTimeout(() => {
         flush = undefined;
-        if (unlogged > 0) write(latest!, performance.now());
+        if (unlogged > 0) emit(latest!, false, performance.now());
       }, last + 10_000 - now).unref();
       return;
     }
     clearTimeout(flush);
     flush = undefined;
-    write(err, now);
+    emit(item, true, now);
   };
+}
+
+/**
+ * Logs a listener's error (an accept that failed), at most one line per 10 s with the count of
+ * those not logged: a flood of them must not become a flood of log lines.
+ */
+export function serverErrorLog(log: Logger, listener: string): (err: Error) => void {
+  return throttled((err: NodeJS.ErrnoException, unlogged) => {
+    log.warn({ listener, err: err.message, code: err.code, ...(unlogged > 0 ? { notLogged: unlogged } : {}) }, 'listener error');
+  });
+}
+
+/**
+ * Logs the connections the proxy's port closed at `listen.maxConnections`, at most one line per
+ * 10 s: `dropped`, how many since the previous line (this one's own included).
+ */
+export function connectionDropLog(log: Logger, maxConnections: number): () => void {
+  const told = throttled((_: undefined, unlogged, own) => {
+    log.warn({ listener: 'proxy', maxConnections, dropped: unlogged + (own ? 1 : 0) }, 'connection limit reached: new connections closed');
+  });
+  return () => told(undefined);
 }

@@ -3,7 +3,7 @@ import type { Server } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { rootRoute, type Config } from './config.js';
-import { droppedLogLines, serverErrorLog, type Logger } from './log.js';
+import { connectionDropLog, droppedLogLines, serverErrorLog, type Logger } from './log.js';
 import { drainAfterIo } from './measure/after-io.js';
 import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
 import { FinalScrape } from './metrics/final-scrape.js';
@@ -91,6 +91,17 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     e.message = `${what}: ${e.message}`;
     throw e;
   };
+  // A connection closed at the cap has no request, and so no request line or stream series: it is
+  // counted and logged here. The counter is there at 0 from the start, so that rate() sees the first.
+  let dropped: (() => void) | undefined;
+  if (cfg.maxConnections !== undefined) {
+    const told = connectionDropLog(log, cfg.maxConnections);
+    instruments?.connectionsDropped.add(0);
+    dropped = () => {
+      instruments?.connectionsDropped.add(1);
+      told();
+    };
+  }
   const at = (host: string, port: number, keys: string) => `${host.includes(':') ? `[${host}]` : host}:${port} (${keys})`;
   const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, {
     keepAliveSeconds: cfg.timeouts.keepAlive,
@@ -102,6 +113,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     deferContinue: true,
     hostOptional: true, // the forwarder answers a request without Host with its own 400 and log line
     onServerError: serverErrorLog(log, 'proxy'),
+    maxConnections: cfg.maxConnections,
+    onDrop: dropped,
   }).catch(
     which(`proxy on ${at(cfg.host, cfg.port, '--host/--port, LLM_PROXY_HOST/_PORT, listen.host/.port')}`),
   );
@@ -127,6 +140,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
         return { prefix: r.prefix, upstream: u.origin, provider: r.provider, via: upstreamOrigin(u, cfg.egress).via?.display };
       }),
       metricsEnabled: cfg.metrics.enabled,
+      ...(cfg.maxConnections !== undefined ? { maxConnections: cfg.maxConnections } : {}),
     },
     'listening',
   );

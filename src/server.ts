@@ -193,6 +193,9 @@ export interface ListenOptions {
    * told here, and the server serves on. Without a listener a second one would be uncaught.
    */
   onServerError?: (err: Error) => void;
+  /** Open connections at most (Node's `maxConnections`): past it a new one is closed unread, and `onDrop` told. */
+  maxConnections?: number;
+  onDrop?: () => void;
 }
 
 /** Starts a Hono app on Node; resolves with the server and its URL once listening. */
@@ -200,7 +203,7 @@ export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
   port: number,
   host: string,
-  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer, hostOptional = false, onServerError = () => {} }: ListenOptions = {},
+  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer, hostOptional = false, onServerError = () => {}, maxConnections, onDrop }: ListenOptions = {},
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     // What @hono/node-server's serve() does, plus the adapter's error handler, which serve() does
@@ -236,6 +239,8 @@ export function listen(
     // proxy's own response timer (forward.ts) handles a body that stops; headersTimeout (60 s)
     // still bounds a head that never completes.
     server.requestTimeout = 0;
+    if (maxConnections !== undefined) server.maxConnections = maxConnections;
+    if (onDrop) server.on('drop', onDrop);
     if (onUpgrade) server.on('upgrade', onUpgrade);
     server.on('connect', onConnect);
     if (onClientError) server.on('clientError', onClientError);

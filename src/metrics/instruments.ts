@@ -59,6 +59,7 @@ export class Instruments {
   readonly streams: Adder;
   readonly clientPacedStreams: Adder;
   readonly streamsActive: Adder;
+  readonly connectionsDropped: Adder;
   private readonly runtime: RuntimeMetrics;
 
   constructor(meter: Meter, buckets: Buckets = DEFAULT_BUCKETS, opts: InstrumentOptions = {}) {
@@ -152,6 +153,13 @@ export class Instruments {
       true,
     );
     this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'HTTP requests in flight, from their arrival (an API the proxy does not recognise under operation _OTHER), and Realtime or Live responses being answered.', false);
+
+    this.connectionsDropped = sum(
+      METRIC.connectionsDropped,
+      '{connection}',
+      'Client connections the proxy closed unread because it already held listen.maxConnections open (their clients see the connection closed, with no HTTP answer).',
+      true,
+    );
 
     this.runtime = new RuntimeMetrics(meter);
   }

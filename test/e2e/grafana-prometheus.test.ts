@@ -197,7 +197,10 @@ describe('grafana/ on a real Prometheus', () => {
     const s = await startLogged(process.execPath, [CLI, 'simulate', '--port', '0', '--ttft', '0.05', '--itl', String(BASE_ITL), '--tokens', '200', '--jitter', '0.1', '--seed', '7'], 'simulator listening');
     sim = s.proc;
     simUrl = String(s.line.url);
-    const p = await startLogged(process.execPath, [CLI, '--upstream', simUrl, '--port', '0', '--metrics-port', '0', '--log-level', 'info'], 'listening');
+    // A connection cap far above the test's load: the dashboard's drop series is there (at 0).
+    const configFile = join(tmp, 'proxy.yaml');
+    writeFileSync(configFile, 'listen: { maxConnections: 1000 }\n');
+    const p = await startLogged(process.execPath, [CLI, '--upstream', simUrl, '--port', '0', '--metrics-port', '0', '--log-level', 'info', '--config', configFile], 'listening');
     proxy = p.proc;
     proxyUrl = String(p.line.proxyUrl);
     metricsUrl = String(p.line.metricsUrl);

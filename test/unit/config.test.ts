@@ -470,6 +470,18 @@ describe('egress configuration', () => {
   });
 });
 
+describe('listen.maxConnections', () => {
+  it('is a whole number of at least 1, none by default; a bad value names the key', () => {
+    expect(buildConfig({}, {}).maxConnections).toBeUndefined();
+    expect(buildConfig({ listen: { maxConnections: 1 } }, {}).maxConnections).toBe(1);
+    expect(buildConfig({ listen: { port: 0, maxConnections: 5000 } }, { port: 9000 })).toMatchObject({ port: 9000, maxConnections: 5000 });
+    for (const bad of [0, -1, 1.5, '100', null]) {
+      expect(errorOf(() => buildConfig({ listen: { maxConnections: bad as never } }, {}))).toMatch(/^invalid configuration in config:\n  listen\.maxConnections: /);
+    }
+    expect(errorOf(() => buildConfig({ listen: { maxConnection: 10 } as never }, {}))).toMatch(/listen\.maxConnection: unknown key/);
+  });
+});
+
 describe('addresses', () => {
   it('take an IPv6 listen address in brackets as the address, and refuse zone IDs and port 0 upstreams with a reason', () => {
     expect(hostOf('--host', '[::1]')).toBe('::1');

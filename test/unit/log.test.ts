@@ -3,7 +3,7 @@ import { closeSync, constants, openSync, readSync } from 'node:fs';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, expect, it, vi } from 'vitest';
-import { createLogger, droppedLogLines, exitAfterLogs, serverErrorLog, stdoutDestination } from '../../src/log.js';
+import { connectionDropLog, createLogger, droppedLogLines, exitAfterLogs, serverErrorLog, stdoutDestination } from '../../src/log.js';
 import { tempDir } from '../helpers/temp-dir.js';
 
 type SonicBoom = { _len: number; destroy(): void };
@@ -117,6 +117,30 @@ it('serverErrorLog: one warn line per 10 s for a flood of listener errors, with 
     [40, 'listener error', 'proxy', 'EMFILE', undefined],
     [40, 'listener error', 'proxy', 'EMFILE', 500],
   ]);
+});
+
+it('connectionDropLog: the first drop at once, then one line per 10 s counting every drop since the last line', () => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+  const out: Record<string, unknown>[] = [];
+  const log = createLogger('info', { write: (s: string) => void out.push(JSON.parse(s)) } as unknown as pino.DestinationStream);
+  let now = 1_000;
+  vi.spyOn(performance, 'now').mockImplementation(() => now);
+  const dropped = connectionDropLog(log, 64);
+  dropped();
+  for (let i = 0; i < 40; i++) dropped();
+  now = 11_000; // 10 s after the first line: a line of its own, for it and the 40 before it
+  dropped();
+  now = 12_000;
+  for (let i = 0; i < 3; i++) dropped();
+  now = 21_000; // the flood stopped: its count is written when its 10 s are up
+  vi.advanceTimersByTime(10_000);
+  expect(out.map((l) => [l.level, l.msg, l.listener, l.maxConnections, l.dropped])).toEqual([
+    [40, 'connection limit reached: new connections closed', 'proxy', 64, 1],
+    [40, 'connection limit reached: new connections closed', 'proxy', 64, 41],
+    [40, 'connection limit reached: new connections closed', 'proxy', 64, 3],
+  ]);
+  // 45 drops, each counted once.
+  expect(out.reduce((n, l) => n + (l.dropped as number), 0)).toBe(45);
 });
 
 it('serverErrorLog: the count of a flood that stops is written when its 10 s are up (review 141)', () => {
