@@ -26,6 +26,7 @@ export const METRICS = Object.freeze({
   clientPaced: 'llm_proxy_streams_client_paced_total',
   active: 'llm_proxy_streams_active',
   connect: 'llm_proxy_upstream_connect_duration_seconds',
+  open: 'llm_proxy_connections_open',
   dropped: 'llm_proxy_connections_dropped_total',
   loopP50: 'nodejs_eventloop_delay_p50_seconds',
   loopP99: 'nodejs_eventloop_delay_p99_seconds',
@@ -548,6 +549,21 @@ export function alertRules(p) {
     });
   }
   {
+    const c = a.connectionCapReached;
+    const name = 'LLMProxyConnectionCapReached';
+    rules.push({
+      ...common(name, c),
+      expr: `sum by (${by(inst)}) (rate(${METRICS.dropped}${sel(p)}[${p.rangeWindow ?? p.window}])) > 0`,
+      annotations: {
+        summary: `Proxy ${instWho} closes new client connections unread: it is at its listen.maxConnections`,
+        description:
+          `Proxy ${instWho} closed {{ $value | printf "%.2f" }} client connections per second over the last ${p.window}, unread, because it already held listen.maxConnections open. ` +
+          `Their clients got no answer (the OpenAI and Anthropic SDKs retry twice within about 1.5 s, then fail), and neither the stream counts nor any other alert include them.`,
+        runbook_url: runbook(p, name),
+      },
+    });
+  }
+  {
     const c = a.labelOverflow;
     const name = 'LLMProxyLabelOverflow';
     rules.push({
@@ -886,14 +902,15 @@ export function renderDashboard(p) {
 
   row('Proxy health (is the proxy itself the bottleneck?)');
   panel({
-    title: 'In-flight streams (count), and connections closed at listen.maxConnections per second (right axis)',
-    description: `Requests currently in flight through the proxy (${METRICS.active}, an up-down counter), from their arrival (also while the upstream has not answered: requests that hang pile up here) to their end, per provider, operation (a Realtime or Live response counts while it is being answered) and upstream server_address. Right axis, only for proxies with listen.maxConnections set: client connections closed unread because the proxy already held that many open (rate of ${METRICS.dropped}); their clients got no answer and retried or failed, and no stream series shows them. Above 0, the proxy is at its cap: add replicas or raise it.`,
+    title: 'In-flight streams and open client connections (count), and connections closed at the cap (per second, right axis)',
+    description: `Requests currently in flight through the proxy (${METRICS.active}, an up-down counter), from their arrival (also while the upstream has not answered: requests that hang pile up here) to their end, per provider, operation (a Realtime or Live response counts while it is being answered) and upstream server_address. Open client connections (${METRICS.open}), per instance: those with a request in flight, idle ones kept alive between requests and WebSocket tunnels; listen.maxConnections caps them. Right axis, only for proxies with that cap set: client connections closed unread because the proxy already held that many open (rate of ${METRICS.dropped}); their clients got no answer and retried or failed, and no stream series shows them. Above 0, the proxy is at its cap: add replicas or raise it.`,
     fieldConfig: twoAxes('short', '^closed at cap', 'cps'),
     targets: [
       target(
         `sum by (gen_ai_provider_name, gen_ai_operation_name, server_address) (${METRICS.active}{${f.active}})`,
         '{{gen_ai_provider_name}} {{gen_ai_operation_name}} {{server_address}}',
       ),
+      target(`sum by (instance) (${METRICS.open}{${f.proc}})`, 'open connections {{instance}}'),
       target(`sum by (instance) (rate(${METRICS.dropped}{${f.proc}}[${ri}]))`, 'closed at cap {{instance}}'),
     ],
   });

@@ -1,5 +1,6 @@
 import { diag, DiagLogLevel, type DiagLogger } from '@opentelemetry/api';
 import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { rootRoute, type Config } from './config.js';
@@ -15,6 +16,7 @@ import { upstreamOrigin } from './proxy/routes.js';
 import { Tunnel } from './proxy/tunnel.js';
 import { createMetricsApp, createProxyApp, listen } from './server.js';
 import { createSimulator, type Simulator } from './simulate/server.js';
+import { openFileLimit } from './start-failure.js';
 import { VERSION } from './version.js';
 import { sessionsClosing } from './ws/session.js';
 
@@ -42,6 +44,9 @@ export interface RunningProxy {
    */
   endTunnels(): void;
 }
+
+/** Descriptors the process needs besides its streams' (stdio, the listeners, scrapes, OTLP, name lookups). */
+const RESERVED_FILES = 100;
 
 export async function startProxy(config: Config, log: Logger): Promise<RunningProxy> {
   let simulator: Simulator | undefined;
@@ -101,7 +106,23 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       instruments?.connectionsDropped.add(1);
       told();
     };
+    const files = openFileLimit();
+    const needs = 2 * cfg.maxConnections + RESERVED_FILES;
+    if (files !== undefined && needs > files) {
+      log.warn(
+        { maxConnections: cfg.maxConnections, openFileLimit: files },
+        `listen.maxConnections (${cfg.maxConnections}) needs ~${needs} file descriptors (two per stream: the client's connection and the upstream's), more than the process may open (${files}): past them, libuv closes connections without a word and upstream connections fail (503 proxy_out_of_resources). Raise the nofile limit, or lower the cap to ${Math.max(1, Math.floor((files - RESERVED_FILES) / 2))} or less`,
+      );
+    }
   }
+  const open = instruments?.connectionsOpen;
+  open?.add(0);
+  const opened = open
+    ? (socket: Socket) => {
+        open.add(1);
+        socket.once('close', () => open.add(-1));
+      }
+    : undefined;
   const at = (host: string, port: number, keys: string) => `${host.includes(':') ? `[${host}]` : host}:${port} (${keys})`;
   const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, {
     keepAliveSeconds: cfg.timeouts.keepAlive,
@@ -115,6 +136,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     onServerError: serverErrorLog(log, 'proxy'),
     maxConnections: cfg.maxConnections,
     onDrop: dropped,
+    onConnection: opened,
   }).catch(
     which(`proxy on ${at(cfg.host, cfg.port, '--host/--port, LLM_PROXY_HOST/_PORT, listen.host/.port')}`),
   );

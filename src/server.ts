@@ -2,7 +2,7 @@ import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-
 import { RESPONSE_ALREADY_SENT } from '@hono/node-server/utils/response';
 import { Hono } from 'hono';
 import { createServer, IncomingMessage, type Server, type ServerOptions, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { Telemetry } from './metrics/exporter.js';
 import type { FinalScrape } from './metrics/final-scrape.js';
@@ -196,6 +196,8 @@ export interface ListenOptions {
   /** Open connections at most (Node's `maxConnections`): past it a new one is closed unread, and `onDrop` told. */
   maxConnections?: number;
   onDrop?: () => void;
+  /** Each connection accepted (not those dropped at `maxConnections`). */
+  onConnection?: (socket: Socket) => void;
 }
 
 /** Starts a Hono app on Node; resolves with the server and its URL once listening. */
@@ -203,7 +205,7 @@ export function listen(
   app: { fetch: (req: Request, env: HttpBindings) => Response | Promise<Response> },
   port: number,
   host: string,
-  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer, hostOptional = false, onServerError = () => {}, maxConnections, onDrop }: ListenOptions = {},
+  { keepAliveSeconds, onUpgrade, onConnect = refuseConnect, onRequestError, onClientError, onExpectation, deferContinue: defer, hostOptional = false, onServerError = () => {}, maxConnections, onDrop, onConnection }: ListenOptions = {},
 ): Promise<{ server: Server; url: string }> {
   return new Promise((resolve, reject) => {
     // What @hono/node-server's serve() does, plus the adapter's error handler, which serve() does
@@ -241,6 +243,7 @@ export function listen(
     server.requestTimeout = 0;
     if (maxConnections !== undefined) server.maxConnections = maxConnections;
     if (onDrop) server.on('drop', onDrop);
+    if (onConnection) server.on('connection', onConnection);
     if (onUpgrade) server.on('upgrade', onUpgrade);
     server.on('connect', onConnect);
     if (onClientError) server.on('clientError', onClientError);

@@ -59,6 +59,7 @@ export class Instruments {
   readonly streams: Adder;
   readonly clientPacedStreams: Adder;
   readonly streamsActive: Adder;
+  readonly connectionsOpen: Adder;
   readonly connectionsDropped: Adder;
   private readonly runtime: RuntimeMetrics;
 
@@ -154,6 +155,12 @@ export class Instruments {
     );
     this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'HTTP requests in flight, from their arrival (an API the proxy does not recognise under operation _OTHER), and Realtime or Live responses being answered.', false);
 
+    this.connectionsOpen = sum(
+      METRIC.connectionsOpen,
+      '{connection}',
+      'Client connections open on the proxy\'s port: with a request in flight, idle between requests (keep-alive), or carrying a WebSocket tunnel. listen.maxConnections caps them.',
+      false,
+    );
     this.connectionsDropped = sum(
       METRIC.connectionsDropped,
       '{connection}',

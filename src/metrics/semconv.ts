@@ -33,6 +33,8 @@ export const METRIC = {
   /** Measured requests whose upstream read was paused by their client's backpressure at least once. */
   clientPacedStreams: 'llm_proxy.streams.client_paced',
   streamsActive: 'llm_proxy.streams.active',
+  /** Client connections open on the proxy's port (idle keep-alive ones and tunnels included). */
+  connectionsOpen: 'llm_proxy.connections.open',
   /** Client connections the proxy's port closed unread at `listen.maxConnections`. */
   connectionsDropped: 'llm_proxy.connections.dropped',
   eventLoopDelayP50: 'nodejs.eventloop.delay.p50',

@@ -117,6 +117,7 @@ describe('acceptance: separate processes, official client', () => {
       gen_ai_client_token_usage: 'histogram',
       llm_proxy_streams_total: 'counter',
       llm_proxy_streams_active: 'gauge',
+      llm_proxy_connections_open: 'gauge',
       llm_proxy_upstream_connect_duration_seconds: 'histogram',
       nodejs_eventloop_delay_p99_seconds: 'gauge',
       nodejs_eventloop_time_seconds_total: 'counter',

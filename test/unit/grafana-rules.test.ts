@@ -319,6 +319,19 @@ function guardedMutations(): Mutation[] {
       file: 'bands-regression.test.yaml',
       expect: fires('LLMProxyTTFTRegression', model('o3')),
     },
+    // Connection cap: proxy-0 closes 0.5 connections/s; proxy-2 three in a minute, shorter than `for`.
+    {
+      name: 'connection cap only above 1 connection/s',
+      rules: edited(/(rate\(llm_proxy_connections_dropped_total[^\n]*\)\)) > 0/, '$1 > 1'),
+      file: 'caps.test.yaml',
+      expect: misses('LLMProxyConnectionCapReached', 'instance="proxy-0:9464"'),
+    },
+    {
+      name: 'connection cap for 1m',
+      rules: rendered((p) => (p.alerts.connectionCapReached!.for = '1m')),
+      file: 'caps.test.yaml',
+      expect: fires('LLMProxyConnectionCapReached', 'instance="proxy-2:9464"'),
+    },
   ];
 }
 
@@ -359,7 +372,7 @@ describe('grafana/alerts rules', () => {
   it('every alert has severity, for, summary, a description with figures, and a runbook anchor that exists', () => {
     const runbook = readFileSync(join(GRAFANA, 'alerts/runbook.md'), 'utf8');
     const anchors = new Set([...runbook.matchAll(/^#+\s+(.+)$/gm)].map((m) => m[1]!.trim().toLowerCase().replace(/[^a-z0-9 -]/g, '').replace(/ /g, '-')));
-    expect(alerts.length).toBe(13);
+    expect(alerts.length).toBe(14);
     for (const a of alerts) {
       expect(['critical', 'warning', 'info']).toContain(a.labels.severity);
       expect(a.for).toMatch(/^\d+[smhd]$/);
