@@ -101,9 +101,11 @@ export class Tunnel {
   /** Frame boundaries of what went to the client and to the upstream since the 101 (a shutdown's Close frames). */
   private readonly downFrames = new FrameBounds(false);
   private readonly upFrames = new FrameBounds(true);
-  /** Which sides were sent a Close 1001 at the shutdown deadline (for the log). */
+  /** Which sides were sent a Close 1001 at the shutdown deadline or the idle timeout (for the log). */
   private goingAway: string[] | undefined;
-  /** At the shutdown deadline, the directions whose frame under way is let finish before their Close. */
+  /** The Close 1001's reason: the shutdown's, or the idle timeout's. */
+  private goAwayReason = 'proxy shutting down';
+  /** At the shutdown deadline or the idle timeout, the directions whose frame under way is let finish before their Close. */
   private finishDown = false;
   private finishUp = false;
   private finishTimer: NodeJS.Timeout | undefined;
@@ -210,7 +212,11 @@ export class Tunnel {
     const queued = writeQueueSize(this.upstream!);
     setImmediate(() => {
       if (this.done) return;
-      if (this.upstreamMoves === moves && writeQueueSize(this.upstream!) === queued) this.close(ERROR_TYPE.timeout);
+      if (this.upstreamMoves === moves && writeQueueSize(this.upstream!) === queued) {
+        // An open tunnel's sides are told, as at the shutdown deadline; a declined answer is cut.
+        this.goAwayReason = 'idle timeout';
+        this.close(ERROR_TYPE.timeout, false, this.status === 101);
+      }
       else if (!this.upstream!.destroyed) this.upstream!.setTimeout(this.opts.idleTimeoutMs);
     });
   };
@@ -513,7 +519,7 @@ export class Tunnel {
   }
 
   /**
-   * At the shutdown deadline, one side of an open tunnel: a Close 1001 where a frame can go in,
+   * At the shutdown deadline or the idle timeout, one side of an open tunnel: a Close 1001 where a frame can go in,
    * then our half's end (once that side owes the other no rest of a frame). After a Close has
    * gone that way, or once our half has ended (an end passed on), only the end: a reset could
    * lose what that side has not read yet. A side whose frames could not be followed is cut, as
@@ -530,7 +536,7 @@ export class Tunnel {
   private tellGoingAway(dir: Direction): void {
     const { socket, frames } = this.sideOf(dir);
     if (!frames.closeSeen) {
-      socket.write(closeFrame(CLOSE_GOING_AWAY, 'proxy shutting down', dir === 'up'));
+      socket.write(closeFrame(CLOSE_GOING_AWAY, this.goAwayReason, dir === 'up'));
       this.goingAway!.push(dir === 'down' ? 'client' : 'upstream');
     }
     // The client is the sender of the frame going up, the upstream of the one going down.

@@ -234,6 +234,20 @@ describe('the simulator over WebSocket, measured through the proxy', () => {
     }
   });
 
+  it('a session quiet for timeouts.idle is closed with a Close 1001 "idle timeout" that the official client reads', async () => {
+    const p = await startTestProxy(`http://127.0.0.1:${(sim.server.address() as net.AddressInfo).port}`, { timeouts: { idle: 0.5 } });
+    try {
+      const client = new OpenAI({ apiKey: 'sk-sim', baseURL: `${p.proxyUrl}/v1` });
+      const port = Number(new URL(p.proxyUrl).port);
+      const rt = await OpenAIRealtimeWS.create(client, { model: 'gpt-realtime', options: { createConnection: () => net.connect(port, '127.0.0.1') } });
+      const rtClosed = new Promise<[number, string]>((r) => rt.socket.once('close', (code, reason) => r([code, reason.toString()])));
+      await new Promise<void>((r, j) => rt.socket.once('open', () => r()).once('error', j));
+      expect(await rtClosed).toEqual([1001, 'idle timeout']);
+    } finally {
+      await p.close();
+    }
+  });
+
   it('speaks RFC 6455 where a client can get it wrong: version 13 only, masked client frames only', async () => {
     const port = (sim.server.address() as net.AddressInfo).port;
     const raw = (version: string, after?: Buffer) =>

@@ -598,7 +598,7 @@ describe('WebSocket upgrades', () => {
     }
   });
 
-  it('close a quiet tunnel after timeouts.idle, and cut open tunnels at the shutdown deadline', async () => {
+  it('close a quiet tunnel after timeouts.idle with a Close 1001 to each side, and cut open tunnels at the shutdown deadline', async () => {
     // Lower bounds count from a moment before the tunnel's last traffic (the upstream's greeting, the
     // stalled request's start), so load cannot break them; counting from when the client had read the
     // greeting did (240 ms against 250 on a loaded machine). 10 ms allows for timers firing early.
@@ -608,9 +608,12 @@ describe('WebSocket upgrades', () => {
       const base = p.proxyUrl.replace(/^http/, 'ws');
       const { ws } = await open(`${base}/v1/realtime`);
       const greeted = greetedAt;
-      const code = await new Promise<number>((r) => ws.once('close', (c) => r(c)));
+      const n = serverClose.length;
+      const closed = await new Promise<{ code: number; reason: string }>((r) => ws.once('close', (code, reason) => r({ code, reason: reason.toString() })));
       const waited = performance.now() - greeted;
-      expect(code).toBe(1006); // cut, no close frame
+      // Told, as at the shutdown deadline (an abnormal closure, 1006, before): each side a Close 1001.
+      expect(closed).toEqual({ code: 1001, reason: 'idle timeout' });
+      expect(await serverClose[n - 1]).toEqual({ code: 1001, reason: 'idle timeout' }); // masked: ws took it
       expect(waited).toBeGreaterThanOrEqual(490);
       expect(waited).toBeLessThan(5000);
 
