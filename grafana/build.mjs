@@ -553,11 +553,11 @@ export function alertRules(p) {
     const name = 'LLMProxyConnectionCapReached';
     rules.push({
       ...common(name, c),
-      expr: `sum by (${by(inst)}) (rate(${METRICS.dropped}${sel(p)}[${p.rangeWindow ?? p.window}])) > 0`,
+      expr: `sum by (${by(inst)}) (increase(${METRICS.dropped}${sel(p)}[${p.rangeWindow ?? p.window}])) > 0`,
       annotations: {
         summary: `Proxy ${instWho} closes new client connections unread: it is at its listen.maxConnections`,
         description:
-          `Proxy ${instWho} closed {{ $value | printf "%.2f" }} client connections per second over the last ${p.window}, unread, because it already held listen.maxConnections open. ` +
+          `{{ $value | printf "%.0f" }} client connections were closed unread by proxy ${instWho} over the last ${p.window}, and some in every ${p.window} window for ${c.for}: it already held listen.maxConnections open. ` +
           `Their clients got no answer (the OpenAI and Anthropic SDKs retry twice within about 1.5 s, then fail), and neither the stream counts nor any other alert include them.`,
         runbook_url: runbook(p, name),
       },

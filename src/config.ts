@@ -213,8 +213,8 @@ export interface Config {
   readonly host: string;
   readonly port: number;
   /**
-   * Client connections the proxy's port holds open at most (idle keep-alive ones, WebSocket
-   * tunnels and CONNECTs included); a new one past it is closed at once, unread. None: no cap.
+   * Client connections the proxy's port holds open at most (idle keep-alive ones and WebSocket
+   * tunnels included); a new one past it is closed at once, unread. None: no cap.
    */
   readonly maxConnections: number | undefined;
   readonly metrics: {

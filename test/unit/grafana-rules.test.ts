@@ -319,16 +319,16 @@ function guardedMutations(): Mutation[] {
       file: 'bands-regression.test.yaml',
       expect: fires('LLMProxyTTFTRegression', model('o3')),
     },
-    // Connection cap: proxy-0 closes 0.5 connections/s; proxy-2 three in a minute, shorter than `for`.
+    // Connection cap: proxy-0 closes 0.5 connections/s (150 in 5m); proxy-2 drops for 8m, less than `for`.
     {
-      name: 'connection cap only above 1 connection/s',
-      rules: edited(/(rate\(llm_proxy_connections_dropped_total[^\n]*\)\)) > 0/, '$1 > 1'),
+      name: 'connection cap only above 200 in 5m',
+      rules: edited(/(increase\(llm_proxy_connections_dropped_total[^\n]*\)\)) > 0/, '$1 > 200'),
       file: 'caps.test.yaml',
       expect: misses('LLMProxyConnectionCapReached', 'instance="proxy-0:9464"'),
     },
     {
-      name: 'connection cap for 1m',
-      rules: rendered((p) => (p.alerts.connectionCapReached!.for = '1m')),
+      name: 'connection cap for 5m',
+      rules: rendered((p) => (p.alerts.connectionCapReached!.for = '5m')),
       file: 'caps.test.yaml',
       expect: fires('LLMProxyConnectionCapReached', 'instance="proxy-2:9464"'),
     },
