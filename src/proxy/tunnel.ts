@@ -105,7 +105,10 @@ export class Tunnel {
   private goingAway: string[] | undefined;
   /** The Close 1001's reason: the shutdown's, or the idle timeout's. */
   private goAwayReason = 'proxy shutting down';
-  /** At the shutdown deadline or the idle timeout, the directions whose frame under way is let finish before their Close. */
+  /**
+   * At the shutdown deadline or the idle timeout, the directions whose frame under way is let
+   * finish before their Close.
+   */
   private finishDown = false;
   private finishUp = false;
   private finishTimer: NodeJS.Timeout | undefined;
@@ -216,8 +219,7 @@ export class Tunnel {
         // An open tunnel's sides are told, as at the shutdown deadline; a declined answer is cut.
         this.goAwayReason = 'idle timeout';
         this.close(ERROR_TYPE.timeout, false, this.status === 101);
-      }
-      else if (!this.upstream!.destroyed) this.upstream!.setTimeout(this.opts.idleTimeoutMs);
+      } else if (!this.upstream!.destroyed) this.upstream!.setTimeout(this.opts.idleTimeoutMs);
     });
   };
 
@@ -519,11 +521,11 @@ export class Tunnel {
   }
 
   /**
-   * At the shutdown deadline or the idle timeout, one side of an open tunnel: a Close 1001 where a frame can go in,
-   * then our half's end (once that side owes the other no rest of a frame). After a Close has
-   * gone that way, or once our half has ended (an end passed on), only the end: a reset could
-   * lose what that side has not read yet. A side whose frames could not be followed is cut, as
-   * any failure; one mid-frame waits for its frame's end.
+   * At the shutdown deadline or the idle timeout, one side of an open tunnel: a Close 1001 where
+   * a frame can go in, then our half's end (once that side owes the other no rest of a frame).
+   * After a Close has gone that way, or once our half has ended (an end passed on), only the end:
+   * a reset could lose what that side has not read yet. A side whose frames could not be followed
+   * is cut, as any failure; one mid-frame waits for its frame's end.
    */
   private goAway(dir: Direction): void {
     const { socket, frames } = this.sideOf(dir);
