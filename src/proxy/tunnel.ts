@@ -104,7 +104,7 @@ export class Tunnel {
   /** Which sides were sent a Close 1001 at the shutdown deadline or the idle timeout (for the log). */
   private goingAway: string[] | undefined;
   /** The Close 1001's reason: the shutdown's, or the idle timeout's. */
-  private goAwayReason = 'proxy shutting down';
+  private goAwayReason = '';
   /**
    * At the shutdown deadline or the idle timeout, the directions whose frame under way is let
    * finish before their Close.
@@ -217,8 +217,7 @@ export class Tunnel {
       if (this.done) return;
       if (this.upstreamMoves === moves && writeQueueSize(this.upstream!) === queued) {
         // An open tunnel's sides are told, as at the shutdown deadline; a declined answer is cut.
-        this.goAwayReason = 'idle timeout';
-        this.close(ERROR_TYPE.timeout, false, this.status === 101);
+        this.close(ERROR_TYPE.timeout, false, 'idle timeout');
       } else if (!this.upstream!.destroyed) this.upstream!.setTimeout(this.opts.idleTimeoutMs);
     });
   };
@@ -461,7 +460,7 @@ export class Tunnel {
    * could not be followed is cut. A tunnel not open (no 101 yet, a declined answer) is cut.
    */
   abort(errorType: string): void {
-    this.close(errorType, false, this.status === 101);
+    this.close(errorType, false, 'proxy shutting down');
   }
 
   private recordFailure(status: number, errorType: string | undefined): void {
@@ -470,7 +469,8 @@ export class Tunnel {
     this.opts.failed?.(status, errorType, this.start);
   }
 
-  private close(errorType: string | undefined, clientAnswered = false, goAway = false): void {
+  /** `goAwayReason`: an open tunnel's sides are sent a Close 1001 with it rather than cut (see goAway). */
+  private close(errorType: string | undefined, clientAnswered = false, goAwayReason?: string): void {
     if (this.done) return;
     // Ended before any final answer (the client gave up on a hung upstream, the shutdown
     // deadline, a failure after a 103): the upgrade failed too. The client's own 400 is not.
@@ -485,7 +485,8 @@ export class Tunnel {
       if (this.status === 101) endSocket(this.upstream!);
       else this.upstream?.destroy();
       endSocket(this.client);
-    } else if (goAway) {
+    } else if (goAwayReason !== undefined && this.status === 101) {
+      this.goAwayReason = goAwayReason;
       this.goingAway = [];
       // Both known first: a side's end waits for the frame it still owes the other.
       this.finishDown = this.midFrame('down');
@@ -608,10 +609,10 @@ export class Tunnel {
         responses: this.session?.responses,
         // The messages could not be read to the end (a protocol break, a bound): see the README.
         measurementStopped: this.session?.stopped || undefined,
-        // The sides sent a Close 1001 at the shutdown deadline. A side not named was cut (its frame
-        // under way did not end: in time, or its sender ended, closed or broke the protocol first;
-        // or its frames could not be followed), or only ended (a Close had gone its way already,
-        // or its half had ended).
+        // The sides sent a Close 1001 at the shutdown deadline or the idle timeout. A side not
+        // named was cut (its frame under way did not end: in time, or its sender ended, closed or
+        // broke the protocol first; or its frames could not be followed), or only ended (a Close
+        // had gone its way already, or its half had ended).
         goingAway: this.goingAway?.sort(),
         durationMs: Math.round((performance.now() - this.start) * 1000) / 1000,
         upstreamConnectMs: this.connectMs === undefined ? undefined : Math.round(this.connectMs * 1000) / 1000,

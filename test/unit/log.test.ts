@@ -101,17 +101,23 @@ it('redacts every secret-bearing header, should anything ever log headers (the p
   expect(line.res.headers).toEqual({ 'set-cookie': '[redacted]' });
 });
 
-it('serverErrorLog: one warn line per 10 s for a flood of listener errors, with the count it did not log', () => {
+/** A logger whose JSON lines land in `out`, and a `performance.now()` that reads `clock.now` (from 1 s). */
+function throttleTest() {
   const out: Record<string, unknown>[] = [];
   const log = createLogger('info', { write: (s: string) => void out.push(JSON.parse(s)) } as unknown as pino.DestinationStream);
-  let now = 1_000;
-  vi.spyOn(performance, 'now').mockImplementation(() => now);
+  const clock = { now: 1_000 };
+  vi.spyOn(performance, 'now').mockImplementation(() => clock.now);
+  return { out, log, clock };
+}
+
+it('serverErrorLog: one warn line per 10 s for a flood of listener errors, with the count it did not log', () => {
+  const { out, log, clock } = throttleTest();
   const told = serverErrorLog(log, 'proxy');
   const emfile = Object.assign(new Error('accept EMFILE'), { code: 'EMFILE' });
   for (let i = 0; i < 500; i++) told(emfile);
-  now += 9_999;
+  clock.now += 9_999;
   told(emfile);
-  now += 1;
+  clock.now += 1;
   told(emfile);
   expect(out.map((l) => [l.level, l.msg, l.listener, l.code, l.notLogged])).toEqual([
     [40, 'listener error', 'proxy', 'EMFILE', undefined],
@@ -121,18 +127,15 @@ it('serverErrorLog: one warn line per 10 s for a flood of listener errors, with 
 
 it('connectionDropLog: the first drop at once, then one line per 10 s counting every drop since the last line', () => {
   vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
-  const out: Record<string, unknown>[] = [];
-  const log = createLogger('info', { write: (s: string) => void out.push(JSON.parse(s)) } as unknown as pino.DestinationStream);
-  let now = 1_000;
-  vi.spyOn(performance, 'now').mockImplementation(() => now);
+  const { out, log, clock } = throttleTest();
   const dropped = connectionDropLog(log, 64);
   dropped();
   for (let i = 0; i < 40; i++) dropped();
-  now = 11_000; // 10 s after the first line: a line of its own, for it and the 40 before it
+  clock.now = 11_000; // 10 s after the first line: a line of its own, for it and the 40 before it
   dropped();
-  now = 12_000;
+  clock.now = 12_000;
   for (let i = 0; i < 3; i++) dropped();
-  now = 21_000; // the flood stopped: its count is written when its 10 s are up
+  clock.now = 21_000; // the flood stopped: its count is written when its 10 s are up
   vi.advanceTimersByTime(10_000);
   expect(out.map((l) => [l.level, l.msg, l.listener, l.maxConnections, l.dropped])).toEqual([
     [40, 'connection limit reached: new connections closed', 'proxy', 64, 1],
@@ -145,18 +148,15 @@ it('connectionDropLog: the first drop at once, then one line per 10 s counting e
 
 it('serverErrorLog: the count of a flood that stops is written when its 10 s are up (review 141)', () => {
   vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
-  const out: Record<string, unknown>[] = [];
-  const log = createLogger('info', { write: (s: string) => void out.push(JSON.parse(s)) } as unknown as pino.DestinationStream);
-  let now = 1_000;
-  vi.spyOn(performance, 'now').mockImplementation(() => now);
+  const { out, log, clock } = throttleTest();
   const told = serverErrorLog(log, 'metrics');
   told(Object.assign(new Error('accept EMFILE'), { code: 'EMFILE' }));
-  now = 3_000;
+  clock.now = 3_000;
   for (let i = 0; i < 7; i++) told(Object.assign(new Error('accept ENFILE'), { code: 'ENFILE' }));
-  now = 10_999;
+  clock.now = 10_999;
   vi.advanceTimersByTime(7_999);
   expect(out).toHaveLength(1);
-  now = 11_000;
+  clock.now = 11_000;
   vi.advanceTimersByTime(1);
   expect(out.map((l) => [l.listener, l.code, l.notLogged])).toEqual([
     ['metrics', 'EMFILE', undefined],
