@@ -118,13 +118,19 @@ export function exitAfterLogs(log: Logger, code: number, graceMs = 2000): void {
   }
 }
 
+/** A throttled logger; `flush()` writes the count still waiting for its 10 s (at shutdown). */
+export interface Throttled<T> {
+  (item: T): void;
+  flush(): void;
+}
+
 /**
  * At most one call of `write` per 10 s for a flood of `T`s: at once for the first, then for the
  * first one 10 s after the last call, with the number that had no call of their own (`unlogged`);
- * the count of a flood that stops is written when its 10 s are up (`own` false: a summary, with
- * the latest one).
+ * the count of a flood that stops is written when its 10 s are up, or at `flush()` (`own` false:
+ * a summary, with the latest one).
  */
-function throttled<T>(write: (latest: T, unlogged: number, own: boolean) => void): (item: T) => void {
+function throttled<T>(write: (latest: T, unlogged: number, own: boolean) => void): Throttled<T> {
   let last = -Infinity;
   let unlogged = 0;
   let latest: T | undefined;
@@ -134,28 +140,37 @@ function throttled<T>(write: (latest: T, unlogged: number, own: boolean) => void
     last = now;
     unlogged = 0;
   };
-  return (item: T) => {
+  const due = () => {
+    flush = undefined;
+    if (unlogged > 0) emit(latest!, false, performance.now());
+  };
+  const call = (item: T) => {
     const now = performance.now();
     if (now - last < 10_000) {
       unlogged++;
       latest = item;
-      flush ??= setTimeout(() => {
-        flush = undefined;
-        if (unlogged > 0) emit(latest!, false, performance.now());
-      }, last + 10_000 - now).unref();
+      flush ??= setTimeout(due, last + 10_000 - now).unref();
       return;
     }
     clearTimeout(flush);
     flush = undefined;
     emit(item, true, now);
   };
+  // The timer is unref'd: without this, a process that exits within the 10 s loses the count.
+  return Object.assign(call, {
+    flush: () => {
+      if (flush === undefined) return;
+      clearTimeout(flush);
+      due();
+    },
+  });
 }
 
 /**
  * Logs a listener's error (an accept that failed), at most one line per 10 s with the count of
  * those not logged: a flood of them must not become a flood of log lines.
  */
-export function serverErrorLog(log: Logger, listener: string): (err: Error) => void {
+export function serverErrorLog(log: Logger, listener: string): Throttled<Error> {
   return throttled((err: NodeJS.ErrnoException, unlogged) => {
     log.warn({ listener, err: err.message, code: err.code, ...(unlogged > 0 ? { notLogged: unlogged } : {}) }, 'listener error');
   });
@@ -165,9 +180,8 @@ export function serverErrorLog(log: Logger, listener: string): (err: Error) => v
  * Logs the connections the proxy's port closed at `listen.maxConnections`, at most one line per
  * 10 s: `dropped`, how many since the previous line (this one's own included).
  */
-export function connectionDropLog(log: Logger, maxConnections: number): () => void {
-  const told = throttled((_: undefined, unlogged, own) => {
+export function connectionDropLog(log: Logger, maxConnections: number): Throttled<void> {
+  return throttled((_: void, unlogged, own) => {
     log.warn({ listener: 'proxy', maxConnections, dropped: unlogged + (own ? 1 : 0) }, 'connection limit reached: new connections closed');
   });
-  return () => told(undefined);
 }

@@ -4,7 +4,7 @@ import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { rootRoute, type Config } from './config.js';
-import { connectionDropLog, droppedLogLines, serverErrorLog, type Logger } from './log.js';
+import { connectionDropLog, droppedLogLines, serverErrorLog, type Logger, type Throttled } from './log.js';
 import { drainAfterIo } from './measure/after-io.js';
 import { createTelemetry, SCOPE_NAME, type Telemetry } from './metrics/exporter.js';
 import { FinalScrape } from './metrics/final-scrape.js';
@@ -99,19 +99,27 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   // A connection closed at the cap has no request, and so no request line or stream series: it is
   // counted and logged here. The counter is there at 0 from the start, so that rate() sees the first.
   let dropped: (() => void) | undefined;
+  let dropLog: Throttled<void> | undefined;
   if (cfg.maxConnections !== undefined) {
     const told = connectionDropLog(log, cfg.maxConnections);
+    dropLog = told;
     instruments?.connectionsDropped.add(0);
     dropped = () => {
       instruments?.connectionsDropped.add(1);
       told();
     };
     const files = openFileLimit();
-    const needs = 2 * cfg.maxConnections + RESERVED_FILES;
+    // The built-in simulator's end of each upstream connection is in this process too.
+    const perStream = simulator === undefined ? 2 : 3;
+    const needs = perStream * cfg.maxConnections + RESERVED_FILES;
     if (files !== undefined && needs > files) {
+      const [counted, fail] =
+        simulator === undefined
+          ? ["two per stream: the client's connection and the upstream's", '503 proxy_out_of_resources']
+          : ["three per stream: the client's connection, the upstream's and the built-in simulator's end of it", '503 proxy_out_of_resources, or 502 where the simulator could not accept them'];
       log.warn(
         { maxConnections: cfg.maxConnections, openFileLimit: files },
-        `listen.maxConnections (${cfg.maxConnections}) needs ~${needs} file descriptors (two per stream: the client's connection and the upstream's), more than the process may open (${files}): past them, libuv closes connections without a word and upstream connections fail (503 proxy_out_of_resources). Raise the nofile limit, or lower the cap to ${Math.max(1, Math.floor((files - RESERVED_FILES) / 2))} or less`,
+        `listen.maxConnections (${cfg.maxConnections}) needs ~${needs} file descriptors (${counted}), more than the process may open (${files}): past them, libuv closes connections without a word and upstream connections fail (${fail}). Raise the nofile limit, or lower the cap to ${Math.max(1, Math.floor((files - RESERVED_FILES) / perStream))} or less`,
       );
     }
   }
@@ -124,6 +132,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       }
     : undefined;
   const at = (host: string, port: number, keys: string) => `${host.includes(':') ? `[${host}]` : host}:${port} (${keys})`;
+  const proxyErrors = serverErrorLog(log, 'proxy');
+  const metricsErrors = serverErrorLog(log, 'metrics');
   const proxy = await listen(createProxyApp(forwarder), cfg.port, cfg.host, {
     keepAliveSeconds: cfg.timeouts.keepAlive,
     onUpgrade: (req, socket, head) => forwarder.upgrade(req, socket, head),
@@ -133,7 +143,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     onExpectation: (req, res) => forwarder.refuseExpectation(req, res),
     deferContinue: true,
     hostOptional: true, // the forwarder answers a request without Host with its own 400 and log line
-    onServerError: serverErrorLog(log, 'proxy'),
+    onServerError: proxyErrors,
     maxConnections: cfg.maxConnections,
     onDrop: dropped,
     onConnection: opened,
@@ -141,7 +151,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     which(`proxy on ${at(cfg.host, cfg.port, '--host/--port, LLM_PROXY_HOST/_PORT, listen.host/.port')}`),
   );
   const finalScrape = new FinalScrape();
-  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }, { finalScrape }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive, onServerError: serverErrorLog(log, 'metrics') }).catch(
+  const metrics = await listen(createMetricsApp(telemetry, { ready: () => !draining }, { finalScrape }), cfg.metrics.port, cfg.metrics.host, { keepAliveSeconds: cfg.timeouts.keepAlive, onServerError: metricsErrors }).catch(
     async (e: Error) => {
       await new Promise((r) => proxy.server.close(r)); // not left listening while main() reports the error
       return which(`metrics on ${at(cfg.metrics.host, cfg.metrics.port, '--metrics-host/--metrics-port, LLM_PROXY_METRICS_HOST/_PORT, metrics.host/.port')}`)(e);
@@ -176,6 +186,8 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     const cutScrapers = setTimeout(() => metrics.server.closeAllConnections(), 1000);
     await Promise.all([closeServer(proxy.server), closeServer(metrics.server)]);
     clearTimeout(cutScrapers);
+    // Counts still waiting for their 10 s: their timers are unref'd, and the exit would drop them.
+    for (const t of [dropLog, proxyErrors, metricsErrors]) t?.flush();
     forwarder.close();
     drainAfterIo(); // the records of streams cut just now, before the last export
     instruments?.shutdown();

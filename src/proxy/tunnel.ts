@@ -36,7 +36,10 @@ export interface TunnelOptions {
   readonly path: string;
   readonly connectTimeoutMs: number;
   readonly responseTimeoutMs: number;
-  /** Nothing came from the upstream (and, once open, went to it) for this long: both are closed. */
+  /**
+   * Nothing came from the upstream (and, once open, went to it) for this long: each side is sent
+   * a Close 1001 "idle timeout", after a frame in flight (FRAME_FINISH_MS at most).
+   */
   readonly idleTimeoutMs: number;
   readonly onDone: (t: Tunnel) => void;
   /** Called on the 101 with its `Sec-WebSocket-Extensions`: the measurement of the messages, if any. */
@@ -54,9 +57,9 @@ export interface TunnelOptions {
 const MAX_HELD_BYTES = 64 * 1024;
 
 /**
- * How long a direction that is mid-frame at the shutdown deadline gets to finish that frame
- * before its Close goes in; then it is cut. A frame in flight (a Realtime audio delta of tens
- * of KiB) ends within milliseconds unless its sender or its reader has stalled.
+ * How long a direction that is mid-frame at the shutdown deadline or the idle timeout gets to
+ * finish that frame before its Close goes in; then it is cut. A frame in flight (a Realtime audio
+ * delta of tens of KiB) ends within milliseconds unless its sender or its reader has stalled.
  */
 export const FRAME_FINISH_MS = 1000;
 

@@ -112,6 +112,12 @@ describe('listen.maxConnections', () => {
     expect(await dropped(p)).toBe(2 + refused);
     expect(await open(p)).toBe(2);
     expect(lines.filter((l) => l.msg === 'request')).toHaveLength(2);
+
+    // At close, the drops still waiting for their 10 s are logged: every drop is in a line.
+    await p.close();
+    const told = lines.filter((l) => l.msg === LIMIT_LINE);
+    expect(told.length).toBeGreaterThanOrEqual(2);
+    expect(told.reduce((sum, l) => sum + (l.dropped as number), 0)).toBe(2 + refused);
   });
 
   it('the official SDKs see a closed connection, retry it, and each attempt is counted', async () => {
@@ -130,15 +136,25 @@ describe('listen.maxConnections', () => {
     expect(upstreamRequests).toBe(1);
   });
 
-  it('above what the process\'s descriptors allow, is said at start, with the cap that would fit', async () => {
+  it('above what the process\'s descriptors allow, is said at start, with the cap that would fit (three descriptors a stream with the built-in simulator)', async () => {
     const files = openFileLimit();
+    // The limit itself: over it with either count, whatever the hard limit Node raised it to.
+    const cap = files ?? 10_000_000;
+    const file = { listen: { maxConnections: cap } };
     const lines: Record<string, unknown>[] = [];
-    await start({ listen: { maxConnections: 10_000_000 } }, lines);
-    const warned = lines.filter((l) => /file descriptors/.test(String(l.msg)));
-    if (files === undefined) expect(warned).toEqual([]); // not Linux, or no limit
-    else {
-      expect(warned).toEqual([expect.objectContaining({ level: 40, maxConnections: 10_000_000, openFileLimit: files })]);
-      expect(String(warned[0]!.msg)).toContain(`lower the cap to ${Math.floor((files - 100) / 2)} or less`);
+    await start(file, lines);
+    await proxy!.close();
+    const simLines: Record<string, unknown>[] = [];
+    proxy = await startTestProxy(undefined, file, { logLevel: 'info', logLines: simLines });
+    expect(proxy.simulator).toBeDefined();
+    for (const [logged, perStream] of [[lines, 2], [simLines, 3]] as const) {
+      const warned = logged.filter((l) => /file descriptors/.test(String(l.msg)));
+      if (files === undefined) expect(warned).toEqual([]); // not Linux, or no limit
+      else {
+        expect(warned).toEqual([expect.objectContaining({ level: 40, maxConnections: cap, openFileLimit: files })]);
+        expect(String(warned[0]!.msg)).toContain(`needs ~${perStream * cap + 100} file descriptors (${perStream === 2 ? 'two' : 'three'} per stream`);
+        expect(String(warned[0]!.msg)).toContain(`lower the cap to ${Math.floor((files - 100) / perStream)} or less`);
+      }
     }
   });
 

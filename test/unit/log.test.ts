@@ -163,3 +163,21 @@ it('serverErrorLog: the count of a flood that stops is written when its 10 s are
     ['metrics', 'ENFILE', 7],
   ]);
 });
+
+it('throttled logs: flush() writes the count still waiting for its 10 s, once, and nothing when none waits', () => {
+  vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] });
+  const { out, log, clock } = throttleTest();
+  const dropped = connectionDropLog(log, 64);
+  const errors = serverErrorLog(log, 'proxy');
+  dropped(); // at once
+  clock.now = 2_000;
+  for (let i = 0; i < 5; i++) dropped();
+  errors.flush(); // none waiting: no line
+  dropped.flush();
+  dropped.flush();
+  vi.advanceTimersByTime(20_000); // its timer was cleared: no second copy
+  expect(out.map((l) => [l.msg, l.dropped])).toEqual([
+    ['connection limit reached: new connections closed', 1],
+    ['connection limit reached: new connections closed', 5],
+  ]);
+});

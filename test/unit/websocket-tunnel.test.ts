@@ -33,8 +33,8 @@ const wss = new WebSocketServer({ noServer: true, perMessageDeflate: true });
 const serverClose: Promise<{ code: number; reason: string }>[] = [];
 /** What raw upstreams read from the client after they had ended their half. */
 const afterUpstreamEnd: string[] = [];
-/** What each `/partial` upstream read, to its connection's close, and the error that closed it. */
-const partialEnds: Promise<{ read: Buffer; error: string | undefined }>[] = [];
+/** What each `/partial` upstream read, to its connection's close, when its first read came, and the error that closed it. */
+const partialEnds: Promise<{ read: Buffer; firstAt: number | undefined; error: string | undefined }>[] = [];
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 /** The `/partial` upstream's 100-byte text frame, of which it first sends 12 bytes (head and 10 of payload), and a frame after it. */
 const DOWN_FRAME = Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(100, 0x61)]);
@@ -107,12 +107,16 @@ beforeAll(async () => {
       if (req.url!.includes('down-finish')) socket.once('data', () => socket.write(Buffer.concat([DOWN_FRAME.subarray(12), NEXT_FRAME])));
       if (req.url!.includes('down-end')) socket.once('data', () => socket.end()); // its half ends, the frame unfinished
       if (req.url!.includes('down-bad')) socket.once('data', () => socket.write(Buffer.from([0x85, 1, 2, 3, 4]))); // a masked server frame: a protocol break
-      socket.on('data', (b: Buffer) => got.push(b));
+      let firstAt: number | undefined;
+      socket.on('data', (b: Buffer) => {
+        firstAt ??= performance.now();
+        got.push(b);
+      });
       socket.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
       partialEnds.push(
         new Promise((r) => {
           socket.once('end', () => socket.end()); // the server's sockets are half-open ones
-          socket.once('close', () => r({ read: Buffer.concat(got), error }));
+          socket.once('close', () => r({ read: Buffer.concat(got), firstAt, error }));
         }),
       );
       return;
@@ -150,11 +154,52 @@ const sinks: { read: number; socket: net.Socket }[] = [];
 const SWITCHED = 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n';
 
 /** A proxy to the upstream here whose log lines (at `warn`, the production level) are kept, parsed. */
-async function loggedProxy(): Promise<{ p: RunningProxy; lines: Record<string, unknown>[] }> {
+async function loggedProxy(file: Parameters<typeof buildConfig>[0] = {}, level = 'warn'): Promise<{ p: RunningProxy; lines: Record<string, unknown>[] }> {
   const lines: Record<string, unknown>[] = [];
-  const config = buildConfig({}, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: 'warn' });
-  const p = await startProxy(config, createLogger('warn', { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
+  const config = buildConfig(file, { upstream: upstreamUrl, port: 0, metricsPort: 0, logLevel: level });
+  const p = await startProxy(config, createLogger(level, { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) }));
   return { p, lines };
+}
+
+/** The proxy's Close 1001 at the shutdown deadline, as a client reads it (unmasked). */
+const CLOSE = Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]);
+
+/**
+ * A raw client's upgrade (with `extra` bytes in the same write, held by the proxy until the 101)
+ * through `p`, read to its close; `onClose`: written once the proxy's shutdown Close has come
+ * ('end': this half's end then). Raw, not ws: a ws peer reports 1006 for a reset and for a Close
+ * pushed into a frame's payload alike; a raw one tells a reset (ECONNRESET) from bytes that came.
+ */
+function rawClient(p: RunningProxy, path: string, extra = Buffer.alloc(0), onClose?: Buffer | 'end') {
+  const key = randomBytes(16).toString('base64');
+  const url = new URL(p.proxyUrl);
+  const c = net.connect(Number(url.port), url.hostname);
+  const chunks: Buffer[] = [];
+  let error: string | undefined;
+  let then = onClose;
+  c.on('data', (b: Buffer) => {
+    chunks.push(b);
+    if (then !== undefined && Buffer.concat(chunks).includes(CLOSE)) {
+      if (then === 'end') c.end();
+      else c.write(then);
+      then = undefined;
+    }
+  });
+  c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
+  const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes('\r\n\r\n') && r()));
+  const closed = new Promise<{ read: Buffer; error: string | undefined; at: number }>((r) => c.once('close', () => r({ read: Buffer.concat(chunks), error, at: performance.now() })));
+  c.write(Buffer.concat([Buffer.from(`GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`, 'latin1'), extra]));
+  return { opened, closed };
+}
+
+/** The Close (code and reason) a WebSocket server reads in what the upstream got, after any frames before it. */
+function decode(bytes: Buffer): unknown {
+  let told: unknown = `no Close in the ${bytes.length} bytes`;
+  const r = new Receiver({ isServer: true });
+  r.on('conclude', (code: number, reason: Buffer) => (told = { code, reason: reason.toString() }));
+  r.on('error', (e: Error) => (told = e.message));
+  r.write(bytes);
+  return told;
 }
 
 /** A raw upstream that answers 101, then floods the tunnel. */
@@ -706,43 +751,6 @@ describe('WebSocket upgrades', () => {
   });
 
   it('at the shutdown deadline, let a side mid-frame finish that frame, then send its Close 1001 (what follows is dropped); cut it if the frame does not end within FRAME_FINISH_MS', async () => {
-    // Raw sockets at both ends: a ws peer reports 1006 for a reset and for a Close pushed into a
-    // frame's payload alike; a raw one tells a reset (ECONNRESET) from bytes that came.
-    const CLOSE = Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]);
-    /**
-     * The upgrade (with `extra` bytes in the same write, held by the proxy until the 101) through
-     * `p`, read to its close; `onClose`: written once the proxy's Close has come ('end': this half's end then).
-     */
-    const rawClient = (p: RunningProxy, path: string, extra: Buffer, onClose?: Buffer | 'end') => {
-      const key = randomBytes(16).toString('base64');
-      const url = new URL(p.proxyUrl);
-      const c = net.connect(Number(url.port), url.hostname);
-      const chunks: Buffer[] = [];
-      let error: string | undefined;
-      let then = onClose;
-      c.on('data', (b: Buffer) => {
-        chunks.push(b);
-        if (then !== undefined && Buffer.concat(chunks).includes(CLOSE)) {
-          if (then === 'end') c.end();
-          else c.write(then);
-          then = undefined;
-        }
-      });
-      c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
-      const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes('\r\n\r\n') && r()));
-      const closed = new Promise<{ read: Buffer; error: string | undefined; at: number }>((r) => c.once('close', () => r({ read: Buffer.concat(chunks), error, at: performance.now() })));
-      c.write(Buffer.concat([Buffer.from(`GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`, 'latin1'), extra]));
-      return { opened, closed };
-    };
-    /** The Close (code and reason) a WebSocket server reads in what the upstream got, after any frames before it. */
-    const decode = (bytes: Buffer): unknown => {
-      let told: unknown = `no Close in the ${bytes.length} bytes`;
-      const r = new Receiver({ isServer: true });
-      r.on('conclude', (code: number, reason: Buffer) => (told = { code, reason: reason.toString() }));
-      r.on('error', (e: Error) => (told = e.message));
-      r.write(bytes);
-      return told;
-    };
     /** A masked copy of a client frame with `payload` (text). */
     const clientFrame = (payload: Buffer, mask = randomBytes(4)) => Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask, payload.map((b, i) => b ^ mask[i % 4]!)]);
     const proxies: RunningProxy[] = [];
@@ -900,6 +908,50 @@ describe('WebSocket upgrades', () => {
       expect(lineOf(8)).toMatchObject({ goingAway: [] });
     } finally {
       for (const p of proxies) await p.close();
+    }
+  });
+
+  it('at timeouts.idle, let a frame in flight finish before the Close 1001, as at the shutdown deadline; reset the side whose frame does not end within FRAME_FINISH_MS', async () => {
+    const IDLE_CLOSE = Buffer.concat([Buffer.from([0x88, 14, 0x03, 0xe9]), Buffer.from('idle timeout')]);
+    const { p, lines } = await loggedProxy({ timeouts: { idle: 0.5 } }, 'info');
+    const tunnels = () => lines.filter((l) => l.msg === 'tunnel');
+    try {
+      // Mid-frame towards the client when the tunnel has been quiet for 0.5 s: the upstream, told
+      // first, finishes the frame (and sends another): the client reads the whole frame, then the
+      // Close, then the end, and not the frame after it. Bounds count from before the upgrade.
+      let n = partialEnds.length;
+      let t0 = performance.now();
+      const finished = await rawClient(p, '/partial?down-finish').closed;
+      expect(finished.error).toBeUndefined();
+      expect(finished.read.subarray(finished.read.length - DOWN_FRAME.length - IDLE_CLOSE.length).equals(Buffer.concat([DOWN_FRAME, IDLE_CLOSE]))).toBe(true);
+      expect(finished.read.includes(NEXT_FRAME)).toBe(false);
+      expect(finished.at - t0).toBeGreaterThanOrEqual(490);
+      // At once, not when FRAME_FINISH_MS would have cut it (~650 ms left for this process's lateness).
+      expect(finished.at - t0).toBeLessThan(500 + FRAME_FINISH_MS - 300);
+      const u1 = await partialEnds[n]!;
+      expect(u1.error).toBeUndefined();
+      expect(decode(u1.read)).toEqual({ code: 1001, reason: 'idle timeout' });
+      await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(1);
+      expect(tunnels()[0]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['client', 'upstream'] });
+
+      // The frame's rest never comes: the client is reset FRAME_FINISH_MS after the idle timeout,
+      // with no Close; the upstream, between frames, reads its Close.
+      n = partialEnds.length;
+      t0 = performance.now();
+      const cut = await rawClient(p, '/partial?down').closed;
+      expect(cut.error).toBe('ECONNRESET');
+      expect(cut.at - t0).toBeGreaterThanOrEqual(500 + FRAME_FINISH_MS - 10);
+      expect(cut.read.includes(IDLE_CLOSE)).toBe(false);
+      expect(cut.read.subarray(cut.read.length - 12).equals(DOWN_FRAME.subarray(0, 12))).toBe(true);
+      const u2 = await partialEnds[n]!;
+      expect(u2.error).toBeUndefined();
+      expect(decode(u2.read)).toEqual({ code: 1001, reason: 'idle timeout' });
+      // Told at the idle timeout, not when the client's side was cut FRAME_FINISH_MS later.
+      expect(u2.firstAt!).toBeLessThan(cut.at - FRAME_FINISH_MS / 2);
+      await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(2);
+      expect(tunnels()[1]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['upstream'] });
+    } finally {
+      await p.close();
     }
   });
 });
