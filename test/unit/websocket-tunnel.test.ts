@@ -161,16 +161,22 @@ async function loggedProxy(file: Parameters<typeof buildConfig>[0] = {}, level =
   return { p, lines };
 }
 
-/** The proxy's Close 1001 at the shutdown deadline, as a client reads it (unmasked). */
+/** The proxy's Close 1001 at the shutdown deadline, and at the idle timeout, as a client reads them (unmasked). */
 const CLOSE = Buffer.concat([Buffer.from([0x88, 21, 0x03, 0xe9]), Buffer.from('proxy shutting down')]);
+const IDLE_CLOSE = Buffer.concat([Buffer.from([0x88, 14, 0x03, 0xe9]), Buffer.from('idle timeout')]);
+
+/** A masked client text frame with `payload` (under 126 bytes). */
+function clientFrame(payload: Buffer, mask = randomBytes(4)): Buffer {
+  return Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask, payload.map((b, i) => b ^ mask[i % 4]!)]);
+}
 
 /**
  * A raw client's upgrade (with `extra` bytes in the same write, held by the proxy until the 101)
- * through `p`, read to its close; `onClose`: written once the proxy's shutdown Close has come
+ * through `p`, read to its close; `onClose`: written once the proxy's Close (`told`) has come
  * ('end': this half's end then). Raw, not ws: a ws peer reports 1006 for a reset and for a Close
  * pushed into a frame's payload alike; a raw one tells a reset (ECONNRESET) from bytes that came.
  */
-function rawClient(p: RunningProxy, path: string, extra = Buffer.alloc(0), onClose?: Buffer | 'end') {
+function rawClient(p: RunningProxy, path: string, extra: Buffer = Buffer.alloc(0), onClose?: Buffer | 'end', told: Buffer = CLOSE) {
   const key = randomBytes(16).toString('base64');
   const url = new URL(p.proxyUrl);
   const c = net.connect(Number(url.port), url.hostname);
@@ -179,7 +185,7 @@ function rawClient(p: RunningProxy, path: string, extra = Buffer.alloc(0), onClo
   let then = onClose;
   c.on('data', (b: Buffer) => {
     chunks.push(b);
-    if (then !== undefined && Buffer.concat(chunks).includes(CLOSE)) {
+    if (then !== undefined && Buffer.concat(chunks).includes(told)) {
       if (then === 'end') c.end();
       else c.write(then);
       then = undefined;
@@ -751,8 +757,6 @@ describe('WebSocket upgrades', () => {
   });
 
   it('at the shutdown deadline, let a side mid-frame finish that frame, then send its Close 1001 (what follows is dropped); cut it if the frame does not end within FRAME_FINISH_MS', async () => {
-    /** A masked copy of a client frame with `payload` (text). */
-    const clientFrame = (payload: Buffer, mask = randomBytes(4)) => Buffer.concat([Buffer.from([0x81, 0x80 | payload.length]), mask, payload.map((b, i) => b ^ mask[i % 4]!)]);
     const proxies: RunningProxy[] = [];
     const logs: Record<string, unknown>[][] = [];
     /** The tunnel lines of every proxy of this test, in order. */
@@ -912,7 +916,6 @@ describe('WebSocket upgrades', () => {
   });
 
   it('at timeouts.idle, let a frame in flight finish before the Close 1001, as at the shutdown deadline; reset the side whose frame does not end within FRAME_FINISH_MS', async () => {
-    const IDLE_CLOSE = Buffer.concat([Buffer.from([0x88, 14, 0x03, 0xe9]), Buffer.from('idle timeout')]);
     const { p, lines } = await loggedProxy({ timeouts: { idle: 0.5 } }, 'info');
     const tunnels = () => lines.filter((l) => l.msg === 'tunnel');
     try {
@@ -950,6 +953,23 @@ describe('WebSocket upgrades', () => {
       expect(u2.firstAt!).toBeLessThan(cut.at - FRAME_FINISH_MS / 2);
       await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(2);
       expect(tunnels()[1]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['upstream'] });
+
+      // Mid-frame towards the upstream (a client frame announcing 100 bytes, 10 sent, forwarded
+      // after the 101): the client, told first, sends the other 90 and a next frame; the upstream
+      // reads the whole frame, then its masked Close, not the next frame, and no reset.
+      n = partialEnds.length;
+      const whole = clientFrame(Buffer.alloc(100, 0x61));
+      const next = clientFrame(Buffer.from('next'));
+      const sent = await rawClient(p, '/partial', whole.subarray(0, 16), Buffer.concat([whole.subarray(16), next]), IDLE_CLOSE).closed;
+      expect(sent.error).toBeUndefined();
+      expect(sent.read.subarray(sent.read.length - IDLE_CLOSE.length).equals(IDLE_CLOSE)).toBe(true);
+      const u3 = await partialEnds[n]!;
+      expect(u3.error).toBeUndefined();
+      expect(u3.read.subarray(0, whole.length).equals(whole)).toBe(true);
+      expect(u3.read.includes(next)).toBe(false);
+      expect(decode(u3.read)).toEqual({ code: 1001, reason: 'idle timeout' });
+      await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(3);
+      expect(tunnels()[2]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['client', 'upstream'] });
     } finally {
       await p.close();
     }
