@@ -134,14 +134,14 @@ function throttled<T>(write: (latest: T, unlogged: number, own: boolean) => void
   let last = -Infinity;
   let unlogged = 0;
   let latest: T | undefined;
-  let flush: NodeJS.Timeout | undefined;
+  let timer: NodeJS.Timeout | undefined;
   const emit = (item: T, own: boolean, now: number) => {
     write(item, unlogged, own);
     last = now;
     unlogged = 0;
   };
   const due = () => {
-    flush = undefined;
+    timer = undefined;
     if (unlogged > 0) emit(latest!, false, performance.now());
   };
   const call = (item: T) => {
@@ -149,18 +149,18 @@ function throttled<T>(write: (latest: T, unlogged: number, own: boolean) => void
     if (now - last < 10_000) {
       unlogged++;
       latest = item;
-      flush ??= setTimeout(due, last + 10_000 - now).unref();
+      timer ??= setTimeout(due, last + 10_000 - now).unref();
       return;
     }
-    clearTimeout(flush);
-    flush = undefined;
+    clearTimeout(timer);
+    timer = undefined;
     emit(item, true, now);
   };
   // The timer is unref'd: without this, a process that exits within the 10 s loses the count.
   return Object.assign(call, {
     flush: () => {
-      if (flush === undefined) return;
-      clearTimeout(flush);
+      if (timer === undefined) return;
+      clearTimeout(timer);
       due();
     },
   });

@@ -110,13 +110,12 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     };
     const files = openFileLimit();
     // The built-in simulator's end of each upstream connection is in this process too.
-    const perStream = simulator === undefined ? 2 : 3;
+    const [perStream, counted, fail] =
+      simulator === undefined
+        ? [2, "two per stream: the client's connection and the upstream's", '503 proxy_out_of_resources']
+        : [3, "three per stream: the client's connection, the upstream's and the built-in simulator's end of it", '503 proxy_out_of_resources, or 502 where the simulator could not accept them'];
     const needs = perStream * cfg.maxConnections + RESERVED_FILES;
     if (files !== undefined && needs > files) {
-      const [counted, fail] =
-        simulator === undefined
-          ? ["two per stream: the client's connection and the upstream's", '503 proxy_out_of_resources']
-          : ["three per stream: the client's connection, the upstream's and the built-in simulator's end of it", '503 proxy_out_of_resources, or 502 where the simulator could not accept them'];
       log.warn(
         { maxConnections: cfg.maxConnections, openFileLimit: files },
         `listen.maxConnections (${cfg.maxConnections}) needs ~${needs} file descriptors (${counted}), more than the process may open (${files}): past them, libuv closes connections without a word and upstream connections fail (${fail}). Raise the nofile limit, or lower the cap to ${Math.max(1, Math.floor((files - RESERVED_FILES) / perStream))} or less`,
