@@ -222,7 +222,7 @@ async function runProxy(args: string[]): Promise<void> {
       // tunnels are still sent their Close 1001 where one can go in: written before the exit,
       // the kernel delivers it as the process's sockets close.
       log.warn({ signal }, 'second signal: exiting now');
-      started?.endTunnels();
+      started?.beforeExit();
       exit(1);
       return;
     }
@@ -246,6 +246,7 @@ async function runProxy(args: string[]): Promise<void> {
     const err = e instanceof Error ? e : new Error(String(e));
     process.stderr.write(`llm-latency-proxy: fatal: ${kind}: ${err.stack ?? err.message}\n`);
     log.fatal({ err: err.message, stack: err.stack }, `${kind}: exiting`);
+    started?.beforeExit();
     exit(1);
   };
   process.on('uncaughtException', crashed('uncaught exception'));

@@ -39,10 +39,11 @@ export interface RunningProxy {
   /** Immediate stop (tests); ends a final scrape wait under way. */
   close(): Promise<void>;
   /**
-   * For an exit that cannot wait (a second signal): each open WebSocket tunnel is ended as at the
-   * drain deadline, so its sides are sent their Close 1001 now, where a frame can go in.
+   * For an exit that cannot wait (a second signal, a crash): each open WebSocket tunnel is ended
+   * as at the drain deadline, so its sides are sent their Close 1001 now, where a frame can go
+   * in; throttled log lines write the counts still waiting for their 10 s.
    */
-  endTunnels(): void;
+  beforeExit(): void;
 }
 
 /** Descriptors the process needs besides its streams' (stdio, the listeners, scrapes, OTLP, name lookups). */
@@ -176,6 +177,10 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     'listening',
   );
 
+  // Counts still waiting for their 10 s: their timers are unref'd, and the exit would drop them.
+  const flushCounts = () => {
+    for (const t of [dropLog, proxyErrors, metricsErrors]) t?.flush();
+  };
   let closed = false;
   const closeAll = async () => {
     if (closed) return;
@@ -185,8 +190,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
     const cutScrapers = setTimeout(() => metrics.server.closeAllConnections(), 1000);
     await Promise.all([closeServer(proxy.server), closeServer(metrics.server)]);
     clearTimeout(cutScrapers);
-    // Counts still waiting for their 10 s: their timers are unref'd, and the exit would drop them.
-    for (const t of [dropLog, proxyErrors, metricsErrors]) t?.flush();
+    flushCounts();
     forwarder.close();
     drainAfterIo(); // the records of streams cut just now, before the last export
     instruments?.shutdown();
@@ -252,8 +256,18 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       }
       await closeAll();
     },
-    endTunnels() {
-      forwarder.cutTunnels(ERROR_TYPE.shutdownDeadline);
+    beforeExit() {
+      // Each step on its own: after a crash, the one that fails must not cost the other.
+      try {
+        flushCounts();
+      } catch {
+        /* the exit goes on */
+      }
+      try {
+        forwarder.cutTunnels(ERROR_TYPE.shutdownDeadline);
+      } catch {
+        /* the exit goes on */
+      }
     },
     async close() {
       finalScrape.cancel();

@@ -145,10 +145,11 @@ describe('graceful shutdown and OTLP push', () => {
   });
 });
 
+/** Whether `p` settled within `ms`, and how. */
+const settled = <T>(p: Promise<T>, ms: number) => Promise.race([p, sleep(ms).then(() => 'pending' as const)]);
+const NO_OTLP = 'http://127.0.0.1:9/v1/metrics'; // Prometheus only: OTEL_METRICS_EXPORTER=prometheus
+
 describe('the final scrape after the drain (--final-scrape-wait)', () => {
-  /** Whether `p` settled within `ms`, and how. */
-  const settled = <T>(p: Promise<T>, ms: number) => Promise.race([p, sleep(ms).then(() => 'pending' as const)]);
-  const NO_OTLP = 'http://127.0.0.1:9/v1/metrics'; // Prometheus only: OTEL_METRICS_EXPORTER=prometheus
 
   it('SIGTERM: after the drain /metrics stays up until a scrape has shown the streams that ended during it (one finished, one cut), then the process exits', async () => {
     const gt = await startGroundTruth({ ttftMs: 20, itlMs: 20, tokens: 100, alwaysUsage: true }); // ~2 s
@@ -233,7 +234,7 @@ describe('shutdown with WebSocket peers that never close', () => {
     });
     await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
     closers.push(() => new Promise<void>((r) => upstream.close(() => r())));
-    const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 0.2, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus' });
+    const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 0.2, NO_OTLP, { OTEL_METRICS_EXPORTER: 'prometheus' });
     const u = new URL(proxyUrl);
     const c = net.connect({ port: Number(u.port), host: u.hostname, allowHalfOpen: true });
     c.on('error', () => {});
@@ -266,7 +267,7 @@ describe('a second signal with a WebSocket session open', () => {
     wss.on('connection', (ws) => ws.send('hello'));
     await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
     closers.push(() => new Promise<void>((r) => wss.close(() => upstream.close(() => r()))));
-    const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 30, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus' });
+    const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 30, NO_OTLP, { OTEL_METRICS_EXPORTER: 'prometheus' });
     const ws = new WebSocket(`${proxyUrl.replace(/^http/, 'ws')}/v1/realtime`);
     ws.on('error', () => {});
     closers.push(async () => ws.terminate());
@@ -279,6 +280,57 @@ describe('a second signal with a WebSocket session open', () => {
     expect(await clientClosed).toEqual({ code: 1001, reason: 'proxy shutting down' });
     expect(await upstreamClosed).toEqual({ code: 1001, reason: 'proxy shutting down' });
     expect(p.lines.find((l) => l.msg === 'tunnel')).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
+  });
+});
+
+describe('throttled log counts at an exit that cannot wait', () => {
+  /** A connection the proxy closes unread at its cap: resolves with what it got (nothing) once closed. */
+  const refused = (url: string) =>
+    new Promise<string>((resolve) => {
+      const u = new URL(url);
+      const s = net.connect(Number(u.port), u.hostname, () => s.write('GET /v1/models HTTP/1.1\r\nHost: p\r\n\r\n'));
+      let got = '';
+      s.on('data', (d: Buffer) => (got += d.toString('latin1')));
+      s.on('error', () => {}); // a reset is a close too
+      s.on('close', () => resolve(got));
+    });
+
+  it('a second signal, or a crash, still writes the connection drops whose line was waiting for its 10 s', async () => {
+    const upstream = http.createServer();
+    const wss = new WebSocketServer({ server: upstream });
+    wss.on('connection', (ws) => ws.send('hello'));
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+    closers.push(() => new Promise<void>((r) => wss.close(() => upstream.close(() => r()))));
+    const cfg = join(tempDir('llp-cap-exit-'), 'config.yaml');
+    writeFileSync(cfg, 'listen:\n  maxConnections: 1\n');
+    const LIMIT_LINE = 'connection limit reached: new connections closed';
+    // The bug of cli-acceptance's crash test, fired on a signal once the proxy listens.
+    const crash = `--import=data:text/javascript,${encodeURIComponent('process.on("SIGUSR2", () => { throw new Error("boom-after-start"); })')}`;
+    for (const [how, env] of [
+      ['second signal', {}],
+      ['crash', { NODE_OPTIONS: crash }],
+    ] as const) {
+      const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 30, NO_OTLP, { OTEL_METRICS_EXPORTER: 'prometheus', ...env }, ['--config', cfg, '--log-level', 'info']);
+      // The session holds the one connection (and the drain); three more are closed unread: the
+      // first is logged at once, the other two wait for the line due 10 s later.
+      const ws = new WebSocket(`${proxyUrl.replace(/^http/, 'ws')}/v1/realtime`);
+      ws.on('error', () => {});
+      closers.push(async () => ws.terminate());
+      await new Promise((r) => ws.once('message', r));
+      for (let i = 0; i < 3; i++) expect(await refused(proxyUrl), how).toBe('');
+      await p.waitFor((l) => l.msg === LIMIT_LINE);
+      if (how === 'second signal') {
+        p.child.kill('SIGTERM');
+        await p.waitFor((l) => l.msg === 'draining'); // the drain waits for the session (30 s)
+        p.child.kill('SIGTERM');
+      } else p.child.kill('SIGUSR2');
+      expect(await settled(p.exited, 10_000), how).toBe(1);
+      const told = p.lines.filter((l) => l.msg === LIMIT_LINE);
+      expect(told, how).toEqual([expect.objectContaining({ dropped: 1 }), expect.objectContaining({ dropped: 2 })]);
+      if (how === 'crash') expect(p.lines.find((l) => l.level === 60), how).toMatchObject({ msg: 'uncaught exception: exiting', err: 'boom-after-start' });
+      // And the session was sent its Close 1001 in both.
+      expect(p.lines.find((l) => l.msg === 'tunnel'), how).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
+    }
   });
 });
 
@@ -507,7 +559,7 @@ describe('signals that mean nothing to the proxy', () => {
     await new Promise<void>((r) => spare.listen(0, '127.0.0.1', r));
     const inspectPort = (spare.address() as AddressInfo).port;
     await new Promise((r) => spare.close(r));
-    const { p, proxyUrl } = await startProxy(gt.url, 2, 'http://127.0.0.1:9/v1/metrics', { OTEL_METRICS_EXPORTER: 'prometheus', NODE_OPTIONS: `--inspect-port=127.0.0.1:${inspectPort}` });
+    const { p, proxyUrl } = await startProxy(gt.url, 2, NO_OTLP, { OTEL_METRICS_EXPORTER: 'prometheus', NODE_OPTIONS: `--inspect-port=127.0.0.1:${inspectPort}` });
     const listeners = () => execFileSync('ss', ['-Hltnp'], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(`pid=${p.child.pid},`));
     expect(listeners()).toHaveLength(2); // the proxy's and the metrics port: ss sees the process
     for (const signal of ['SIGUSR1', 'SIGUSR2'] as const) {
