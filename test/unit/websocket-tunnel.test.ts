@@ -970,6 +970,21 @@ describe('WebSocket upgrades', () => {
       expect(decode(u3.read)).toEqual({ code: 1001, reason: 'idle timeout' });
       await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(3);
       expect(tunnels()[2]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['client', 'upstream'] });
+
+      // Mid-frame towards the upstream, and the rest never comes: the client reads its Close, then
+      // the end once FRAME_FINISH_MS has passed; the upstream is reset after exactly the partial
+      // frame, with no Close (none can go inside a frame).
+      n = partialEnds.length;
+      t0 = performance.now();
+      const owed = await rawClient(p, '/partial', whole.subarray(0, 16)).closed;
+      expect(owed.error).toBeUndefined();
+      expect(owed.read.subarray(owed.read.length - IDLE_CLOSE.length).equals(IDLE_CLOSE)).toBe(true);
+      expect(owed.at - t0).toBeGreaterThanOrEqual(500 + FRAME_FINISH_MS - 10);
+      const u4 = await partialEnds[n]!;
+      expect(u4.error).toBe('ECONNRESET');
+      expect(u4.read.equals(whole.subarray(0, 16))).toBe(true);
+      await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(4);
+      expect(tunnels()[3]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['client'] });
     } finally {
       await p.close();
     }
