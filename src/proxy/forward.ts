@@ -19,7 +19,7 @@ import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js'
 import { lackMessage, lackOf } from './out-of-resources.js';
 import { RequestBodyTap } from './request-info.js';
 import { answerClientError, answerInProgress, sendDeferredContinue } from './server-answers.js';
-import { Router, safePath, type RouteMatch } from './routes.js';
+import { Router, safePath, targetAuthority, type RouteMatch } from './routes.js';
 import { CONNECT_ALLOW, CONNECT_REFUSAL, errorBody, Tunnel, writeRawError } from './tunnel.js';
 import { deflateAccepted } from '../ws/messages.js';
 import { detectWsApi, recordUnopened, REALTIME_OPERATION, WsSession, type WsApiMatch } from '../ws/session.js';
@@ -909,7 +909,8 @@ function requestIdOf(req: IncomingMessage): string {
 /**
  * `X-Forwarded-For/-Proto/-Host` unless the route turns them off, and `X-Request-Id`: the upstream
  * gets the id the proxy logs, the client's when usable, else the proxy's in its place (`Host`
- * leads the head, set by the caller).
+ * leads the head, set by the caller). `-Host` is the absolute-form target's authority where the
+ * request has one, as RFC 9112 §3.2.2 has a server take it over `Host`.
  */
 function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: string, forwarded: boolean): void {
   if (req.headers['x-request-id'] !== requestId || countRaw(headers, 'x-request-id') !== 1) replaceRaw(headers, 'x-request-id', requestId);
@@ -922,7 +923,8 @@ function addProxyHeaders(headers: string[], req: IncomingMessage, requestId: str
   if (xff === undefined) headers.push('x-forwarded-for', peer);
   else replaceRaw(headers, 'x-forwarded-for', `${Array.isArray(xff) ? xff.join(', ') : xff}, ${peer}`);
   headers.push('x-forwarded-proto', 'http');
-  if (req.headers.host) headers.push('x-forwarded-host', req.headers.host);
+  const host = targetAuthority(req.url ?? '') ?? req.headers.host;
+  if (host) headers.push('x-forwarded-host', host);
 }
 
 /** The proxy's own refusals that a request and an upgrade share: status, error type, message. */

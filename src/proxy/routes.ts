@@ -105,6 +105,18 @@ export function originForm(target: string): string | undefined {
 }
 
 /**
+ * The authority of an absolute-form target (`POST http://host:port/v1/...`, as a client that takes
+ * the proxy for a forward proxy sends), without its userinfo; undefined for origin-form. RFC 9112
+ * §3.2.2: it, not the Host field, is the host the client asked for.
+ */
+export function targetAuthority(target: string): string | undefined {
+  const m = /^https?:\/\/([^/?#]*)/i.exec(target);
+  if (m === null) return undefined;
+  const authority = m[1]!.slice(m[1]!.lastIndexOf('@') + 1);
+  return authority === '' ? undefined : authority;
+}
+
+/**
  * The target without its query string, for logs: queries can carry keys (`?key=` for Gemini),
  * and without the userinfo of an absolute-form target (`http://user:key@host/...`, RFC 3986
  * §3.2.1), a credential too.

@@ -3,7 +3,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
 import { endToEndHeaders, isName, rawHeader } from '../../src/proxy/headers.js';
-import { originForm, Router } from '../../src/proxy/routes.js';
+import { originForm, Router, targetAuthority } from '../../src/proxy/routes.js';
 import { sendError } from '../../src/proxy/forward.js';
 import { providerNameForHost } from '../../src/providers/detect.js';
 import { RequestBodyTap } from '../../src/proxy/request-info.js';
@@ -169,6 +169,19 @@ describe('originForm', () => {
     expect(originForm('http://')).toBeUndefined();
     expect(originForm('ftp://x/y')).toBeUndefined();
     expect(originForm('*')).toBeUndefined();
+  });
+});
+
+describe('targetAuthority', () => {
+  it('is an absolute-form target\'s authority as sent, port included, userinfo dropped; none for origin-form', () => {
+    expect(targetAuthority('http://api.example:8443/v1/chat?q=1')).toBe('api.example:8443');
+    expect(targetAuthority('HTTPS://Any.Example')).toBe('Any.Example');
+    expect(targetAuthority('http://any.example?x=1')).toBe('any.example');
+    expect(targetAuthority('http://user:k@y@[::1]:8080/v1')).toBe('[::1]:8080');
+    expect(targetAuthority('http:///v1')).toBeUndefined();
+    expect(targetAuthority('http://u@/v1')).toBeUndefined();
+    expect(targetAuthority('/v1/http://x/')).toBeUndefined();
+    expect(targetAuthority('ftp://x/y')).toBeUndefined();
   });
 });
 
