@@ -219,10 +219,11 @@ async function runProxy(args: string[]): Promise<void> {
   const stop = (signal: string) => {
     if (stopping) {
       // A second signal (Ctrl-C twice): no more waiting for streams to drain. Open WebSocket
-      // tunnels are still sent their Close 1001 where one can go in: written before the exit,
-      // the kernel delivers it as the process's sockets close.
+      // tunnels are still sent their Close 1001 where one can go in (written before the exit,
+      // the kernel delivers it as the process's sockets close), and the throttled log lines
+      // their waiting counts.
       log.warn({ signal }, 'second signal: exiting now');
-      started?.beforeExit();
+      started?.beforeForcedExit();
       exit(1);
       return;
     }
@@ -246,7 +247,7 @@ async function runProxy(args: string[]): Promise<void> {
     const err = e instanceof Error ? e : new Error(String(e));
     process.stderr.write(`llm-latency-proxy: fatal: ${kind}: ${err.stack ?? err.message}\n`);
     log.fatal({ err: err.message, stack: err.stack }, `${kind}: exiting`);
-    started?.beforeExit();
+    started?.beforeForcedExit();
     exit(1);
   };
   process.on('uncaughtException', crashed('uncaught exception'));

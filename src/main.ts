@@ -39,11 +39,11 @@ export interface RunningProxy {
   /** Immediate stop (tests); ends a final scrape wait under way. */
   close(): Promise<void>;
   /**
-   * For an exit that cannot wait (a second signal, a crash): each open WebSocket tunnel is ended
-   * as at the drain deadline, so its sides are sent their Close 1001 now, where a frame can go
-   * in; throttled log lines write the counts still waiting for their 10 s.
+   * For an exit that cannot wait (a second signal, a crash): throttled log lines write the counts
+   * still waiting for their 10 s; each open WebSocket tunnel is ended as at the drain deadline,
+   * its sides sent their Close 1001 now where a frame can go in, a side mid-frame cut at once.
    */
-  beforeExit(): void;
+  beforeForcedExit(): void;
 }
 
 /** Descriptors the process needs besides its streams' (stdio, the listeners, scrapes, OTLP, name lookups). */
@@ -256,18 +256,15 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       }
       await closeAll();
     },
-    beforeExit() {
-      // Each step on its own: after a crash, the one that fails must not cost the other.
+    beforeForcedExit() {
+      // Each step on its own (and each tunnel, in endTunnelsNow): after a crash, the one that
+      // fails must not cost the others.
       try {
         flushCounts();
       } catch {
         /* the exit goes on */
       }
-      try {
-        forwarder.cutTunnels(ERROR_TYPE.shutdownDeadline);
-      } catch {
-        /* the exit goes on */
-      }
+      forwarder.endTunnelsNow(ERROR_TYPE.shutdownDeadline);
     },
     async close() {
       finalScrape.cancel();

@@ -361,6 +361,24 @@ export class Forwarder {
     for (const f of [...this.inFlight]) if (f instanceof Tunnel) f.abort(errorType);
   }
 
+  /**
+   * For an exit that cannot wait (a second signal, a crash): each open tunnel is ended as at the
+   * drain deadline, but a side mid-frame is cut at once rather than let finish (the process would
+   * end first), so that every tunnel's line is written before the exit. One that throws does not
+   * keep the others from their Close.
+   */
+  endTunnelsNow(errorType: string): void {
+    for (const f of [...this.inFlight]) {
+      if (!(f instanceof Tunnel)) continue;
+      try {
+        f.abort(errorType);
+        f.finishNow();
+      } catch {
+        /* the exit goes on */
+      }
+    }
+  }
+
   close(): void {
     this.upstream.close();
   }

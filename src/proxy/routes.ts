@@ -86,12 +86,13 @@ export function upstreamOrigin(upstream: URL, egress: EgressSettings): Origin {
   return { protocol: upstream.protocol, host, port, via: egressFor(egress, upstream.protocol, host, port) };
 }
 
-/** Path and query of a request target; undefined for `*` or garbage. */
+/** Path and query of a request target; undefined for `*` or garbage (an empty host too). */
 export function originForm(target: string): string | undefined {
   // A fragment is not part of a request target (RFC 9112 §3.2): never sent on.
   if (target.startsWith('/')) return target.includes('#') ? target.slice(0, target.indexOf('#')) : target;
   const authority = /^https?:\/\/[^/?#]*/i.exec(target);
-  if (authority !== null) {
+  // An empty host (`http:///v1/...`) is invalid (RFC 9110 §4.2.1); URL would read `v1` as one.
+  if (authority !== null && targetAuthority(target) !== undefined) {
     try {
       new URL(target); // a valid URL, but its path and query are taken as sent: URL would re-encode them
     } catch {
@@ -107,7 +108,8 @@ export function originForm(target: string): string | undefined {
 /**
  * The authority of an absolute-form target (`POST http://host:port/v1/...`, as a client that takes
  * the proxy for a forward proxy sends), without its userinfo; undefined for origin-form. RFC 9112
- * §3.2.2: it, not the Host field, is the host the client asked for.
+ * §3.2.2: it, not the Host field, is the host the client asked for. Not a check of the target:
+ * the router's (`originForm`) has judged it by then.
  */
 export function targetAuthority(target: string): string | undefined {
   const m = /^https?:\/\/([^/?#]*)/i.exec(target);

@@ -587,6 +587,11 @@ export class Tunnel {
     this.logLine(this.closedWith);
   }
 
+  /** A side still let finish its frame is cut now (an exit that cannot wait), and the line written. */
+  finishNow(): void {
+    if (this.finishDown || this.finishUp) this.finishDue();
+  }
+
   private readonly finishDue = (): void => {
     if (this.finishDown) this.settle('down', false);
     if (this.finishUp) this.settle('up', false);

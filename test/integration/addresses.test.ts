@@ -32,25 +32,32 @@ describe('addresses', () => {
     expect(xff).toEqual(['127.0.0.1', '10.0.0.1, 127.0.0.1']);
   });
 
-  it('X-Forwarded-Host names an absolute-form target\'s authority (a client that takes the proxy for a forward proxy), not its Host', async () => {
+  it('X-Forwarded-Host names an absolute-form target\'s authority (a client that takes the proxy for a forward proxy), not its Host, on requests and upgrades', async () => {
     const seen: [string | undefined, string | undefined][] = [];
-    const port = await serve(http.createServer((req, res) => { seen.push([req.url, req.headers['x-forwarded-host'] as string | undefined]); res.end('ok'); }));
+    const server = http.createServer((req, res) => { seen.push([req.url, req.headers['x-forwarded-host'] as string | undefined]); res.end('ok'); });
+    // A WebSocket upgrade gets the same fields; the upstream declines it, which the client gets.
+    server.on('upgrade', (req, socket) => { seen.push([req.url, req.headers['x-forwarded-host'] as string | undefined]); socket.end('HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n'); });
+    const port = await serve(server);
     proxy = await startTestProxy(`http://127.0.0.1:${port}`);
     const p = Number(new URL(proxy.proxyUrl).port);
     // As Node's http client sends a request through an HTTP proxy: the whole URL as the target.
-    const ask = (path: string, host: string) =>
+    const ask = (path: string, host: string, upgrade = false) =>
       new Promise<number | undefined>((resolve) => {
-        const r = http.request({ host: '127.0.0.1', port: p, path, headers: { host }, agent: false }, (res) => (res.resume(), res.on('end', () => resolve(res.statusCode))));
+        const extra = upgrade ? { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==' } : {};
+        const r = http.request({ host: '127.0.0.1', port: p, path, headers: { host, ...extra }, agent: false }, (res) => (res.resume(), res.on('end', () => resolve(res.statusCode))));
+        r.on('upgrade', (_res, socket) => (socket.destroy(), resolve(101)));
         r.on('error', () => resolve(undefined));
         r.end();
       });
     expect(await ask('http://api.example:8443/v1/models?x=1', 'api.example:8443')).toBe(200);
     expect(await ask('http://user:key@API.example/v1/models', 'other.example')).toBe(200); // RFC 9112 §3.2.2: the target's, not Host's
     expect(await ask('/v1/models', 'origin.example:1')).toBe(200);
+    expect(await ask('http://ws.example:9/v1/realtime', 'other.example', true)).toBe(403);
     expect(seen).toEqual([
       ['/v1/models?x=1', 'api.example:8443'],
       ['/v1/models', 'API.example'],
       ['/v1/models', 'origin.example:1'],
+      ['/v1/realtime', 'ws.example:9'],
     ]);
   });
 

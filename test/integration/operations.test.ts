@@ -283,7 +283,7 @@ describe('a second signal with a WebSocket session open', () => {
   });
 });
 
-describe('throttled log counts at an exit that cannot wait', () => {
+describe('an exit that cannot wait (a second signal, a crash)', () => {
   /** A connection the proxy closes unread at its cap: resolves with what it got (nothing) once closed. */
   const refused = (url: string) =>
     new Promise<string>((resolve) => {
@@ -295,14 +295,22 @@ describe('throttled log counts at an exit that cannot wait', () => {
       s.on('close', () => resolve(got));
     });
 
-  it('a second signal, or a crash, still writes the connection drops whose line was waiting for its 10 s', async () => {
+  it('writes the connection drops whose line was waiting for its 10 s, and a line for each open tunnel, one mid-frame included', async () => {
+    // /v1/realtime: a WebSocket server's session. /partial: a 101 and 12 bytes of a 102-byte
+    // frame, then silence: the tunnel is mid-frame towards the client.
     const upstream = http.createServer();
-    const wss = new WebSocketServer({ server: upstream });
+    const wss = new WebSocketServer({ noServer: true });
     wss.on('connection', (ws) => ws.send('hello'));
+    upstream.on('upgrade', (req: http.IncomingMessage, socket: net.Socket, head: Buffer) => {
+      if (!req.url!.startsWith('/partial')) return wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
+      socket.on('error', () => {});
+      socket.on('end', () => socket.end()).resume(); // the server's sockets are half-open ones; read to see the end
+      socket.write(Buffer.concat([Buffer.from('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n'), Buffer.from([0x81, 100]), Buffer.alloc(10, 0x62)]));
+    });
     await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-    closers.push(() => new Promise<void>((r) => wss.close(() => upstream.close(() => r()))));
+    closers.push(() => new Promise<void>((r) => wss.close(() => (upstream.closeAllConnections(), upstream.close(() => r())))));
     const cfg = join(tempDir('llp-cap-exit-'), 'config.yaml');
-    writeFileSync(cfg, 'listen:\n  maxConnections: 1\n');
+    writeFileSync(cfg, 'listen:\n  maxConnections: 2\n');
     const LIMIT_LINE = 'connection limit reached: new connections closed';
     // The bug of cli-acceptance's crash test, fired on a signal once the proxy listens.
     const crash = `--import=data:text/javascript,${encodeURIComponent('process.on("SIGUSR2", () => { throw new Error("boom-after-start"); })')}`;
@@ -311,25 +319,41 @@ describe('throttled log counts at an exit that cannot wait', () => {
       ['crash', { NODE_OPTIONS: crash }],
     ] as const) {
       const { p, proxyUrl } = await startProxy(`http://127.0.0.1:${(upstream.address() as AddressInfo).port}`, 30, NO_OTLP, { OTEL_METRICS_EXPORTER: 'prometheus', ...env }, ['--config', cfg, '--log-level', 'info']);
-      // The session holds the one connection (and the drain); three more are closed unread: the
+      // The two tunnels hold both connections (and the drain); three more are closed unread: the
       // first is logged at once, the other two wait for the line due 10 s later.
       const ws = new WebSocket(`${proxyUrl.replace(/^http/, 'ws')}/v1/realtime`);
       ws.on('error', () => {});
       closers.push(async () => ws.terminate());
       await new Promise((r) => ws.once('message', r));
+      const u = new URL(proxyUrl);
+      const raw = net.connect(Number(u.port), u.hostname);
+      closers.push(async () => void raw.destroy());
+      const got: Buffer[] = [];
+      raw.on('data', (b: Buffer) => got.push(b));
+      const rawEnd = new Promise<string | undefined>((r) => {
+        raw.on('error', (e: NodeJS.ErrnoException) => r(e.code));
+        raw.on('close', () => r(undefined));
+      });
+      raw.write('GET /partial HTTP/1.1\r\nHost: p\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n');
+      await expect.poll(() => Buffer.concat(got).includes(Buffer.alloc(10, 0x62)), { timeout: 5000 }).toBe(true);
       for (let i = 0; i < 3; i++) expect(await refused(proxyUrl), how).toBe('');
       await p.waitFor((l) => l.msg === LIMIT_LINE);
       if (how === 'second signal') {
         p.child.kill('SIGTERM');
-        await p.waitFor((l) => l.msg === 'draining'); // the drain waits for the session (30 s)
+        await p.waitFor((l) => l.msg === 'draining'); // the drain waits for the tunnels (30 s)
         p.child.kill('SIGTERM');
       } else p.child.kill('SIGUSR2');
       expect(await settled(p.exited, 10_000), how).toBe(1);
       const told = p.lines.filter((l) => l.msg === LIMIT_LINE);
       expect(told, how).toEqual([expect.objectContaining({ dropped: 1 }), expect.objectContaining({ dropped: 2 })]);
       if (how === 'crash') expect(p.lines.find((l) => l.level === 60), how).toMatchObject({ msg: 'uncaught exception: exiting', err: 'boom-after-start' });
-      // And the session was sent its Close 1001 in both.
-      expect(p.lines.find((l) => l.msg === 'tunnel'), how).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
+      // The session's sides were sent their Close 1001. The tunnel mid-frame was not let finish
+      // its frame (the process ends first): its client was cut with no Close, its upstream told.
+      const lines = p.lines.filter((l) => l.msg === 'tunnel');
+      expect(lines.find((l) => l.path === '/v1/realtime'), how).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] });
+      expect(lines.find((l) => l.path === '/partial'), how).toMatchObject({ errorType: 'shutdown_deadline', goingAway: ['upstream'] });
+      expect(await rawEnd, how).toBe('ECONNRESET');
+      expect(Buffer.concat(got).includes(Buffer.from([0x88])), how).toBe(false);
     }
   });
 });

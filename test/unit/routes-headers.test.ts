@@ -167,6 +167,8 @@ describe('originForm', () => {
     expect(originForm('http://any.example?x=1')).toBe('/?x=1');
     expect(originForm('/v1/a{b}')).toBe('/v1/a{b}');
     expect(originForm('http://')).toBeUndefined();
+    expect(originForm('http:///v1/chat')).toBeUndefined(); // RFC 9110 §4.2.1: no empty host
+    expect(originForm('http://key@/v1/chat')).toBeUndefined();
     expect(originForm('ftp://x/y')).toBeUndefined();
     expect(originForm('*')).toBeUndefined();
   });

@@ -172,8 +172,8 @@ function clientFrame(payload: Buffer, mask = randomBytes(4)): Buffer {
 
 /**
  * A raw client's upgrade (with `extra` bytes in the same write, held by the proxy until the 101)
- * through `p`, read to its close; `onClose`: written once the proxy's Close (`told`) has come
- * ('end': this half's end then). Raw, not ws: a ws peer reports 1006 for a reset and for a Close
+ * through `p`, read to its close (`toldAt`: when the proxy's Close, `told`, had come); `onClose`:
+ * written once it has come ('end': this half's end then). Raw, not ws: a ws peer reports 1006 for a reset and for a Close
  * pushed into a frame's payload alike; a raw one tells a reset (ECONNRESET) from bytes that came.
  */
 function rawClient(p: RunningProxy, path: string, extra: Buffer = Buffer.alloc(0), onClose?: Buffer | 'end', told: Buffer = CLOSE) {
@@ -183,17 +183,20 @@ function rawClient(p: RunningProxy, path: string, extra: Buffer = Buffer.alloc(0
   const chunks: Buffer[] = [];
   let error: string | undefined;
   let then = onClose;
+  let toldAt: number | undefined;
   c.on('data', (b: Buffer) => {
     chunks.push(b);
-    if (then !== undefined && Buffer.concat(chunks).includes(told)) {
-      if (then === 'end') c.end();
-      else c.write(then);
-      then = undefined;
-    }
+    if (toldAt !== undefined || !Buffer.concat(chunks).includes(told)) return;
+    toldAt = performance.now();
+    if (then === 'end') c.end();
+    else if (then !== undefined) c.write(then);
+    then = undefined;
   });
   c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
   const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes('\r\n\r\n') && r()));
-  const closed = new Promise<{ read: Buffer; error: string | undefined; at: number }>((r) => c.once('close', () => r({ read: Buffer.concat(chunks), error, at: performance.now() })));
+  const closed = new Promise<{ read: Buffer; error: string | undefined; at: number; toldAt: number | undefined }>((r) =>
+    c.once('close', () => r({ read: Buffer.concat(chunks), error, at: performance.now(), toldAt })),
+  );
   c.write(Buffer.concat([Buffer.from(`GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`, 'latin1'), extra]));
   return { opened, closed };
 }
@@ -971,15 +974,17 @@ describe('WebSocket upgrades', () => {
       await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(3);
       expect(tunnels()[2]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['client', 'upstream'] });
 
-      // Mid-frame towards the upstream, and the rest never comes: the client reads its Close, then
-      // the end once FRAME_FINISH_MS has passed; the upstream is reset after exactly the partial
+      // Mid-frame towards the upstream, and the rest never comes: the client reads its Close at
+      // once, then the end once FRAME_FINISH_MS has passed; the upstream is reset after exactly the partial
       // frame, with no Close (none can go inside a frame).
       n = partialEnds.length;
       t0 = performance.now();
-      const owed = await rawClient(p, '/partial', whole.subarray(0, 16)).closed;
+      const owed = await rawClient(p, '/partial', whole.subarray(0, 16), undefined, IDLE_CLOSE).closed;
       expect(owed.error).toBeUndefined();
       expect(owed.read.subarray(owed.read.length - IDLE_CLOSE.length).equals(IDLE_CLOSE)).toBe(true);
       expect(owed.at - t0).toBeGreaterThanOrEqual(500 + FRAME_FINISH_MS - 10);
+      // Told at the idle timeout, not when the upstream's side was cut FRAME_FINISH_MS later.
+      expect(owed.toldAt!).toBeLessThan(owed.at - FRAME_FINISH_MS / 2);
       const u4 = await partialEnds[n]!;
       expect(u4.error).toBe('ECONNRESET');
       expect(u4.read.equals(whole.subarray(0, 16))).toBe(true);
