@@ -417,6 +417,23 @@ describe('deploy/Dockerfile', () => {
     expect(env).not.toMatch(/LLM_PROXY_(METRICS_)?PORT=/);
   });
 
+  it('labels the image as package.json describes it (OCI annotation keys), and ships the licence', () => {
+    const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as Record<string, string>;
+    const labels: Record<string, string> = {};
+    for (const i of final.instrs.filter((x) => x.op === 'LABEL')) for (const m of i.args.matchAll(/([\w.-]+)="([^"]*)"/g)) labels[m[1]!] = m[2]!;
+    expect(labels).toEqual({
+      'org.opencontainers.image.title': pkg.name,
+      'org.opencontainers.image.description': pkg.description,
+      'org.opencontainers.image.version': pkg.version,
+      'org.opencontainers.image.licenses': pkg.license,
+    });
+    // The tag the build comment suggests is that version too.
+    expect(readFileSync(join(repo, 'deploy/Dockerfile'), 'utf8')).toContain(`-t llm-latency-proxy:${pkg.version} .`);
+    const copied = final.instrs.filter((i) => i.op === 'COPY' && !/--from=/.test(i.args)).flatMap((i) => i.args.split(/\s+/).filter((a) => !a.startsWith('--')).slice(0, -1));
+    expect(copied).toContain('LICENSE');
+    expect(readFileSync(join(repo, 'LICENSE'), 'utf8')).toMatch(/Apache License\s+Version 2\.0/);
+  });
+
   it('copies only files that exist and that .dockerignore lets into the context', () => {
     const patterns = dockerignorePatterns();
     for (const must of ['node_modules', 'dist', '.git', 'test', 'bench']) expect(patterns, must).toContain(must);
