@@ -288,10 +288,11 @@ export function readBlock(text) {
   return { start: i, end: j + END.length, body: readme.slice(markerEnd, j).replace(/^\n+/, '').replace(/\n+$/, '\n'), bracket };
 }
 
-/** The README with its block replaced by `body`, the marker naming `bracket`. */
+/** The README with its block replaced by `body`, the marker naming `bracket`; a CRLF checkout stays CRLF. */
 export function writeBlock(text, body, bracket) {
   const readme = text.replace(/\r\n/g, '\n');
   const { start, end } = readBlock(readme);
   const marker = `${BEGIN} from bench/results/latest.json${bracket ? `; bracket: ${bracket}` : ''} -->`;
-  return `${readme.slice(0, start)}${marker}\n\n${body}\n${END}${readme.slice(end)}`;
+  const out = `${readme.slice(0, start)}${marker}\n\n${body}\n${END}${readme.slice(end)}`;
+  return readme === text ? out : out.replace(/\n/g, '\r\n');
 }

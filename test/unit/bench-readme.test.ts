@@ -106,9 +106,13 @@ describe("README's benchmark block", () => {
     expect(readBlock(edited).body).not.toBe(renderBlock(summarize(results), bracket));
   });
 
-  it('reads the same from a CRLF checkout', () => {
+  it('reads the same from a CRLF checkout, and writes it back with CRLF', () => {
     const crlf = readme.replace(/\n/g, '\r\n');
     expect(readBlock(crlf)).toMatchObject({ body: block.body, bracket: block.bracket });
+    expect(writeBlock(crlf, block.body, block.bracket)).toBe(crlf);
+    const other = writeBlock(crlf, 'x\n', null);
+    expect(other.replace(/\r\n/g, '')).not.toContain('\n');
+    expect(readBlock(other)).toMatchObject({ body: 'x\n', bracket: null });
   });
 
   it('is replaced in place, keeping the text around it and the bracket it names', () => {
