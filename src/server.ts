@@ -221,6 +221,10 @@ export function listen(
       ...(onRequestError ? { errorHandler: (e: unknown) => (e instanceof RequestError ? onRequestError(e, current) : new Response(null, { status: 500 })) } : {}),
     });
     const listener = (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+      // RFC 9112 §6.1: no Transfer-Encoding in an answer to HTTP/1.0. Node chunks one for a 1.0
+      // request that offers `TE: chunked` (RFC 2616's reading); a body of unknown length then
+      // ends at the close, as for any other 1.0 client.
+      if (req.httpVersionMinor === 0) res.useChunkedEncodingByDefault = false;
       current = req;
       try {
         return adapter(req, res);

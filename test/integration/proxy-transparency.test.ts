@@ -116,7 +116,7 @@ describe('transparent forwarding', () => {
     expect(pairs.some(([n]) => n === 'x-secret' || n === 'keep-alive')).toBe(false);
   });
 
-  it('an HTTP/1.0 client gets a chunked stream unframed, to the close, and its events are measured', async () => {
+  it('an HTTP/1.0 client gets a chunked stream unframed, to the close, and its events are measured; also when it offers TE: chunked', async () => {
     // Eight events per tick, each its own HTTP chunk: one read holds several, and the proxy,
     // which cannot pass the chunk framing on to HTTP/1.0, writes each payload piece.
     const event = (k: number) => `data: {"id":"c","choices":[{"index":0,"delta":{"content":"t${k}"}}]}\n\n`;
@@ -131,25 +131,35 @@ describe('transparent forwarding', () => {
     });
     cleanups.push(up.close);
     proxy = await startTestProxy(up.url);
-    const { port } = new URL(proxy.proxyUrl);
     const body = '{"model":"m","stream":true}';
-    const raw = await new Promise<Buffer>((resolve, reject) => {
-      const parts: Buffer[] = [];
-      const s = net.connect(Number(port), '127.0.0.1', () =>
-        s.write(`POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`),
-      );
-      s.on('data', (d: Buffer) => parts.push(d));
-      s.on('end', () => resolve(Buffer.concat(parts)));
-      s.on('error', reject);
-    });
-    const sep = raw.indexOf('\r\n\r\n');
-    const head = raw.subarray(0, sep).toString('latin1').toLowerCase();
-    expect(head.startsWith('http/1.1 200')).toBe(true);
-    expect(head).not.toContain('transfer-encoding');
-    expect(raw.subarray(sep + 4).toString()).toBe(events.join(''));
-    const samples = await scrape(proxy.metricsUrl);
-    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(1);
-    expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds').count).toBe(events.length - 1);
+    /** An HTTP/1.0 exchange read to the close: its head (lower case) and body. */
+    const http10 = async (port: string, request: string) => {
+      const raw = await new Promise<Buffer>((resolve, reject) => {
+        const parts: Buffer[] = [];
+        const s = net.connect(Number(port), '127.0.0.1', () => s.write(request));
+        s.on('data', (d: Buffer) => parts.push(d));
+        s.on('end', () => resolve(Buffer.concat(parts)));
+        s.on('error', reject);
+      });
+      const sep = raw.indexOf('\r\n\r\n');
+      return { head: raw.subarray(0, sep).toString('latin1').toLowerCase(), body: raw.subarray(sep + 4).toString() };
+    };
+    // RFC 9112 §6.1: no Transfer-Encoding to HTTP/1.0, even to a client whose TE offers chunked
+    // (Node's server would chunk the answer then).
+    for (const [n, te] of ['', 'TE: chunked\r\nConnection: TE\r\n'].entries()) {
+      const { head, body: got } = await http10(new URL(proxy.proxyUrl).port, `POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\n${te}Content-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+      expect(head.startsWith('http/1.1 200'), te).toBe(true);
+      expect(head, te).not.toContain('transfer-encoding');
+      expect(got, te).toBe(events.join(''));
+      const samples = await scrape(proxy.metricsUrl);
+      expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count, te).toBe(n + 1);
+      expect(hist(samples, 'gen_ai_client_operation_time_per_output_chunk_seconds').count, te).toBe((n + 1) * (events.length - 1));
+    }
+    // The metrics port's answers too (a scrape by an HTTP/1.0 client).
+    const scraped = await http10(new URL(proxy.metricsUrl).port, 'GET /metrics HTTP/1.0\r\nTE: chunked\r\nConnection: TE\r\n\r\n');
+    expect(scraped.head.startsWith('http/1.1 200')).toBe(true);
+    expect(scraped.head).not.toContain('transfer-encoding');
+    expect(scraped.body).toContain('# TYPE gen_ai_client_operation_time_to_first_chunk_seconds histogram');
   });
 
   it('a request pipelined behind an HTTP/1.0 stream, whose answer could never be delivered, is not sent upstream', async () => {
