@@ -224,7 +224,7 @@ export function listen(
       // RFC 9112 §6.1: no Transfer-Encoding in an answer to HTTP/1.0. Node chunks one for a 1.0
       // request that offers `TE: chunked` (RFC 2616's reading); a body of unknown length then
       // ends at the close, as for any other 1.0 client.
-      if (req.httpVersionMinor === 0) res.useChunkedEncodingByDefault = false;
+      if (req.httpVersionMajor < 1 || req.httpVersionMinor < 1) res.useChunkedEncodingByDefault = false; // Node's own test for a 1.0 client
       current = req;
       try {
         return adapter(req, res);

@@ -288,11 +288,15 @@ export function readBlock(text) {
   return { start: i, end: j + END.length, body: readme.slice(markerEnd, j).replace(/^\n+/, '').replace(/\n+$/, '\n'), bracket };
 }
 
-/** The README with its block replaced by `body`, the marker naming `bracket`; a CRLF checkout stays CRLF. */
+/**
+ * The README with its block replaced by `body`, the marker naming `bracket`. Only the block's bytes
+ * change: it is written with the line ending the old one had (a CRLF checkout stays CRLF).
+ */
 export function writeBlock(text, body, bracket) {
-  const readme = text.replace(/\r\n/g, '\n');
-  const { start, end } = readBlock(readme);
+  readBlock(text); // the same refusal of a README without a block
+  const start = text.indexOf(BEGIN);
+  const end = text.indexOf(END) + END.length;
   const marker = `${BEGIN} from bench/results/latest.json${bracket ? `; bracket: ${bracket}` : ''} -->`;
-  const out = `${readme.slice(0, start)}${marker}\n\n${body}\n${END}${readme.slice(end)}`;
-  return readme === text ? out : out.replace(/\n/g, '\r\n');
+  const block = `${marker}\n\n${body}\n${END}`;
+  return `${text.slice(0, start)}${text.slice(start, end).includes('\r\n') ? block.replace(/\n/g, '\r\n') : block}${text.slice(end)}`;
 }

@@ -62,6 +62,8 @@ export class Forwarder {
   readonly limitErrorType = (t: string): string => (OWN_ERROR_TYPES.has(t) || HTTP_STATUS.test(t) ? t : this.errorTypes.limit(t));
   /** Streams and tunnels in flight, for graceful shutdown. */
   readonly inFlight = new Set<{ abort(errorType: string): void; readonly queued?: boolean }>();
+  /** Tunnels closed (out of inFlight) whose line waits for a side to finish its frame. */
+  private readonly finishing = new Set<Tunnel>();
   /** Shutting down: no new request is forwarded, no connection is kept after its answer. */
   draining = false;
   /** server.address and server.port of each route's origin, for the connect-duration metric. */
@@ -275,7 +277,11 @@ export class Forwarder {
         connectTimeoutMs: timeouts.connect * 1000,
         responseTimeoutMs: timeouts.response * 1000,
         idleTimeoutMs: timeouts.idle * 1000,
-        onDone: (t) => this.inFlight.delete(t),
+        onDone: (t) => {
+          this.inFlight.delete(t);
+          if (t.finishing) this.finishing.add(t);
+        },
+        onLogged: (t) => this.finishing.delete(t),
         measure: (ext) => this.measureTunnel(match, ext),
         failed: (status, errorType, start) => this.recordFailedUpgrade(match, status, errorType, start),
         onConnected: this.connected,
@@ -368,10 +374,15 @@ export class Forwarder {
    * keep the others from their Close.
    */
   endTunnelsNow(errorType: string): void {
-    for (const f of [...this.inFlight]) {
+    // Those closed already (an idle timeout, the drain deadline) whose side still finishes its frame too.
+    for (const f of [...this.inFlight, ...this.finishing]) {
       if (!(f instanceof Tunnel)) continue;
       try {
         f.abort(errorType);
+      } catch {
+        /* the exit goes on */
+      }
+      try {
         f.finishNow();
       } catch {
         /* the exit goes on */

@@ -42,6 +42,8 @@ export interface TunnelOptions {
    */
   readonly idleTimeoutMs: number;
   readonly onDone: (t: Tunnel) => void;
+  /** Its line is written (after onDone, later when a side was let finish its frame). */
+  readonly onLogged?: (t: Tunnel) => void;
   /** Called on the 101 with its `Sec-WebSocket-Extensions`: the measurement of the messages, if any. */
   readonly measure?: (extensions: string | undefined) => WsSession | undefined;
   /**
@@ -587,6 +589,11 @@ export class Tunnel {
     this.logLine(this.closedWith);
   }
 
+  /** Closed, with a side still let finish its frame (its line waits for it). */
+  get finishing(): boolean {
+    return this.finishDown || this.finishUp;
+  }
+
   /** A side still let finish its frame is cut now (an exit that cannot wait), and the line written. */
   finishNow(): void {
     if (this.finishDown || this.finishUp) this.finishDue();
@@ -628,6 +635,7 @@ export class Tunnel {
       },
       'tunnel',
     );
+    this.opts.onLogged?.(this);
   }
 }
 

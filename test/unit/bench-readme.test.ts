@@ -106,13 +106,25 @@ describe("README's benchmark block", () => {
     expect(readBlock(edited).body).not.toBe(renderBlock(summarize(results), bracket));
   });
 
-  it('reads the same from a CRLF checkout, and writes it back with CRLF', () => {
-    const crlf = readme.replace(/\n/g, '\r\n');
+  it('reads the same from a CRLF checkout, and writes it back with CRLF, changing no byte outside the block', () => {
+    const lf = readme.replace(/\r\n/g, '\n'); // this checkout's own may be either
+    const crlf = lf.replace(/\n/g, '\r\n');
     expect(readBlock(crlf)).toMatchObject({ body: block.body, bracket: block.bracket });
     expect(writeBlock(crlf, block.body, block.bracket)).toBe(crlf);
     const other = writeBlock(crlf, 'x\n', null);
     expect(other.replace(/\r\n/g, '')).not.toContain('\n');
     expect(readBlock(other)).toMatchObject({ body: 'x\n', bracket: null });
+    // Mixed endings, and a stray CR before a line end, outside the block: kept as they were.
+    const i = lf.indexOf('<!-- bench-table');
+    const j = lf.indexOf('<!-- /bench-table -->');
+    const mixed = `${lf.slice(0, i).replace('\n', '\r\r\n').replace(/\n\n$/, '\r\n\n')}${lf.slice(i, j)}${lf.slice(j).replace('\n', '\r\n')}`;
+    expect(mixed).toContain('\r\r\n');
+    const out = writeBlock(mixed, 'x\n', null);
+    const at = mixed.indexOf('<!-- bench-table');
+    expect(out.slice(0, at)).toBe(mixed.slice(0, at));
+    expect(out.slice(out.indexOf('<!-- /bench-table -->'))).toBe(mixed.slice(mixed.indexOf('<!-- /bench-table -->')));
+    expect(readBlock(out)).toMatchObject({ body: 'x\n', bracket: null });
+    expect(writeBlock(mixed, block.body, block.bracket)).toBe(mixed);
   });
 
   it('is replaced in place, keeping the text around it and the bracket it names', () => {

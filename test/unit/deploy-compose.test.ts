@@ -421,14 +421,18 @@ describe('deploy/Dockerfile', () => {
     const pkg = JSON.parse(readFileSync(join(repo, 'package.json'), 'utf8')) as Record<string, string>;
     const labels: Record<string, string> = {};
     for (const i of final.instrs.filter((x) => x.op === 'LABEL')) for (const m of i.args.matchAll(/([\w.-]+)="([^"]*)"/g)) labels[m[1]!] = m[2]!;
-    expect(labels).toEqual({
+    expect(labels).toStrictEqual({
       'org.opencontainers.image.title': pkg.name,
       'org.opencontainers.image.description': pkg.description,
       'org.opencontainers.image.version': pkg.version,
       'org.opencontainers.image.licenses': pkg.license,
     });
-    // The tag the build comment suggests is that version too.
-    expect(readFileSync(join(repo, 'deploy/Dockerfile'), 'utf8')).toContain(`-t llm-latency-proxy:${pkg.version} .`);
+    // Every tag the deploy files name is that version too (the build and run lines, the manifests).
+    const tags = readdirSync(join(repo, 'deploy'), { recursive: true, encoding: 'utf8' })
+      .filter((f) => /(^|\/)Dockerfile$|\.(md|ya?ml)$/.test(f))
+      .flatMap((f) => [...readFileSync(join(repo, 'deploy', f), 'utf8').matchAll(/\bllm-latency-proxy:(\d+\.\d+\.\d+\S*)/g)].map((m) => `${f}: ${m[1]}`));
+    expect(tags.length).toBeGreaterThanOrEqual(3);
+    for (const t of tags) expect(t.slice(t.indexOf(': ') + 2), t).toBe(pkg.version);
     const copied = final.instrs.filter((i) => i.op === 'COPY' && !/--from=/.test(i.args)).flatMap((i) => i.args.split(/\s+/).filter((a) => !a.startsWith('--')).slice(0, -1));
     expect(copied).toContain('LICENSE');
     expect(readFileSync(join(repo, 'LICENSE'), 'utf8')).toMatch(/Apache License\s+Version 2\.0/);

@@ -35,6 +35,8 @@ const serverClose: Promise<{ code: number; reason: string }>[] = [];
 const afterUpstreamEnd: string[] = [];
 /** What each `/partial` upstream read, to its connection's close, when its first read came, and the error that closed it. */
 const partialEnds: Promise<{ read: Buffer; firstAt: number | undefined; error: string | undefined }>[] = [];
+/** Per /partial upstream, when its first bytes came from the proxy (its Close, in the idle test). */
+const partialFirst: Promise<void>[] = [];
 const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 /** The `/partial` upstream's 100-byte text frame, of which it first sends 12 bytes (head and 10 of payload), and a frame after it. */
 const DOWN_FRAME = Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(100, 0x61)]);
@@ -108,6 +110,7 @@ beforeAll(async () => {
       if (req.url!.includes('down-end')) socket.once('data', () => socket.end()); // its half ends, the frame unfinished
       if (req.url!.includes('down-bad')) socket.once('data', () => socket.write(Buffer.from([0x85, 1, 2, 3, 4]))); // a masked server frame: a protocol break
       let firstAt: number | undefined;
+      partialFirst.push(new Promise((r) => socket.once('data', () => r())));
       socket.on('data', (b: Buffer) => {
         firstAt ??= performance.now();
         got.push(b);
@@ -990,6 +993,23 @@ describe('WebSocket upgrades', () => {
       expect(u4.read.equals(whole.subarray(0, 16))).toBe(true);
       await expect.poll(tunnels, { timeout: 5000 }).toHaveLength(4);
       expect(tunnels()[3]).toMatchObject({ level: 30, errorType: 'timeout', goingAway: ['client'] });
+
+      // An exit that cannot wait while the client's side still finishes its frame (the upstream
+      // told, the tunnel closed): that side is cut at once and the line written before the exit,
+      // not FRAME_FINISH_MS later, which the process would not live to see.
+      n = partialEnds.length;
+      const held = rawClient(p, '/partial?down', undefined, undefined, IDLE_CLOSE);
+      await held.opened; // the upstream has answered: its entry is there
+      await partialFirst[n];
+      expect(tunnels()).toHaveLength(4); // its line waits for the frame
+      const forced = performance.now();
+      p.beforeForcedExit();
+      await expect.poll(tunnels, { timeout: FRAME_FINISH_MS / 2 }).toHaveLength(5); // written at the next turn of the logger
+      expect(tunnels()[4]).toMatchObject({ errorType: 'timeout', goingAway: ['upstream'] });
+      const h = await held.closed;
+      expect(h.error).toBe('ECONNRESET');
+      expect(h.at - forced).toBeLessThan(FRAME_FINISH_MS / 2);
+      expect(decode((await partialEnds[n]!).read)).toEqual({ code: 1001, reason: 'idle timeout' });
     } finally {
       await p.close();
     }
