@@ -159,6 +159,7 @@ const fileSchema = z
       .object({
         maxEventBytes: z.number().int().min(1024).optional(),
         maxBodyBytes: z.number().int().min(0).optional(),
+        maxBufferedBytes: z.number().int().min(0).optional(),
         maxRequestScanBytes: z.number().int().min(0).optional(),
       })
       .strict()
@@ -252,10 +253,11 @@ export interface Config {
     readonly upstreamConnectionMaxAge: number;
   };
   /**
-   * maxBodyBytes: a non-streamed response body read whole (kept in memory); maxRequestScanBytes:
-   * how far a request body is scanned for its `model` (streamed through, nothing kept).
+   * maxBodyBytes: a non-streamed response body read whole (kept in memory); maxBufferedBytes: what
+   * all requests together keep of events and bodies being read (see sse/byte-budget.ts);
+   * maxRequestScanBytes: how far a request body is scanned for its `model` (streamed through, nothing kept).
    */
-  readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number; readonly maxRequestScanBytes: number };
+  readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number; readonly maxBufferedBytes: number; readonly maxRequestScanBytes: number };
   readonly logLevel: string;
   /** Seconds to let in-flight streams finish on SIGTERM. */
   readonly drainTimeout: number;
@@ -475,6 +477,10 @@ export function buildConfig(raw: unknown, overrides: Overrides = {}, source = 'c
     limits: Object.freeze({
       maxEventBytes: f.limits?.maxEventBytes ?? 1024 * 1024,
       maxBodyBytes: f.limits?.maxBodyBytes ?? 4 * 1024 * 1024,
+      // 64 events of the default 1 MiB at once: token streams never come near it (an event's first
+      // 64 KiB are always granted); streams of generated images or audio do, and a few hundred
+      // of them held ~1.5 MiB each without it.
+      maxBufferedBytes: f.limits?.maxBufferedBytes ?? 64 * 1024 * 1024,
       // Above every provider's request size limit: the official Python SDKs put `model` after
       // `messages`, so a 5 MB vision request scanned to 4 MiB had no model label.
       maxRequestScanBytes: f.limits?.maxRequestScanBytes ?? 64 * 1024 * 1024,

@@ -185,3 +185,14 @@ export function connectionDropLog(log: Logger, maxConnections: number): Throttle
     log.warn({ listener: 'proxy', maxConnections, dropped: unlogged + (own ? 1 : 0) }, 'connection limit reached: new connections closed');
   });
 }
+
+/**
+ * Logs the events read no further than their edges because all requests together held
+ * `limits.maxBufferedBytes` (sse/byte-budget.ts), at most one line per 10 s: `unread`, how many
+ * since the previous line (this one's own included).
+ */
+export function bufferLimitLog(log: Logger, maxBufferedBytes: number): Throttled<void> {
+  return throttled((_: void, unlogged, own) => {
+    log.warn({ maxBufferedBytes, unread: unlogged + (own ? 1 : 0) }, 'buffer limit reached (limits.maxBufferedBytes): large events or bodies forwarded without being read whole');
+  });
+}

@@ -180,6 +180,7 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
   // Counts still waiting for their 10 s: their timers are unref'd, and the exit would drop them.
   const flushCounts = () => {
     for (const t of [dropLog, proxyErrors, metricsErrors]) t?.flush();
+    forwarder.flushCounts();
   };
   let closed = false;
   const closeAll = async () => {

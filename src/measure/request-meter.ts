@@ -2,6 +2,7 @@ import type { Attributes } from '@opentelemetry/api';
 import type { Instruments } from '../metrics/instruments.js';
 import { ATTR, ERROR_TYPE, TOKEN_TYPE } from '../metrics/semconv.js';
 import { EventKind, type ResponseAdapter, type TokenCountSource } from '../providers/types.js';
+import type { BudgetShare, ByteBudget } from '../sse/byte-budget.js';
 import { EventStreamDecoder } from '../sse/eventstream.js';
 import { JsonArrayParser } from '../sse/json-array.js';
 import { NdjsonParser } from '../sse/ndjson.js';
@@ -22,6 +23,12 @@ export interface MeterOptions {
   maxEventBytes: number;
   /** Largest non-streamed JSON body kept for usage parsing. */
   maxBodyBytes: number;
+  /**
+   * What all requests together may hold of events being read and of bodies kept
+   * (`limits.maxBufferedBytes`); the request's part is given back at `finish()` or `discard()`.
+   * Default: not bounded across requests.
+   */
+  budget?: ByteBudget;
   /**
    * Runs the once-per-request instrument calls of the stream's start (TTFB,
    * TTFT) and the queued events; the proxy passes `afterIo`. Default: at once.
@@ -116,6 +123,8 @@ export class RequestMeter {
   private prevCumulative: number | undefined;
   /** A non-streamed JSON body, copied into one buffer up to maxBodyBytes (not a view per chunk: 1-byte chunks). */
   private body: PendingBytes | undefined;
+  /** This request's part of `budget`, once the answer is read (closed when the request ends). */
+  private share: BudgetShare | undefined;
   private status = 0;
   private labels: Attributes | undefined;
   private activeLabels: Attributes | undefined;
@@ -169,6 +178,7 @@ export class RequestMeter {
   /** Dropped without a record (its set-up failed): no longer active. */
   discard(): void {
     this.finished = true;
+    this.share?.close();
     this.inactive();
   }
 
@@ -201,25 +211,28 @@ export class RequestMeter {
     const identity = coding === undefined || coding === '' || coding === 'identity' || coding === 'none';
     if (!identity) return;
     const max = this.opts.maxEventBytes;
+    // Not after finish(), which closes it (nothing is read then anyway).
+    const share = (this.share = this.finished ? undefined : this.opts.budget?.share());
     if (kind === 'sse') {
       this.framing = 'sse';
       const adapter = this.adapter;
       this.parser = new SseParser(this.onSseEvent, {
         maxEventBytes: max,
+        share,
         onData: adapter.quickContent !== undefined ? this.onSseData : undefined,
         lane: adapter.quickContentFrom !== undefined ? this.lane() : undefined,
       });
     } else if (kind === 'ndjson') {
       this.framing = 'ndjson';
-      this.parser = new NdjsonParser(this.onSseEvent, { maxEventBytes: max });
+      this.parser = new NdjsonParser(this.onSseEvent, { maxEventBytes: max, share });
     } else if (kind === 'eventstream') {
       this.framing = 'eventstream';
-      this.parser = new EventStreamDecoder(this.onSseEvent, { maxFrameBytes: max });
+      this.parser = new EventStreamDecoder(this.onSseEvent, { maxFrameBytes: max, share });
     } else if ((contentType ?? '').toLowerCase().includes('json') && this.adapter.onBody) {
       this.framing = 'json';
-      this.body = new PendingBytes(this.opts.maxBodyBytes);
+      this.body = new PendingBytes(this.opts.maxBodyBytes, false, share);
       // An error answer is not a stream, even as an array (Gemini's `[{"error":…}]`): its status stays its error type.
-      if (this.adapter.streamsJsonArray === true && status < 300) this.jsonArray = new JsonArrayParser(this.onSseEvent, { maxEventBytes: max });
+      if (this.adapter.streamsJsonArray === true && status < 300) this.jsonArray = new JsonArrayParser(this.onSseEvent, { maxEventBytes: max, share });
     }
   }
 
@@ -401,6 +414,8 @@ export class RequestMeter {
   finish(end: number, errorType?: string): MeterSummary | undefined {
     if (this.finished) return undefined;
     this.finished = true;
+    // First, so that nothing below can keep the request's part: its bytes are read once more here, then let go.
+    this.share?.close();
     this.inactive();
     if (this.disabled || (this.adapter.generic === true && !this.streamed)) return undefined;
     const adapter = this.adapter;

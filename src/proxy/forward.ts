@@ -4,12 +4,13 @@ import type { Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { performance } from 'node:perf_hooks';
 import type { Config } from '../config.js';
-import type { Logger } from '../log.js';
+import { bufferLimitLog, type Logger, type Throttled } from '../log.js';
 import { afterIo } from '../measure/after-io.js';
 import { endError, RequestMeter, type MeterOptions, type MeterSummary, type RequestLabels } from '../measure/request-meter.js';
 import type { Instruments } from '../metrics/instruments.js';
 import { CardinalityLimiter } from '../metrics/labels.js';
 import { ATTR, ERROR_TYPE } from '../metrics/semconv.js';
+import { ByteBudget } from '../sse/byte-budget.js';
 import { detectApi } from '../providers/detect.js';
 import { genericStream } from '../providers/generic.js';
 import type { ApiDescriptor } from '../providers/types.js';
@@ -56,6 +57,9 @@ export class Forwarder {
   readonly upstream: UpstreamClient;
   private readonly models: CardinalityLimiter;
   private readonly responseModels: CardinalityLimiter;
+  /** What all measured requests together keep of events and bodies being read (limits.maxBufferedBytes). */
+  readonly buffered: ByteBudget;
+  private readonly bufferLog: Throttled<void>;
   readonly limitResponseModel = (model: string): string => this.responseModels.limit(model);
   /** The proxy's own error types and HTTP statuses always; of in-band types, the first MAX_ERROR_TYPES. */
   private readonly errorTypes = new CardinalityLimiter(MAX_ERROR_TYPES);
@@ -87,6 +91,14 @@ export class Forwarder {
     }
     this.models = new CardinalityLimiter(deps.config.metrics.maxModelValues);
     this.responseModels = new CardinalityLimiter(deps.config.metrics.maxModelValues);
+    const max = deps.config.limits.maxBufferedBytes;
+    this.bufferLog = bufferLimitLog(deps.log, max);
+    this.buffered = new ByteBudget(max, this.bufferLog);
+  }
+
+  /** Writes the counts of throttled log lines still waiting for their 10 s (at an exit). */
+  flushCounts(): void {
+    this.bufferLog.flush();
   }
 
   /** Start-up work a first request would otherwise wait for (warm-up.ts); before listening. */
@@ -630,6 +642,7 @@ class InFlight implements ExchangeHandler {
     // Also when the request already failed or was cancelled: record() runs later and reads it.
     this.meter = new RequestMeter(deps.instruments!, api.newAdapter(), this.labels, this.start, {
       ...deps.config.limits,
+      budget: this.fwd.buffered,
       defer: afterIo,
       limitResponseModel: this.fwd.limitResponseModel,
       limitErrorType: this.fwd.limitErrorType,

@@ -1,4 +1,5 @@
 import { crc32 } from 'node:zlib';
+import type { BudgetShare } from './byte-budget.js';
 import type { SseEvent } from './parser.js';
 
 /**
@@ -17,7 +18,9 @@ import type { SseEvent } from './parser.js';
  * once and leaves the decoder failed: the stream cannot be re-synchronised, so
  * the caller stops measuring it. A well-formed frame larger than
  * `maxFrameBytes` is skipped unread (its prelude CRC vouches for its length;
- * counted in `oversizeFrames`), as an oversize SSE event is. Neither ever
+ * counted in `oversizeFrames`), as an oversize SSE event is, and so is one
+ * that spans reads and does not fit the request's `share` of
+ * `limits.maxBufferedBytes`. Neither ever
  * affects forwarding.
  */
 export interface EventStreamEvent extends SseEvent {
@@ -29,6 +32,8 @@ export interface EventStreamOptions {
   maxFrameBytes?: number;
   /** Check both CRCs (default true). */
   verifyCrc?: boolean;
+  /** The request's part of `limits.maxBufferedBytes`, which a frame kept across reads counts in. */
+  share?: BudgetShare;
 }
 
 export class EventStreamError extends Error {
@@ -49,6 +54,7 @@ export class EventStreamDecoder {
   private preludeHave = 0;
   /** Bytes of an oversize frame still to pass unread. */
   private skipping = 0;
+  private readonly share: BudgetShare | undefined;
   failed = false;
   frames = 0;
   oversizeFrames = 0;
@@ -59,6 +65,12 @@ export class EventStreamDecoder {
   ) {
     this.maxFrameBytes = opts.maxFrameBytes ?? 1024 * 1024;
     this.verifyCrc = opts.verifyCrc ?? true;
+    this.share = opts.share;
+  }
+
+  /** Room for a frame of `total` bytes kept across reads, within the budget. */
+  private room(total: number): boolean {
+    return this.share === undefined || this.share.take(total, total);
   }
 
   push(chunk: Uint8Array): void {
@@ -83,6 +95,7 @@ export class EventStreamDecoder {
           const f = this.frame;
           this.frame = undefined;
           this.frameHave = 0;
+          this.share?.give(f.length);
           this.decode(f, 0, f.length);
         }
         continue;
@@ -96,7 +109,7 @@ export class EventStreamDecoder {
         if (this.preludeHave < PRELUDE) return;
         const total = this.checkPrelude(this.prelude, 0);
         this.preludeHave = 0;
-        if (total > this.maxFrameBytes) {
+        if (total > this.maxFrameBytes || !this.room(total)) {
           this.skipping = total - PRELUDE;
           this.oversizeFrames++;
           continue;
@@ -116,6 +129,9 @@ export class EventStreamDecoder {
       if (len - i >= total) {
         this.decode(buf, i, total);
         i += total;
+      } else if (!this.room(total)) {
+        this.skipping = total;
+        this.oversizeFrames++;
       } else {
         this.frame = Buffer.allocUnsafe(total);
         buf.copy(this.frame, 0, i, len);

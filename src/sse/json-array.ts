@@ -1,4 +1,5 @@
 import type { SseEvent } from './parser.js';
+import type { BudgetShare } from './byte-budget.js';
 import { PendingBytes } from './pending-bytes.js';
 
 /**
@@ -20,6 +21,8 @@ import { PendingBytes } from './pending-bytes.js';
  */
 export interface JsonArrayParserOptions {
   maxEventBytes?: number;
+  /** The request's part of `limits.maxBufferedBytes`: an element past it is read as one over the cap. */
+  share?: BudgetShare;
 }
 
 export type JsonArrayKind = 'unknown' | 'array' | 'other' | 'done';
@@ -52,7 +55,7 @@ export class JsonArrayParser {
     opts: JsonArrayParserOptions = {},
   ) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
-    this.pending = new PendingBytes(this.maxEventBytes, true);
+    this.pending = new PendingBytes(this.maxEventBytes, true, opts.share);
   }
 
   push(chunk: Uint8Array): void {

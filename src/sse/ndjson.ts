@@ -1,4 +1,5 @@
 import type { SseEvent } from './parser.js';
+import type { BudgetShare } from './byte-budget.js';
 import { PendingBytes } from './pending-bytes.js';
 
 /**
@@ -14,6 +15,8 @@ import { PendingBytes } from './pending-bytes.js';
  */
 export interface NdjsonParserOptions {
   maxEventBytes?: number;
+  /** The request's part of `limits.maxBufferedBytes`: a line past it is read as one over the cap. */
+  share?: BudgetShare;
 }
 
 const LF = 0x0a;
@@ -32,7 +35,7 @@ export class NdjsonParser {
     opts: NdjsonParserOptions = {},
   ) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
-    this.pending = new PendingBytes(this.maxEventBytes, true);
+    this.pending = new PendingBytes(this.maxEventBytes, true, opts.share);
   }
 
   push(chunk: Uint8Array): void {

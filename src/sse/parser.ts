@@ -1,3 +1,4 @@
+import type { BudgetShare } from './byte-budget.js';
 import { EventEdges } from './event-edges.js';
 import { PendingBytes } from './pending-bytes.js';
 
@@ -23,7 +24,9 @@ import { PendingBytes } from './pending-bytes.js';
  * `oversizeEvents`), however the reads split it: measurement skips it;
  * forwarding is not this module's business. When the cause was one `data:`
  * line, an event with empty data and that line's first and last bytes
- * (`oversize`, see EventEdges) is dispatched in its place.
+ * (`oversize`, see EventEdges) is dispatched in its place. So is an event whose
+ * bytes, kept while it arrives, do not fit the request's `share` of
+ * `limits.maxBufferedBytes`.
  */
 
 export interface SseEvent {
@@ -41,6 +44,8 @@ export interface SseEvent {
 
 export interface SseParserOptions {
   maxEventBytes?: number;
+  /** The request's part of `limits.maxBufferedBytes`, which the bytes kept while an event arrives count in. */
+  share?: BudgetShare;
   onComment?: () => void;
   /**
    * Offered each event's data as bytes `buf[start, end)` (valid during the
@@ -135,8 +140,9 @@ export class SseParser {
 
   constructor(private readonly onEvent: (ev: SseEvent) => void, opts: SseParserOptions = {}) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
-    this.pending = new PendingBytes(this.maxEventBytes);
-    this.data = new PendingBytes(this.maxEventBytes);
+    // With edges: a line the budget refuses is then read as one over the cap (the cap itself is checked here first).
+    this.pending = new PendingBytes(this.maxEventBytes, true, opts.share);
+    this.data = new PendingBytes(this.maxEventBytes, false, opts.share);
     this.onComment = opts.onComment;
     this.onData = opts.onData;
     this.lane = opts.lane;
@@ -155,7 +161,7 @@ export class SseParser {
     }
     this.scan(buf, start, end);
     // The caller may reuse its buffer after push() returns: own the open event's bytes.
-    if (this.oneBuf !== undefined) this.own();
+    if (this.oneBuf !== undefined && !this.own()) this.markOversize(this.oneEdges());
   }
 
   private scan(buf: Buffer, start: number, len: number): void {
@@ -282,7 +288,19 @@ export class SseParser {
       this.markOversize(edges);
       return;
     }
-    this.pending.add(part, 0, part.length);
+    if (this.pending.add(part, 0, part.length)) this.pendingRefused(true);
+  }
+
+  /**
+   * The budget refused the line being kept: it is read as a line over the cap, its edges (which
+   * PendingBytes kept) only as `lineEdges` would keep them. `open`: the line has not ended.
+   */
+  private pendingRefused(open: boolean): void {
+    const edges = this.skipping || this.hasData ? undefined : this.pending.edges;
+    this.pending.clear();
+    this.dropLine = open;
+    this.edgesOpen = open && edges !== undefined;
+    this.markOversize(edges);
   }
 
   /**
@@ -308,7 +326,10 @@ export class SseParser {
         this.markOversize(edges);
         return; // a line over the cap, which cannot be blank
       }
-      this.pending.add(buf, from, to);
+      if (this.pending.add(buf, from, to)) {
+        this.pendingRefused(false);
+        return;
+      }
       // A view of the pending copy, which clear() lets go of (it is never reused).
       lineBuf = this.pending.bytes();
       this.pending.clear();
@@ -349,10 +370,9 @@ export class SseParser {
         this.oneBuf = lineBuf;
         this.oneStart = vs;
         this.oneEnd = e;
-      } else {
-        if (this.oneBuf !== undefined) this.own();
-        this.data.add(NEWLINE, 0, 1);
-        this.data.add(lineBuf, vs, e);
+      } else if ((this.oneBuf !== undefined && !this.own()) || this.data.add(NEWLINE, 0, 1) || this.data.add(lineBuf, vs, e)) {
+        this.markOversize(); // the budget refused the lines' bytes: as data over the cap across lines
+        return;
       }
       this.dataBytes += add;
       this.hasData = true;
@@ -379,11 +399,24 @@ export class SseParser {
     this.dataBytes = 0;
   }
 
-  /** The open event's single data line, still in the caller's chunk, is copied into `data`. */
-  private own(): void {
-    const one = this.oneBuf!;
+  /**
+   * The open event's single data line, still in the caller's chunk, is copied into `data`: false
+   * when the budget refused it (the line is still in `oneBuf` then, for `oneEdges()`).
+   */
+  private own(): boolean {
+    if (this.data.add(this.oneBuf!, this.oneStart, this.oneEnd)) return false;
     this.oneBuf = undefined;
-    this.data.add(one, this.oneStart, this.oneEnd);
+    return true;
+  }
+
+  /** Edges of the open event's single data line, as `lineEdges` would have kept them, when `own()` was refused. */
+  private oneEdges(): EventEdges {
+    const one = this.oneBuf!;
+    const field = one[this.oneStart - 1] === SPACE ? DATA_FIELD_SPACE : DATA_FIELD; // the line as it came
+    const edges = new EventEdges();
+    edges.add(field, 0, field.length);
+    edges.add(one, this.oneStart, this.oneEnd);
+    return edges;
   }
 
   private dispatch(): void {
@@ -442,3 +475,5 @@ export class SseParser {
 }
 
 const NEWLINE = Buffer.from('\n');
+const DATA_FIELD = Buffer.from('data:');
+const DATA_FIELD_SPACE = Buffer.from('data: ');

@@ -1,11 +1,13 @@
+import type { BudgetShare } from './byte-budget.js';
 import { EventEdges } from './event-edges.js';
 
 /**
  * The bytes of one event (an NDJSON line, a JSON-array element) that spans
  * reads, copied because the caller may reuse its buffer after a push, up to
- * a cap. Over the cap the event is dropped: its bytes are let go at once and
- * `over` stays set (the framing skips to the event's end) until `clear()`;
- * with `keepEdges` its first and last bytes are kept as they pass (`edges`).
+ * a cap. Over the cap, or when the buffer cannot grow within the request's
+ * `share` of `limits.maxBufferedBytes`, the event is dropped: its bytes are let
+ * go at once and `over` stays set (the framing skips to the event's end) until
+ * `clear()`; with `keepEdges` its first and last bytes are kept as they pass (`edges`).
  *
  * One buffer that doubles as it fills, not a copy per piece: an upstream that
  * sends an event as 1-byte HTTP chunks hands over one piece per byte, and a
@@ -18,13 +20,17 @@ export class PendingBytes {
   /** With `keepEdges`: the first and last bytes of the event that went over the cap, until `clear()`. */
   edges: EventEdges | undefined;
 
-  /** @param keepEdges past the cap, keep the event's edges (see EventEdges) instead of nothing. */
+  /**
+   * @param keepEdges past the cap, keep the event's edges (see EventEdges) instead of nothing.
+   * @param share the request's part of `limits.maxBufferedBytes` the buffer is counted in (none: not counted).
+   */
   constructor(
     private readonly cap: number,
     private readonly keepEdges = false,
+    private readonly share?: BudgetShare,
   ) {}
 
-  /** Keeps `buf[from, to)`; true when this went over the cap (once per event). */
+  /** Keeps `buf[from, to)`; true when this went over the cap or the budget (once per event). */
   add(buf: Buffer, from: number, to: number): boolean {
     if (this.over) {
       this.edges?.add(buf, from, to);
@@ -32,26 +38,36 @@ export class PendingBytes {
     }
     if (to === from) return false;
     const need = this.length + (to - from);
-    if (need > this.cap) {
-      if (this.keepEdges) {
-        const edges = (this.edges = new EventEdges());
-        if (this.store !== undefined) edges.add(this.store, 0, this.length);
-        edges.add(buf, from, to);
-      }
-      this.store = undefined;
-      this.length = 0;
-      this.over = true;
-      return true;
-    }
+    if (need > this.cap) return this.drop(buf, from, to);
     let store = this.store;
     if (store === undefined || store.length < need) {
-      const grown = Buffer.allocUnsafe(Math.min(this.cap, Math.max(need, 2 * (store?.length ?? 0), 256)));
+      const size = Math.min(this.cap, Math.max(need, 2 * (store?.length ?? 0), 256));
+      if (this.share !== undefined && !this.share.take(size - (store?.length ?? 0), size)) return this.drop(buf, from, to);
+      const grown = Buffer.allocUnsafe(size);
       if (store !== undefined) store.copy(grown, 0, 0, this.length);
       this.store = store = grown;
     }
     buf.copy(store, this.length, from, to);
     this.length = need;
     return false;
+  }
+
+  /** The event goes over: what is held is let go, its edges kept with `keepEdges`. */
+  private drop(buf: Buffer, from: number, to: number): true {
+    if (this.keepEdges) {
+      const edges = (this.edges = new EventEdges());
+      if (this.store !== undefined) edges.add(this.store, 0, this.length);
+      edges.add(buf, from, to);
+    }
+    this.letGo();
+    this.over = true;
+    return true;
+  }
+
+  private letGo(): void {
+    if (this.store !== undefined) this.share?.give(this.store.length);
+    this.store = undefined;
+    this.length = 0;
   }
 
   /** The event's bytes so far, as one buffer (valid until `clear()` or the next `add`). */
@@ -61,8 +77,7 @@ export class PendingBytes {
 
   /** Next event. */
   clear(): void {
-    this.store = undefined;
-    this.length = 0;
+    this.letGo();
     this.over = false;
     this.edges = undefined;
   }

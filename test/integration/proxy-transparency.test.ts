@@ -1305,6 +1305,49 @@ describe('events over limits.maxEventBytes', () => {
   });
 });
 
+describe('limits.maxBufferedBytes', () => {
+  it('a large event that would take all streams past the limit is read from its edges (usage, finish), forwarded whole, and logged', async () => {
+    const ev = (o: { type: string } & Record<string, unknown>) => `event: ${o.type}\ndata: ${JSON.stringify(o)}\n\n`;
+    const body = (image: string) => {
+      const response = { id: 'resp_1', object: 'response', status: 'completed', model: 'gpt-5', output: [{ id: 'ig_1', type: 'image_generation_call', status: 'completed', result: image }], usage: { input_tokens: 11, output_tokens: 1290, total_tokens: 1301 }, metadata: {} };
+      return Buffer.from(ev({ type: 'response.created', sequence_number: 0, response: { ...response, status: 'in_progress', output: [], usage: null } }) + ev({ type: 'response.output_text.delta', sequence_number: 1, delta: 'A cat.' }) + ev({ type: 'response.completed', sequence_number: 2, response }));
+    };
+    const bodies = { a: body('iVBORw0KGgo'.padEnd(300_000, 'QUFB')), b: body('iVBORw0KGgo'.padEnd(300_000, 'QkJC')) };
+    let releaseA!: () => void;
+    const aMayEnd = new Promise<void>((r) => (releaseA = r));
+    const up = await upstream(async (_req, res, reqBody) => {
+      const which = (JSON.parse(reqBody.toString()) as { model: string }).model as 'a' | 'b';
+      const b = bodies[which];
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      // A: 280 KB of its event, held until B is done; B: its event in two writes 50 ms apart (two reads at least).
+      const cut = which === 'a' ? b.indexOf('"result"') + 280_000 : b.indexOf('"result"') + 100_000;
+      res.write(b.subarray(0, cut));
+      if (which === 'a') await aMayEnd;
+      else await sleep(50);
+      res.end(b.subarray(cut));
+    });
+    cleanups.push(up.close);
+    const lines: Record<string, unknown>[] = [];
+    // A's 280 KB take a 512 KiB buffer; B's first 100 KB past the free 64 KiB do not fit beside it.
+    proxy = await startTestProxy(up.url, { limits: { maxBufferedBytes: 600_000 } }, { logLevel: 'info', logLines: lines });
+    const get = (model: string) =>
+      fetch(`${proxy!.proxyUrl}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model, stream: true }) }).then(async (r) => Buffer.from(await r.arrayBuffer()));
+    const a = get('a');
+    const budget = proxy.forwarder.buffered;
+    for (let i = 0; i < 250 && budget.used < 500_000; i++) await sleep(20);
+    expect(budget.used).toBeGreaterThanOrEqual(500_000);
+    expect(sha(await get('b'))).toBe(sha(bodies.b));
+    releaseA();
+    expect(sha(await a)).toBe(sha(bodies.a));
+    let done: Record<string, unknown>[] = [];
+    for (let i = 0; i < 100 && (done = lines.filter((l) => l.msg === 'request')).length < 2; i++) await sleep(20);
+    expect(done.map((l) => l.model).sort()).toEqual(['a', 'b']);
+    for (const l of done) expect(l).toMatchObject({ outcome: 'ok', outputTokens: 1290, tokenSource: 'usage', finishReasons: ['completed'] });
+    expect(lines.filter((l) => String(l.msg).startsWith('buffer limit reached'))).toEqual([expect.objectContaining({ level: 40, maxBufferedBytes: 600_000, unread: 1 })]);
+    expect(budget.used).toBe(0);
+  });
+});
+
 describe('graceful shutdown', () => {
   /** A raw keep-alive connection: everything it receives, and when it closed. */
   function rawConnection(url: string) {

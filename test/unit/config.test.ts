@@ -197,6 +197,10 @@ describe('config', () => {
     expect(buildConfig({ routes: [{ prefix: '/', upstream: 'http://x', provider: 'anthropic' }] }).routes[0]!.provider).toBe('anthropic');
     expect(errorOf(() => buildConfig({ routes: [{ prefix: '/', upstream: 5 }] }))).toMatch(/routes\[0\]\.upstream: Invalid input: expected string, received number/);
     expect(errorOf(() => buildConfig({ metrics: { port: 'abc' } }))).toMatch(/metrics\.port/);
+    expect(errorOf(() => buildConfig({ limits: { maxBufferedBytes: -1 } }))).toMatch(/^invalid configuration in config:\n  limits\.maxBufferedBytes: /);
+    expect(errorOf(() => buildConfig({ limits: { maxBufferedBytes: 1.5 } }))).toMatch(/limits\.maxBufferedBytes: /);
+    expect(buildConfig({}).limits.maxBufferedBytes).toBe(64 * 1024 * 1024);
+    expect(buildConfig({ limits: { maxBufferedBytes: 0 } }).limits.maxBufferedBytes).toBe(0);
     expect(errorOf(() => buildConfig({ metrics: { buckets: { itl: [0.002, 0.001] } } }))).toMatch(/metrics\.buckets\.itl: must be strictly increasing/);
     expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 0 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
     expect(errorOf(() => buildConfig({ metrics: { loopDelayResolutionMs: 2.5 } }))).toMatch(/metrics\.loopDelayResolutionMs/);
