@@ -188,11 +188,12 @@ export function connectionDropLog(log: Logger, maxConnections: number): Throttle
 
 /**
  * Logs the events read no further than their edges because all requests together held
- * `limits.maxBufferedBytes` (sse/byte-budget.ts), at most one line per 10 s: `unread`, how many
- * since the previous line (this one's own included).
+ * `limits.maxBufferedBytes` (sse/byte-budget.ts), at most one line per 10 s: `refused`, how many
+ * buffers could not grow since the previous line (this one's own included): one per such event,
+ * more for an SSE event of several long lines.
  */
 export function bufferLimitLog(log: Logger, maxBufferedBytes: number): Throttled<void> {
   return throttled((_: void, unlogged, own) => {
-    log.warn({ maxBufferedBytes, unread: unlogged + (own ? 1 : 0) }, 'buffer limit reached (limits.maxBufferedBytes): large events or bodies forwarded without being read whole');
+    log.warn({ maxBufferedBytes, refused: unlogged + (own ? 1 : 0) }, 'buffer limit reached (limits.maxBufferedBytes): large events or bodies forwarded without being read whole');
   });
 }

@@ -289,8 +289,7 @@ export class RequestMeter {
     } catch {
       // A parser bug or a corrupt event-stream frame must never break
       // forwarding: stop measuring this body (duration is still recorded).
-      this.framing = 'none';
-      this.parser = undefined;
+      this.stopReading();
     }
   }
 
@@ -306,8 +305,18 @@ export class RequestMeter {
     this.framing = 'jsonarray';
     this.parser = arr;
     this.streamed = true;
+    this.body?.clear(); // what it held goes back to the budget now, not at the end
     this.body = undefined;
     return true;
+  }
+
+  /** Nothing more of this body is read: what its reader held goes back to the budget now, not at the end. */
+  private stopReading(): void {
+    this.framing = 'none';
+    this.parser = undefined;
+    this.jsonArray = undefined;
+    this.body = undefined;
+    this.share?.close();
   }
 
   private event(ev: SseEvent): void {
@@ -357,8 +366,7 @@ export class RequestMeter {
       }
     } catch {
       // As in chunk(): a failure stops measuring this body, never anything else.
-      this.framing = 'none';
-      this.parser = undefined;
+      this.stopReading();
     } finally {
       q.length = 0; // `now` is left at the last event's: every chunk() sets its own
     }

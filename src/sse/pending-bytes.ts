@@ -1,4 +1,4 @@
-import type { BudgetShare } from './byte-budget.js';
+import { FREE_BYTES, type BudgetShare } from './byte-budget.js';
 import { EventEdges } from './event-edges.js';
 
 /**
@@ -41,8 +41,12 @@ export class PendingBytes {
     if (need > this.cap) return this.drop(buf, from, to);
     let store = this.store;
     if (store === undefined || store.length < need) {
-      const size = Math.min(this.cap, Math.max(need, 2 * (store?.length ?? 0), 256));
-      if (this.share !== undefined && !this.share.take(size - (store?.length ?? 0), size)) return this.drop(buf, from, to);
+      let size = Math.min(this.cap, Math.max(need, 2 * (store?.length ?? 0), 256));
+      if (this.share !== undefined) {
+        // Doubling must not take an event that fits the free part past it (40 KB + 10 KB: 80 KB).
+        if (need <= FREE_BYTES && size > FREE_BYTES) size = FREE_BYTES;
+        if (!this.share.take(size - (store?.length ?? 0), size)) return this.drop(buf, from, to);
+      }
       const grown = Buffer.allocUnsafe(size);
       if (store !== undefined) store.copy(grown, 0, 0, this.length);
       this.store = store = grown;

@@ -130,8 +130,11 @@ const framings: Framing[] = [
   },
 ];
 
-/** Small events (a token's) and large ones (a generated image's): past FREE_BYTES and TAIL. */
-const size = fc.oneof(fc.integer({ min: 1, max: 900 }), fc.integer({ min: 70_000, max: 200_000 }));
+/**
+ * Small events (a token's), ones just under FREE_BYTES whose buffer would double past it (a
+ * finished answer that repeats the output), and large ones (a generated image's), past FREE_BYTES and TAIL.
+ */
+const size = fc.oneof(fc.integer({ min: 1, max: 900 }), fc.integer({ min: 30_000, max: FREE_BYTES - 100 }), fc.integer({ min: 70_000, max: 200_000 }));
 
 describe.each(framings)('$name: two streams of large events under one limit', (framing) => {
   it('reads each event whole or as one too large, never a small one cut, holds no more than the limit (and the free parts), and gives all back', () => {
@@ -245,6 +248,34 @@ describe('SSE: each place a kept line or data can be refused', () => {
   });
 });
 
+describe('refusals without edges', () => {
+  const u = text(80_000, 6);
+
+  it('SSE: a second data line kept across reads and refused: no edges (they would be that line\'s, not the data\'s), the next event read', () => {
+    const b = new ByteBudget(FREE_BYTES);
+    expect(b.share().take(FREE_BYTES, FREE_BYTES)).toBe(true);
+    const events: SseEvent[] = [];
+    const p = new SseParser((e) => events.push(e), { maxEventBytes: MAX_EVENT, share: b.share() });
+    for (const piece of [`data: a\ndata: ${u.slice(0, 40_000)}`, `${u.slice(40_000)}\n\ndata: small\n\n`]) p.push(Buffer.from(piece, 'latin1'));
+    expect(events).toEqual([{ type: '', data: 'small', id: undefined }]);
+    expect([p.oversizeEvents, b.used]).toEqual([1, FREE_BYTES]);
+  });
+
+  it('AWS event stream: a frame whose prelude is split across reads is refused before its buffer is made, and skipped', () => {
+    const b = new ByteBudget(0);
+    const events: SseEvent[] = [];
+    const d = new EventStreamDecoder((e) => events.push(e), { maxFrameBytes: MAX_EVENT, share: b.share() });
+    const big = rawFrame(FRAME_HEADERS, Buffer.from(u, 'latin1'));
+    const stream = Buffer.concat([big, rawFrame(FRAME_HEADERS, Buffer.from('{"t":"small"}'))]);
+    for (const piece of splitAt(stream, [5, 30_000, 60_000])) {
+      d.push(piece);
+      expect(b.used).toBe(0);
+    }
+    expect(events.map((e) => e.data)).toEqual(['{"t":"small"}']);
+    expect(d.oversizeFrames).toBe(1);
+  });
+});
+
 describe('RequestMeter: what a request holds comes back when it ends, however it ends', () => {
   let t: ReturnType<typeof testInstruments> | undefined;
   afterEach(async () => {
@@ -259,6 +290,42 @@ describe('RequestMeter: what a request holds comes back when it ends, however it
     ['AWS event stream', () => new BedrockAdapter(), 'application/vnd.amazon.eventstream', rawFrame(FRAME_HEADERS, Buffer.concat([half, half])).subarray(0, 150_000)],
     ['a JSON body', () => new OpenAIChatAdapter(), 'application/json', Buffer.concat([Buffer.from('{"a":"'), half])],
   ];
+
+  it('a measurement that throws while a large line arrives: given back at once, before the request ends', () => {
+    t = testInstruments();
+    class Throwing extends OllamaAdapter {
+      override onEvent(ev: SseEvent) {
+        if (ev.data.includes('boom')) throw new Error('an adapter bug');
+        return super.onEvent(ev);
+      }
+    }
+    const budget = new ByteBudget(1 << 30);
+    const deferred: (() => void)[] = [];
+    const m = new RequestMeter(t.instruments, new Throwing(), { ...labels }, 1000, { maxEventBytes: MAX_EVENT, maxBodyBytes: MAX_EVENT, budget, defer: (fn) => deferred.push(fn) });
+    m.responseStart(200, 'application/x-ndjson', undefined);
+    // The throwing line is measured after the read (deferred), by when the large one's start is kept.
+    m.chunk(Buffer.concat([Buffer.from('{"boom":1}\n{"a":"'), half]), 1001);
+    expect(budget.used).toBeGreaterThan(FREE_BYTES);
+    for (const fn of deferred.splice(0)) fn();
+    expect(budget.used).toBe(0);
+    m.finish(1003);
+    expect(budget.used).toBe(0);
+  });
+
+  it('an event stream whose frame fails its CRC: given back at once, before the request ends', () => {
+    t = testInstruments();
+    const budget = new ByteBudget(1 << 30);
+    const m = new RequestMeter(t.instruments, new BedrockAdapter(), { ...labels }, 1000, { maxEventBytes: MAX_EVENT, maxBodyBytes: MAX_EVENT, budget });
+    m.responseStart(200, 'application/vnd.amazon.eventstream', undefined);
+    const frame = rawFrame(FRAME_HEADERS, Buffer.concat([half, half]));
+    frame[frame.length - 1]! ^= 0xff;
+    m.chunk(frame.subarray(0, 100_000), 1001);
+    expect(budget.used).toBeGreaterThan(FREE_BYTES);
+    m.chunk(frame.subarray(100_000), 1002);
+    expect(budget.used).toBe(0);
+    m.finish(1003);
+    expect(budget.used).toBe(0);
+  });
 
   it.each(cases)('%s cut mid-event: at finish() and at discard()', (_, adapter, contentType, part) => {
     t = testInstruments();
