@@ -596,7 +596,7 @@ export class Tunnel {
 
   /** A side still let finish its frame is cut now (an exit that cannot wait), and the line written. */
   finishNow(): void {
-    if (this.finishDown || this.finishUp) this.finishDue();
+    if (this.finishing) this.finishDue();
   }
 
   private readonly finishDue = (): void => {

@@ -140,7 +140,7 @@ export class SseParser {
 
   constructor(private readonly onEvent: (ev: SseEvent) => void, opts: SseParserOptions = {}) {
     this.maxEventBytes = opts.maxEventBytes ?? 1024 * 1024;
-    // With edges: a line the budget refuses is then read as one over the cap (the cap itself is checked here first).
+    // With edges: a line over the cap or the budget is dropped keeping them (`pendingRefused`).
     this.pending = new PendingBytes(this.maxEventBytes, true, opts.share);
     this.data = new PendingBytes(this.maxEventBytes, false, opts.share);
     this.onComment = opts.onComment;
@@ -278,22 +278,14 @@ export class SseParser {
       if (this.edgesOpen) this.edges!.add(part, 0, part.length);
       return;
     }
-    if (this.pending.length + part.length > this.maxEventBytes) {
-      // A single line beyond the cap: drop what we hold and the rest of the line, keeping its
-      // edges; mark the event as skipped.
-      const edges = this.lineEdges(this.pending.bytes(), part);
-      this.pending.clear();
-      this.dropLine = true;
-      this.edgesOpen = edges !== undefined;
-      this.markOversize(edges);
-      return;
-    }
+    // A single line beyond the cap (or the budget): the rest of the line is dropped too.
     if (this.pending.add(part, 0, part.length)) this.pendingRefused(true);
   }
 
   /**
-   * The budget refused the line being kept: it is read as a line over the cap, its edges (which
-   * PendingBytes kept) only as `lineEdges` would keep them. `open`: the line has not ended.
+   * The line being kept went over the cap or the budget (PendingBytes let it go, keeping its
+   * edges): the event is skipped, with the edges only as `lineEdges` would keep them. `open`: the
+   * line has not ended.
    */
   private pendingRefused(open: boolean): void {
     const edges = this.skipping || this.hasData ? undefined : this.pending.edges;
@@ -304,14 +296,13 @@ export class SseParser {
   }
 
   /**
-   * Edges for a line over the cap, from its pieces so far: kept only for the event's first line
+   * Edges for a line over the cap that came in one read: kept only for the event's first line
    * over the cap before any data (a later data line's edges are not the data's).
    */
-  private lineEdges(a: Buffer, b?: Buffer, from = 0, to = b?.length ?? 0): EventEdges | undefined {
+  private lineEdges(line: Buffer): EventEdges | undefined {
     if (this.skipping || this.hasData) return undefined;
     const edges = new EventEdges();
-    edges.add(a, 0, a.length);
-    if (b !== undefined) edges.add(b, from, to);
+    edges.add(line, 0, line.length);
     return edges;
   }
 
@@ -320,15 +311,9 @@ export class SseParser {
     let s: number;
     let e: number;
     if (this.pending.length > 0) {
-      if (this.pending.length + (to - from) > this.maxEventBytes) {
-        const edges = this.lineEdges(this.pending.bytes(), buf, from, to);
-        this.pending.clear();
-        this.markOversize(edges);
-        return; // a line over the cap, which cannot be blank
-      }
       if (this.pending.add(buf, from, to)) {
         this.pendingRefused(false);
-        return;
+        return; // a line over the cap or the budget, which cannot be blank
       }
       // A view of the pending copy, which clear() lets go of (it is never reused).
       lineBuf = this.pending.bytes();
