@@ -9,7 +9,7 @@ const root = join(__dirname, '../..');
 describe('a start that failed for want of file descriptors', () => {
   it('EMFILE names the limit; ENFILE the system table; either whatever the limit', () => {
     expect(descriptorShortage(err('EMFILE', "EMFILE: too many open files, open 'x.js'"), 64)).toBe(
-      "cannot start: out of file descriptors: the process may open 64 files (ulimit -n, systemd's LimitNOFILE, a container's nofile). It needs over 100 to start and two per open stream (three with the built-in simulator): give it several thousand. (EMFILE: too many open files, open 'x.js')",
+      "cannot start: out of file descriptors: the process may open 64 files (ulimit -n, systemd's LimitNOFILE, a container's nofile). Starting takes up to ~100 (Node's loader opens the modules in parallel), and each open stream two (three with the built-in simulator): give it several thousand. (EMFILE: too many open files, open 'x.js')",
     );
     expect(descriptorShortage(err('EMFILE', 'm'), undefined)).toMatch(/the process may open too few files/);
     expect(descriptorShortage(err('ENFILE', 'm'), 65536)).toMatch(/^cannot start: out of file descriptors: the system's file table is full\./);
