@@ -425,7 +425,8 @@ export class Tunnel {
       else this.connectFailed(err, code ?? err?.message ?? 'closed');
       return;
     }
-    // After a clean end (a TLS socket closes on it): the client's half ends too. Anything else is a cut.
+    // After a clean end (a TLS socket over the egress proxy's tunnel closes on it when that tunnel
+    // closes): the client's half ends too. Anything else is a cut.
     this.close(err === undefined && this.upstreamEnded && this.status === 101 ? undefined : ERROR_TYPE.upstreamReset);
   }
 

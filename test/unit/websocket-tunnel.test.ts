@@ -1,16 +1,21 @@
 import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import net, { type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { RunningProxy } from '../../src/main.js';
 import { afterHead, pump, type Progress } from '../helpers/flood.js';
+import { startForwardProxy } from '../helpers/forward-proxy.js';
 import { hist, scrape } from '../helpers/prom.js';
 import { startTestProxy } from '../helpers/proxy.js';
+import { selfSignedCert } from '../helpers/tls.js';
 import { Receiver } from '../helpers/ws-frames.js';
 import { buildConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { startProxy } from '../../src/main.js';
+import { upstreamTlsContext } from '../../src/proxy/tls-context.js';
 import { FRAME_FINISH_MS } from '../../src/proxy/tunnel.js';
 
 // WebSocket upgrades (OpenAI's Realtime API, Gemini's Live API) pass through as a byte tunnel;
@@ -568,6 +573,75 @@ describe('WebSocket upgrades', () => {
     });
     expect(reset).toBe('ECONNRESET');
     expect(await inFlight(0)).toBe(0);
+  });
+
+  it('over TLS to the upstream, direct or through the egress proxy, pass its clean end on as an end, not a cut (a TLS socket may close on it), and a reset as a reset', async () => {
+    // Through the egress proxy, the upstream's close_notify and the egress proxy's close of the
+    // CONNECT tunnel close the TLS socket with no error, before the client has ended its half.
+    // That is the end of the tunnel, as a plain upstream's half-close followed by the client's
+    // would be: the client gets the last bytes and a FIN (no reset when it then ends its half),
+    // and the line says ok. Direct, the half-open TLS socket stays open until the client ends.
+    const cert = selfSignedCert();
+    const tlsUp = https.createServer({ key: fs.readFileSync(cert.key), cert: fs.readFileSync(cert.cert) });
+    tlsUp.on('upgrade', (req: http.IncomingMessage, socket: net.Socket) => {
+      socket.on('error', () => {});
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nbye');
+      // A TCP reset under TLS: the TLS socket's own resetAndDestroy refuses its handle type. (A close
+      // without close_notify is an end to Node, as a plain upstream's FIN is.)
+      if (req.url!.startsWith('/reset')) setTimeout(() => (socket as net.Socket & { _parent: net.Socket })._parent.resetAndDestroy(), 50);
+      else socket.end();
+    });
+    await new Promise<void>((r) => tlsUp.listen(0, '127.0.0.1', r));
+    upstreamTlsContext().context.addCACert(fs.readFileSync(cert.cert)); // as NODE_EXTRA_CA_CERTS would
+    const egress = await startForwardProxy();
+    const lines: Record<string, unknown>[] = [];
+    const up = `https://localhost:${(tlsUp.address() as AddressInfo).port}`;
+    // Direct, and through the egress proxy (TLS over its CONNECT tunnel's socket).
+    const proxies = [await startTestProxy(up, {}, { logLevel: 'info', logLines: lines }), await startTestProxy(up, { egressProxy: egress.url }, { logLevel: 'info', logLines: lines })];
+    try {
+      for (const [i, p] of proxies.entries()) {
+        const port = Number(new URL(p.proxyUrl).port);
+        const run = (path: string) =>
+          new Promise<{ text: string; ended: boolean; error?: string }>((resolve) => {
+            const c = net.connect({ port, host: '127.0.0.1', allowHalfOpen: true }, () => c.write(handshake(path)));
+            let text = '';
+            let ended = false;
+            let error: string | undefined;
+            c.on('data', (b: Buffer) => (text += b.toString()));
+            c.on('end', () => {
+              ended = true;
+              // Not at once: by then the upstream's TLS socket may have closed, and its close decides.
+              setTimeout(() => c.end(), 200);
+            });
+            c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
+            c.on('close', () => resolve({ text, ended, error }));
+          });
+        const how = i === 0 ? 'direct' : 'through the egress proxy';
+        const clean = await run(`/clean-${i}`);
+        expect(clean, how).toMatchObject({ ended: true, error: undefined });
+        expect(clean.text, how).toMatch(/^HTTP\/1\.1 101 [^]*\r\n\r\nbye$/);
+        // Behind the egress proxy an upstream's reset arrives as the egress proxy's close (this
+        // one's, as Squid's), which TLS without close_notify does not tell from an end: direct only.
+        if (i === 1) continue;
+        const cut = await run(`/reset-${i}`);
+        expect(cut.text, how).toMatch(/\r\n\r\nbye$/);
+        expect(cut.error, how).toBe('ECONNRESET');
+      }
+      for (let i = 0; i < 100 && lines.filter((l) => l.msg === 'tunnel').length < 3; i++) await new Promise((r) => setTimeout(r, 20));
+      const tunnels = lines.filter((l) => l.msg === 'tunnel');
+      expect(tunnels.map((l) => [l.path, l.status, l.outcome, l.errorType])).toEqual([
+        ['/clean-0', 101, 'ok', undefined],
+        ['/reset-0', 101, 'error', 'upstream_reset'],
+        ['/clean-1', 101, 'ok', undefined],
+      ]);
+      expect(egress.connects).toHaveLength(1);
+    } finally {
+      for (const p of proxies) await p.close();
+      await egress.close();
+      tlsUp.closeAllConnections();
+      await new Promise<void>((r) => tlsUp.close(() => r()));
+      await cert.remove();
+    }
   });
 
   it('close a connection whose upgrade is pipelined behind an unfinished answer (the answers would mix)', async () => {
