@@ -46,6 +46,13 @@ const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 /** The `/partial` upstream's 100-byte text frame, of which it first sends 12 bytes (head and 10 of payload), and a frame after it. */
 const DOWN_FRAME = Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(100, 0x61)]);
 const NEXT_FRAME = Buffer.concat([Buffer.from([0x81, 4]), Buffer.from('next')]);
+/** `/partial?down-big`'s binary frame: 16 MiB, far more than the socket buffers on the way hold. */
+const BIG_FRAME = (() => {
+  const len = 16 * 1024 * 1024;
+  const head = Buffer.from([0x82, 127, 0, 0, 0, 0, 0, 0, 0, 0]);
+  head.writeUInt32BE(len, 6);
+  return Buffer.concat([head, randomBytes(len)]);
+})();
 
 beforeAll(async () => {
   upstream = http.createServer((req, res) => {
@@ -103,15 +110,22 @@ beforeAll(async () => {
       // A 101 and, with ?down, 10 bytes of a 100-byte text frame: the tunnel stays mid-frame
       // towards the client. With ?down-finish, once anything comes (the proxy's Close), the
       // frame's other 90 bytes and a next frame, in one write, as a server finishing its frame
-      // before it answers a Close would; with ?down-end, its half's end instead; with ?down-bad,
+      // before it answers a Close would (with ?down-big, of BIG_FRAME); with ?down-end, its half's end instead; with ?down-bad,
       // only the frame head's first byte, and then the rest of a head that breaks the protocol. What the upstream reads, and how its connection ended, are kept.
       const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}${GUID}`).digest('base64');
       const head = `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`;
-      const down = req.url!.includes('down-bad') ? DOWN_FRAME.subarray(0, 1) : req.url!.includes('down') ? DOWN_FRAME.subarray(0, 12) : Buffer.alloc(0);
+      const down = req.url!.includes('down-bad')
+        ? DOWN_FRAME.subarray(0, 1)
+        : req.url!.includes('down-big')
+          ? BIG_FRAME.subarray(0, 12)
+          : req.url!.includes('down')
+            ? DOWN_FRAME.subarray(0, 12)
+            : Buffer.alloc(0);
       socket.write(Buffer.concat([Buffer.from(head, 'latin1'), down])); // one write: the proxy has it all with the 101
       const got: Buffer[] = [];
       let error: string | undefined;
       if (req.url!.includes('down-finish')) socket.once('data', () => socket.write(Buffer.concat([DOWN_FRAME.subarray(12), NEXT_FRAME])));
+      if (req.url!.includes('down-big')) socket.once('data', () => socket.write(Buffer.concat([BIG_FRAME.subarray(12), NEXT_FRAME])));
       if (req.url!.includes('down-end')) socket.once('data', () => socket.end()); // its half ends, the frame unfinished
       if (req.url!.includes('down-bad')) socket.once('data', () => socket.write(Buffer.from([0x85, 1, 2, 3, 4]))); // a masked server frame: a protocol break
       let firstAt: number | undefined;
@@ -192,21 +206,28 @@ function rawClient(p: RunningProxy, path: string, extra: Buffer = Buffer.alloc(0
   let error: string | undefined;
   let then = onClose;
   let toldAt: number | undefined;
+  let opening!: () => void;
+  const opened = new Promise<void>((r) => (opening = r));
+  // What is searched: each read with the bytes before it that a match ending in it could start
+  // in (searching all that came at each read took seconds for a frame of megabytes).
+  let tail = Buffer.alloc(0);
   c.on('data', (b: Buffer) => {
     chunks.push(b);
-    if (toldAt !== undefined || !Buffer.concat(chunks).includes(told)) return;
+    const scan = Buffer.concat([tail, b]);
+    tail = scan.subarray(Math.max(0, scan.length - Math.max(told.length, 4) + 1));
+    if (scan.includes('\r\n\r\n')) opening();
+    if (toldAt !== undefined || !scan.includes(told)) return;
     toldAt = performance.now();
     if (then === 'end') c.end();
     else if (then !== undefined) c.write(then);
     then = undefined;
   });
   c.on('error', (e: NodeJS.ErrnoException) => (error = e.code));
-  const opened = new Promise<void>((r) => c.on('data', () => Buffer.concat(chunks).includes('\r\n\r\n') && r()));
   const closed = new Promise<{ read: Buffer; error: string | undefined; at: number; toldAt: number | undefined }>((r) =>
     c.once('close', () => r({ read: Buffer.concat(chunks), error, at: performance.now(), toldAt })),
   );
   c.write(Buffer.concat([Buffer.from(`GET ${path} HTTP/1.1\r\nHost: proxy\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${key}\r\n\r\n`, 'latin1'), extra]));
-  return { opened, closed };
+  return { opened, closed, socket: c };
 }
 
 /** The Close (code and reason) a WebSocket server reads in what the upstream got, after any frames before it. */
@@ -992,6 +1013,37 @@ describe('WebSocket upgrades', () => {
       expect(lineOf(8)).toMatchObject({ goingAway: [] });
     } finally {
       for (const p of proxies) await p.close();
+    }
+  });
+
+  it('at the shutdown deadline, finish a frame in flight towards a client that reads slowly (backpressure holds the upstream back), then send the Close', async () => {
+    const { p, lines } = await loggedProxy();
+    try {
+      const big = rawClient(p, '/partial?down-big');
+      await big.opened;
+      expect(p.forwarder.inFlight.size).toBe(1);
+      const tunnel = [...p.forwarder.inFlight][0] as unknown as { downPaused: boolean };
+      big.socket.pause(); // reads nothing until the proxy has had to stop reading the upstream
+      const done = p.shutdown(0.2);
+      // The upstream is told at the deadline (200 ms), and then sends the frame's 16 MiB rest. The
+      // client reads again once the proxy has stopped reading the upstream (what it holds for the
+      // client stays bounded), at most 600 ms after the drain began: FRAME_FINISH_MS (1 s from the
+      // deadline) is room for the rest (~0.1-0.3 s here beside two busy loops).
+      const t0 = performance.now();
+      while (!tunnel.downPaused && performance.now() - t0 < 600) await new Promise((r) => setTimeout(r, 5));
+      expect(tunnel.downPaused).toBe(true);
+      big.socket.resume();
+      const c = await big.closed;
+      await done;
+      expect(c.error).toBeUndefined();
+      // The frame whole, then the Close; not the frame the upstream sent after it.
+      const tail = c.read.subarray(c.read.length - BIG_FRAME.length - CLOSE.length);
+      expect(tail.subarray(0, BIG_FRAME.length).equals(BIG_FRAME)).toBe(true);
+      expect(tail.subarray(BIG_FRAME.length).equals(CLOSE)).toBe(true);
+      expect(c.read.length).toBe(c.read.indexOf('\r\n\r\n') + 4 + BIG_FRAME.length + CLOSE.length);
+      expect(lines.filter((l) => l.msg === 'tunnel')).toEqual([expect.objectContaining({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] })]);
+    } finally {
+      await p.close();
     }
   });
 
