@@ -383,21 +383,28 @@ export class Forwarder {
    * For an exit that cannot wait (a second signal, a crash): each open tunnel is ended as at the
    * drain deadline, but a side mid-frame is cut at once rather than let finish (the process would
    * end first), so that every tunnel's line is written before the exit. One that throws does not
-   * keep the others from their Close.
+   * keep the others from their Close; what it threw is logged.
    */
   endTunnelsNow(errorType: string): void {
+    const failed = (step: string, e: unknown): void => {
+      try {
+        this.deps.log.error({ step, err: e instanceof Error ? e.message : String(e) }, 'a tunnel could not be ended at a forced exit');
+      } catch {
+        /* the exit goes on */
+      }
+    };
     // Those closed already (an idle timeout, the drain deadline) whose side still finishes its frame too.
     for (const f of [...this.inFlight, ...this.finishing]) {
       if (!(f instanceof Tunnel)) continue;
       try {
         f.abort(errorType);
-      } catch {
-        /* the exit goes on */
+      } catch (e) {
+        failed('abort', e);
       }
       try {
         f.finishNow();
-      } catch {
-        /* the exit goes on */
+      } catch (e) {
+        failed('finishNow', e);
       }
     }
   }

@@ -333,10 +333,11 @@ function raw(request: string | Buffer, ms = 2000, then?: (s: net.Socket) => void
   });
 }
 
-const inFlight = async (n: number) => {
-  for (let i = 0; i < 100 && proxy.forwarder.inFlight.size !== n; i++) await new Promise((r) => setTimeout(r, 20));
-  return proxy.forwarder.inFlight.size;
+const inFlightOf = async (p: RunningProxy, n: number) => {
+  for (let i = 0; i < 100 && p.forwarder.inFlight.size !== n; i++) await new Promise((r) => setTimeout(r, 20));
+  return p.forwarder.inFlight.size;
 };
+const inFlight = (n: number) => inFlightOf(proxy, n);
 
 describe('WebSocket upgrades', () => {
   it('tunnel both ways, every message intact and in order, with the request headers a proxy adds', async () => {
@@ -1042,6 +1043,29 @@ describe('WebSocket upgrades', () => {
       expect(tail.subarray(BIG_FRAME.length).equals(CLOSE)).toBe(true);
       expect(c.read.length).toBe(c.read.indexOf('\r\n\r\n') + 4 + BIG_FRAME.length + CLOSE.length);
       expect(lines.filter((l) => l.msg === 'tunnel')).toEqual([expect.objectContaining({ errorType: 'shutdown_deadline', goingAway: ['client', 'upstream'] })]);
+    } finally {
+      await p.close();
+    }
+  });
+
+  it('at an exit that cannot wait, a tunnel that throws as it is ended is logged, and the others still get their Close', async () => {
+    const { p, lines } = await loggedProxy();
+    try {
+      const a = rawClient(p, '/partial');
+      const b = rawClient(p, '/partial');
+      await Promise.all([a.opened, b.opened]);
+      expect(await inFlightOf(p, 2)).toBe(2);
+      const [first] = [...p.forwarder.inFlight] as unknown as { abort?: () => void }[];
+      first!.abort = () => {
+        throw new Error('boom');
+      };
+      p.beforeForcedExit();
+      delete first!.abort; // its own again, for the close below
+      // The other one (whichever came second) got its Close 1001 and its line.
+      const closed = await Promise.race([a.closed, b.closed]);
+      expect(closed.read.subarray(closed.read.length - CLOSE.length).equals(CLOSE)).toBe(true);
+      await expect.poll(() => lines.filter((l) => l.msg === 'tunnel'), { timeout: 2000 }).toHaveLength(1);
+      expect(lines.filter((l) => l.msg === 'a tunnel could not be ended at a forced exit')).toEqual([expect.objectContaining({ level: 50, step: 'abort', err: 'boom' })]);
     } finally {
       await p.close();
     }
