@@ -16,7 +16,7 @@ import { upstreamOrigin } from './proxy/routes.js';
 import { Tunnel } from './proxy/tunnel.js';
 import { createMetricsApp, createProxyApp, listen } from './server.js';
 import { createSimulator, type Simulator } from './simulate/server.js';
-import { openFileLimit } from './start-failure.js';
+import { descriptorWarning, openFileLimit } from './start-failure.js';
 import { VERSION } from './version.js';
 import { sessionsClosing } from './ws/session.js';
 
@@ -44,39 +44,6 @@ export interface RunningProxy {
    * its sides sent their Close 1001 now where a frame can go in, a side mid-frame cut at once.
    */
   beforeForcedExit(): void;
-}
-
-/** Descriptors the process needs besides its streams' (stdio, the listeners, scrapes, OTLP, name lookups). */
-const RESERVED_FILES = 100;
-/** Without a cap, a start warns when fewer streams than this fit in the open-file limit. */
-const FEW_STREAMS = 100;
-
-/**
- * Said at start when the open-file limit is below what the streams will take: the cap's needs, or
- * without a cap, room for fewer than FEW_STREAMS. Past it, failures are the only sign (Node 24
- * starts with ~25 descriptors, Node 20 with ~105, so starting proves little).
- */
-function descriptorWarning(log: Logger, maxConnections: number | undefined, simulator: boolean): void {
-  const files = openFileLimit();
-  if (files === undefined) return;
-  // The built-in simulator's end of each upstream connection is in this process too.
-  const [perStream, counted, fail] = !simulator
-    ? [2, "two per stream: the client's connection and the upstream's", '503 proxy_out_of_resources']
-    : [3, "three per stream: the client's connection, the upstream's and the built-in simulator's end of it", '503 proxy_out_of_resources, or 502 where the simulator could not accept them'];
-  const fit = Math.max(0, Math.floor((files - RESERVED_FILES) / perStream));
-  if (maxConnections !== undefined) {
-    const needs = perStream * maxConnections + RESERVED_FILES;
-    if (needs <= files) return;
-    log.warn(
-      { maxConnections, openFileLimit: files },
-      `listen.maxConnections (${maxConnections}) needs ~${needs} file descriptors (${counted}), more than the process may open (${files}): past them, libuv closes connections without a word and upstream connections fail (${fail}). Raise the nofile limit, or lower the cap to ${Math.max(1, fit)} or less`,
-    );
-  } else if (fit < FEW_STREAMS) {
-    log.warn(
-      { openFileLimit: files, streams: fit },
-      `the process may open ${files} file descriptors, room for ${fit === 0 ? 'few if any' : `about ${fit}`} concurrent streams (${counted}, and ~${RESERVED_FILES} for the process itself): past them, libuv closes connections without a word and upstream connections fail (${fail}). Raise the nofile limit (ulimit -n, systemd's LimitNOFILE, a container's nofile) to several thousand`,
-    );
-  }
 }
 
 export async function startProxy(config: Config, log: Logger): Promise<RunningProxy> {
@@ -140,7 +107,9 @@ export async function startProxy(config: Config, log: Logger): Promise<RunningPr
       told();
     };
   }
-  descriptorWarning(log, cfg.maxConnections, simulator !== undefined);
+  const files = openFileLimit();
+  const short = files === undefined ? undefined : descriptorWarning(files, cfg.maxConnections, simulator !== undefined);
+  if (short !== undefined) log.warn(short.fields, short.msg);
   const open = instruments?.connectionsOpen;
   open?.add(0);
   const opened = open

@@ -614,7 +614,9 @@ describe('WebSocket upgrades', () => {
       else socket.end();
     });
     await new Promise<void>((r) => tlsUp.listen(0, '127.0.0.1', r));
-    upstreamTlsContext().context.addCACert(fs.readFileSync(cert.cert)); // as NODE_EXTRA_CA_CERTS would
+    // As NODE_EXTRA_CA_CERTS would; the shared context keeps it for the rest of this file (a CA of
+    // its own certificate only: no other test's upstream is affected).
+    upstreamTlsContext().context.addCACert(fs.readFileSync(cert.cert));
     const egress = await startForwardProxy();
     const lines: Record<string, unknown>[] = [];
     const up = `https://localhost:${(tlsUp.address() as AddressInfo).port}`;
@@ -1023,16 +1025,21 @@ describe('WebSocket upgrades', () => {
       const big = rawClient(p, '/partial?down-big');
       await big.opened;
       expect(p.forwarder.inFlight.size).toBe(1);
-      const tunnel = [...p.forwarder.inFlight][0] as unknown as { downPaused: boolean };
+      const tunnel = [...p.forwarder.inFlight][0] as unknown as { downPaused: boolean; client: net.Socket };
       big.socket.pause(); // reads nothing until the proxy has had to stop reading the upstream
       const done = p.shutdown(0.2);
       // The upstream is told at the deadline (200 ms), and then sends the frame's 16 MiB rest. The
       // client reads again once the proxy has stopped reading the upstream (what it holds for the
-      // client stays bounded), at most 600 ms after the drain began: FRAME_FINISH_MS (1 s from the
-      // deadline) is room for the rest (~0.1-0.3 s here beside two busy loops).
+      // client stays bounded), at most 600 ms (+50) after the drain began: FRAME_FINISH_MS (1 s
+      // from the deadline) is room for the rest (~0.1-0.3 s here beside two busy loops).
       const t0 = performance.now();
       while (!tunnel.downPaused && performance.now() - t0 < 600) await new Promise((r) => setTimeout(r, 5));
       expect(tunnel.downPaused).toBe(true);
+      // And it stays so: what the proxy holds for the client (its socket's unsent bytes) stays
+      // around its 16 KiB mark, far from the megabytes still on their way (not reading the
+      // upstream is what bounds it).
+      await new Promise((r) => setTimeout(r, 50));
+      expect(tunnel.client.writableLength).toBeLessThan(1024 * 1024);
       big.socket.resume();
       const c = await big.closed;
       await done;
@@ -1055,17 +1062,25 @@ describe('WebSocket upgrades', () => {
       const b = rawClient(p, '/partial');
       await Promise.all([a.opened, b.opened]);
       expect(await inFlightOf(p, 2)).toBe(2);
-      const [first] = [...p.forwarder.inFlight] as unknown as { abort?: () => void }[];
+      const [first, second] = [...p.forwarder.inFlight] as unknown as { abort?: () => void; finishNow?: () => void }[];
       first!.abort = () => {
         throw new Error('boom');
       };
+      // After its Close: what a throw there costs is only its own end.
+      second!.finishNow = () => {
+        throw new Error('bang');
+      };
       p.beforeForcedExit();
-      delete first!.abort; // its own again, for the close below
+      delete first!.abort; // their own again, for the close below
+      delete second!.finishNow;
       // The other one (whichever came second) got its Close 1001 and its line.
       const closed = await Promise.race([a.closed, b.closed]);
       expect(closed.read.subarray(closed.read.length - CLOSE.length).equals(CLOSE)).toBe(true);
       await expect.poll(() => lines.filter((l) => l.msg === 'tunnel'), { timeout: 2000 }).toHaveLength(1);
-      expect(lines.filter((l) => l.msg === 'a tunnel could not be ended at a forced exit')).toEqual([expect.objectContaining({ level: 50, step: 'abort', err: 'boom' })]);
+      expect(lines.filter((l) => l.msg === 'a tunnel could not be ended at a forced exit')).toEqual([
+        expect.objectContaining({ level: 50, step: 'abort', err: 'boom' }),
+        expect.objectContaining({ level: 50, step: 'finishNow', err: 'bang' }),
+      ]);
     } finally {
       await p.close();
     }
