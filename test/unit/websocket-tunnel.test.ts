@@ -46,9 +46,10 @@ const GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 /** The `/partial` upstream's 100-byte text frame, of which it first sends 12 bytes (head and 10 of payload), and a frame after it. */
 const DOWN_FRAME = Buffer.concat([Buffer.from([0x81, 100]), Buffer.alloc(100, 0x61)]);
 const NEXT_FRAME = Buffer.concat([Buffer.from([0x81, 4]), Buffer.from('next')]);
-/** `/partial?down-big`'s binary frame: 16 MiB, far more than the socket buffers on the way hold. */
+/** `/partial?down-big`'s binary frame: 12 MiB, more than the socket buffers on the way hold; its last BIG_REST bytes come after the proxy's Close. */
+const BIG_REST = 1000;
 const BIG_FRAME = (() => {
-  const len = 16 * 1024 * 1024;
+  const len = 12 * 1024 * 1024;
   const head = Buffer.from([0x82, 127, 0, 0, 0, 0, 0, 0, 0, 0]);
   head.writeUInt32BE(len, 6);
   return Buffer.concat([head, randomBytes(len)]);
@@ -110,14 +111,15 @@ beforeAll(async () => {
       // A 101 and, with ?down, 10 bytes of a 100-byte text frame: the tunnel stays mid-frame
       // towards the client. With ?down-finish, once anything comes (the proxy's Close), the
       // frame's other 90 bytes and a next frame, in one write, as a server finishing its frame
-      // before it answers a Close would (with ?down-big, of BIG_FRAME); with ?down-end, its half's end instead; with ?down-bad,
+      // before it answers a Close would (with ?down-big, all of BIG_FRAME but its last BIG_REST
+      // bytes first, and those after the Close); with ?down-end, its half's end instead; with ?down-bad,
       // only the frame head's first byte, and then the rest of a head that breaks the protocol. What the upstream reads, and how its connection ended, are kept.
       const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}${GUID}`).digest('base64');
       const head = `HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`;
       const down = req.url!.includes('down-bad')
         ? DOWN_FRAME.subarray(0, 1)
         : req.url!.includes('down-big')
-          ? BIG_FRAME.subarray(0, 12)
+          ? BIG_FRAME.subarray(0, BIG_FRAME.length - BIG_REST)
           : req.url!.includes('down')
             ? DOWN_FRAME.subarray(0, 12)
             : Buffer.alloc(0);
@@ -125,7 +127,7 @@ beforeAll(async () => {
       const got: Buffer[] = [];
       let error: string | undefined;
       if (req.url!.includes('down-finish')) socket.once('data', () => socket.write(Buffer.concat([DOWN_FRAME.subarray(12), NEXT_FRAME])));
-      if (req.url!.includes('down-big')) socket.once('data', () => socket.write(Buffer.concat([BIG_FRAME.subarray(12), NEXT_FRAME])));
+      if (req.url!.includes('down-big')) socket.once('data', () => socket.write(Buffer.concat([BIG_FRAME.subarray(BIG_FRAME.length - BIG_REST), NEXT_FRAME])));
       if (req.url!.includes('down-end')) socket.once('data', () => socket.end()); // its half ends, the frame unfinished
       if (req.url!.includes('down-bad')) socket.once('data', () => socket.write(Buffer.from([0x85, 1, 2, 3, 4]))); // a masked server frame: a protocol break
       let firstAt: number | undefined;
@@ -1022,24 +1024,23 @@ describe('WebSocket upgrades', () => {
   it('at the shutdown deadline, finish a frame in flight towards a client that reads slowly (backpressure holds the upstream back), then send the Close', async () => {
     const { p, lines } = await loggedProxy();
     try {
+      const n = partialFirst.length;
       const big = rawClient(p, '/partial?down-big');
       await big.opened;
+      big.socket.pause(); // reads nothing until the frame has to be finished
       expect(p.forwarder.inFlight.size).toBe(1);
       const tunnel = [...p.forwarder.inFlight][0] as unknown as { downPaused: boolean; client: net.Socket };
-      big.socket.pause(); // reads nothing until the proxy has had to stop reading the upstream
-      const done = p.shutdown(0.2);
-      // The upstream is told at the deadline (200 ms), and then sends the frame's 16 MiB rest. The
-      // client reads again once the proxy has stopped reading the upstream (what it holds for the
-      // client stays bounded), at most 600 ms (+50) after the drain began: FRAME_FINISH_MS (1 s
-      // from the deadline) is room for the rest (~0.1-0.3 s here beside two busy loops).
-      const t0 = performance.now();
-      while (!tunnel.downPaused && performance.now() - t0 < 600) await new Promise((r) => setTimeout(r, 5));
-      expect(tunnel.downPaused).toBe(true);
-      // And it stays so: what the proxy holds for the client (its socket's unsent bytes) stays
-      // around its 16 KiB mark, far from the megabytes still on their way (not reading the
-      // upstream is what bounds it).
+      // Before the drain, with no clock running: the client's buffers fill, and the proxy stops
+      // reading the upstream rather than hold the frame (under 1 MiB held, around its 16 KiB mark).
+      await expect.poll(() => tunnel.downPaused, { timeout: 10_000, interval: 5 }).toBe(true);
       await new Promise((r) => setTimeout(r, 50));
       expect(tunnel.client.writableLength).toBeLessThan(1024 * 1024);
+      // The deadline: the upstream is told (its Close), and sends the frame's last bytes and a frame
+      // after it, while the proxy still holds it back. The client reads again only then: the
+      // frame must be finished under backpressure, within FRAME_FINISH_MS.
+      const done = p.shutdown(0.2);
+      await partialFirst[n];
+      expect(tunnel.downPaused).toBe(true);
       big.socket.resume();
       const c = await big.closed;
       await done;
