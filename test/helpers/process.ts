@@ -13,9 +13,13 @@ export interface Spawned {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Runs `node dist/cli.js ...args` and collects its JSON log lines. */
-export function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}): Spawned {
-  const child = spawn(process.execPath, [CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Runs `node dist/cli.js ...args` and collects its JSON log lines. `under`: a command it runs
+ * under (`['prlimit', '--nofile=64:64']`).
+ */
+export function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}, under: string[] = []): Spawned {
+  const [command, ...before] = [...under, process.execPath];
+  const child = spawn(command!, [...before, CLI, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const lines: Record<string, unknown>[] = [];
   const waiters: { pred: (l: Record<string, unknown>) => boolean; resolve: (l: Record<string, unknown>) => void }[] = [];
   let buf = '';

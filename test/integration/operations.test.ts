@@ -719,23 +719,12 @@ describe('out of file descriptors', () => {
   });
 
   /** The CLI under `prlimit --nofile=n:n` (the built-in simulator): its exit, or its lines up to `listening`, then stopped. */
-  const underLimit = (n: number) =>
-    new Promise<{ status: number | null; stderr: string; lines: Record<string, unknown>[] }>((resolve) => {
-      const child = spawn('prlimit', [`--nofile=${n}:${n}`, process.execPath, CLI, '--port', '0', '--metrics-port', '0']);
-      let out = '';
-      let stderr = '';
-      const lines = () => out.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
-      const guard = setTimeout(() => child.kill('SIGKILL'), 20_000);
-      child.stdout.on('data', (d: Buffer) => {
-        out += d.toString();
-        if (/"msg":"listening"/.test(out)) child.kill('SIGKILL');
-      });
-      child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
-      child.on('close', (status) => {
-        clearTimeout(guard);
-        resolve({ status, stderr, lines: lines() });
-      });
-    });
+  const underLimit = async (n: number) => {
+    const p = spawnCli(['--port', '0', '--metrics-port', '0'], {}, ['prlimit', `--nofile=${n}:${n}`]);
+    await p.waitFor((l) => l.msg === 'listening', 20_000).catch(() => undefined); // or it exited
+    const status = await p.stop('SIGKILL'); // its exit code if it had exited, else null
+    return { status, stderr: p.stderr, lines: p.lines };
+  };
   const fewFiles = (lines: Record<string, unknown>[]) => lines.filter((l) => /file descriptors, room for/.test(String(l.msg)));
 
   it('too few to start (a low ulimit -n): one line that says so and names the limit, exit 2, not a stack trace; too few for 100 streams: said at start', async () => {
