@@ -3,13 +3,14 @@
 // non-firing cases, thresholds only from grafana/params.yaml, and the promtool
 // tests shown to fail when a threshold they guard is changed.
 import { spawn, spawnSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import YAML from 'yaml';
 import * as build from '../../grafana/build.mjs';
 import { DEFAULT_BUCKETS, STALL_GAP_SECONDS } from '../../src/metrics/semconv.js';
+import { changedSubset, cutFiles, type Kept, type RuleDoc } from '../helpers/rule-subset.js';
 
 const ROOT = resolve(import.meta.dirname, '../..');
 const GRAFANA = join(ROOT, 'grafana');
@@ -39,12 +40,12 @@ function run(args: string[], cwd = ROOT): Promise<{ code: number; out: string }>
   });
 }
 
-/** grafana/ laid out in a temp dir with the given rule file and the committed promtool tests. */
-function sandbox(rules: string): string {
+/** grafana/ laid out in a temp dir with the given rule file and one promtool test file. */
+function sandbox(rules: string, file: string, tests: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'grafana-rules-'));
   mkdirSync(join(dir, 'alerts/tests'), { recursive: true });
   writeFileSync(join(dir, build.OUTPUT_FILES.rules), rules);
-  for (const f of TEST_FILES) copyFileSync(join(TESTS_DIR, f), join(dir, 'alerts/tests', f));
+  writeFileSync(join(dir, 'alerts/tests', file), tests);
   return dir;
 }
 
@@ -427,10 +428,10 @@ describe('grafana/alerts rules', () => {
     expect(build.alertRules(changed).find((a) => a.alert === 'LLMProxyITLRegression')!.expr).toContain('1.75 *');
   });
 
-  // One test per promtool test file, so that each has its own timeout: all 39 runs in one test
-  // took 146-208 s of a 240 s timeout in full suites (330 s of CPU; regression.test.yaml's
-  // synthetic week alone is 5 x 36 s, 83-94 s of wall on two cores). The timeouts only guard
-  // against a hang: CPU-bound promtool on a machine shared with other tests takes what it takes.
+  // One test per promtool test file, so that each has its own timeout. This file took 400 s of
+  // CPU and 227 s of wall on two cores with each mutation run on every rule (regression.test.yaml's
+  // week alone 5 x 22 s), and takes 175 s and 103 s with each run on the rules it changes. The
+  // timeouts only guard against a hang.
   describe('the promtool tests fail when a guarded threshold changes', () => {
     const mutations = guardedMutations();
     const files = [...new Set(mutations.map((m) => m.file))].sort();
@@ -446,18 +447,94 @@ describe('grafana/alerts rules', () => {
       for (const f of files) expect(TEST_FILES).toContain(f);
     });
 
+    // Each mutation runs on the rules it changed (and what they read) with the cases that look at
+    // them (test/helpers/rule-subset.ts): 4x faster for the files that evaluate a synthetic week.
+    // The committed rules cut the same way must pass, so the cut itself breaks no case.
+    const committedRules = readFileSync(RULES, 'utf8');
+    const committedDoc = YAML.parse(committedRules) as RuleDoc;
+    const keptFor = (m: Mutation): Kept | null => changedSubset(committedDoc, YAML.parse(m.rules) as RuleDoc);
+    const keyOf = (k: Kept | null) => (k ? JSON.stringify([[...k.alerts].sort(), [...k.records].sort()]) : 'all');
+
+    it('a mutation run keeps the rules it changed and those they read, no others', () => {
+      const byName = new Map(mutations.map((m) => [m.name, keptFor(m)]));
+      // a threshold of one alert: that alert and its three recording rules
+      const factor = byName.get('regression factor 1.1')!;
+      expect([...factor.alerts]).toEqual(['LLMProxyITLRegression']);
+      expect([...factor.records].sort()).toEqual(['llm_proxy:tpot_requests:rate5m', 'llm_proxy:tpot_seconds:p95_5m', 'llm_proxy:tpot_seconds:p95_5m_baseline']);
+      // `for:` of every alert: all of them
+      expect(byName.get('for: 1m everywhere')!.alerts.size).toBe(alerts.length);
+      // a recording rule: it, what it reads, and the alert that reads it
+      const baseline = byName.get('TPOT baselines without dropping NaN')!;
+      expect([...baseline.alerts]).toEqual(['LLMProxyITLRegression']);
+      expect(baseline.records).toContain('llm_proxy:tpot_seconds:p95_5m_baseline');
+      // what a kept recording rule reads is kept too: the objective alert reads the per-model
+      // objectives only through llm_proxy:tpot_seconds:objective
+      const objective = alerts.find((a) => a.alert === 'LLMProxyITLAboveObjective')!;
+      expect(objective.expr + JSON.stringify(objective.annotations)).not.toContain('llm_proxy:tpot_objective_seconds');
+      expect(byName.get('itlObjective share 0.55')!.records).toContain('llm_proxy:tpot_objective_seconds');
+      // a rule added or removed: nothing is cut
+      expect(byName.get('no per-model objectives')).toBeNull();
+      // every mutation changes something, and keeps cases of the file it is run against
+      for (const m of mutations) {
+        const kept = byName.get(m.name) ?? null;
+        expect(kept === null || kept.alerts.size + kept.records.size > 0, m.name).toBe(true);
+        expect(cutFiles(m.rules, readFileSync(join(TESTS_DIR, m.file), 'utf8'), kept).cases, m.name).toBeGreaterThan(0);
+      }
+    });
+
+    it('the cut follows templates and recording rules, and keeps the cases that look at what is kept', () => {
+      const doc: RuleDoc = {
+        groups: [
+          { name: 'rec', rules: [{ record: 'a:x', expr: 'sum(m)' }, { record: 'b:y', expr: 'a:x * 2' }, { record: 'c:z', expr: 'sum(n)' }, { record: 'd:w', expr: 'sum(o)' }] },
+          { name: 'alerts', rules: [{ alert: 'A1', expr: 'b:y > 1', annotations: { description: '{{ with query "d:w" }}{{ end }}' } }, { alert: 'A2', expr: 'c:z > 1' }] },
+        ],
+      };
+      const withRule = (i: number, j: number, expr: string): RuleDoc => {
+        const d = structuredClone(doc);
+        d.groups[i]!.rules[j]!.expr = expr;
+        return d;
+      };
+      const a1 = changedSubset(doc, withRule(1, 0, 'b:y > 2'))!;
+      expect([...a1.alerts]).toEqual(['A1']);
+      expect([...a1.records].sort()).toEqual(['a:x', 'b:y', 'd:w']);
+      const cz = changedSubset(doc, withRule(0, 2, 'sum(n) * 2'))!;
+      expect([...cz.alerts]).toEqual(['A2']);
+      expect([...cz.records]).toEqual(['c:z']);
+      expect(changedSubset(doc, { groups: [doc.groups[0]!, { name: 'alerts', rules: [doc.groups[1]!.rules[0]!] }] })).toBeNull();
+      const tests = {
+        tests: [
+          { interval: '1m', alert_rule_test: [{ alertname: 'A1' }, { alertname: 'A2' }], promql_expr_test: [{ expr: 'a:x + m' }, { expr: 'c:z' }] },
+          { interval: '1m', alert_rule_test: [{ alertname: 'A2' }] },
+        ],
+      };
+      const cut = cutFiles(YAML.stringify(doc), YAML.stringify(tests), a1);
+      expect(YAML.parse(cut.tests).tests).toEqual([{ interval: '1m', alert_rule_test: [{ alertname: 'A1' }], promql_expr_test: [{ expr: 'a:x + m' }] }]);
+      expect(cut.cases).toBe(2);
+      expect((YAML.parse(cut.rules) as RuleDoc).groups.map((g) => g.rules.map((r) => r.record ?? r.alert))).toEqual([['a:x', 'b:y', 'd:w'], ['A1']]);
+      expect(cutFiles(YAML.stringify(doc), YAML.stringify(tests), null)).toEqual({ rules: YAML.stringify(doc), tests: YAML.stringify(tests), cases: 5 });
+    });
+
     for (const file of files) {
-      it(`${file} fails on each of its mutations`, { timeout: 480_000 }, async () => {
-        const mine = mutations.filter((m) => m.file === file);
+      it(`${file} fails on each of its mutations, and passes on the committed rules cut as each run is`, { timeout: 480_000 }, async () => {
+        const tests = readFileSync(join(TESTS_DIR, file), 'utf8');
+        const mine = mutations.filter((m) => m.file === file).map((m) => ({ m, kept: keptFor(m) }));
+        const controls = [...new Map(mine.map(({ kept }) => [keyOf(kept), kept])).values()];
         const dirs: string[] = [];
+        const runCut = (rules: string, kept: Kept | null) => {
+          const cut = cutFiles(rules, tests, kept);
+          const dir = sandbox(cut.rules, file, cut.tests);
+          dirs.push(dir);
+          return run(['test', 'rules', join(dir, 'alerts/tests', file)]);
+        };
         try {
-          const results = await Promise.all(
-            mine.map(async (m) => {
-              const dir = sandbox(m.rules);
-              dirs.push(dir);
-              return { m, r: await run(['test', 'rules', join(dir, 'alerts/tests', m.file)]) };
-            }),
-          );
+          const [results, controlResults] = await Promise.all([
+            Promise.all(mine.map(async ({ m, kept }) => ({ m, r: await runCut(m.rules, kept) }))),
+            Promise.all(controls.map(async (kept) => ({ key: keyOf(kept), r: await runCut(committedRules, kept) }))),
+          ]);
+          for (const { key, r } of controlResults) {
+            expect(r.code, `the committed rules cut to ${key} should pass\n${r.out}`).toBe(0);
+            expect(r.out, key).toContain('SUCCESS');
+          }
           for (const { m, r } of results) {
             expect(r.code, `${m.name}: promtool test rules should fail\n${r.out}`).not.toBe(0);
             expect(r.out, m.name).toMatch(m.expect);
