@@ -62,8 +62,9 @@ function closure(doc: RuleDoc, texts: string[]): Set<string> {
 
 /**
  * The rules of `mutated` that differ from `committed` (compared rule by rule, in place), every
- * alert that reads a changed recording rule, and every recording rule those read. Null when the
- * two files differ in shape (a rule added, removed or moved): the caller then keeps everything.
+ * rule that reads a changed recording rule (a PromQL case may read a recording rule no alert
+ * does), and every recording rule those read. Null when the two files differ in shape (a rule
+ * added, removed or moved): the caller then keeps everything.
  */
 export function changedSubset(committed: RuleDoc, mutated: RuleDoc): Kept | null {
   const a = rules(committed);
@@ -75,11 +76,10 @@ export function changedSubset(committed: RuleDoc, mutated: RuleDoc): Kept | null
   if (!sameShape) return null;
   const changed = b.filter((r, i) => JSON.stringify(r) !== JSON.stringify(a[i]));
   const changedRecords = new Set(changed.flatMap((r) => (r.record ? [r.record] : [])));
-  const alerts = new Set(
-    b.filter((r) => r.alert && (changed.includes(r) || [...closure(mutated, [evaluated(r)])].some((n) => changedRecords.has(n)))).map((r) => r.alert!),
-  );
-  const records = closure(mutated, [...b.filter((r) => r.alert && alerts.has(r.alert)).map(evaluated), ...changed.filter((r) => r.record).map(evaluated)]);
-  for (const n of changedRecords) records.add(n);
+  const kept = b.filter((r) => changed.includes(r) || [...closure(mutated, [evaluated(r)])].some((n) => changedRecords.has(n)));
+  const alerts = new Set(kept.flatMap((r) => (r.alert ? [r.alert] : [])));
+  const records = closure(mutated, kept.map(evaluated));
+  for (const r of kept) if (r.record) records.add(r.record);
   return { alerts, records };
 }
 

@@ -485,7 +485,7 @@ describe('grafana/alerts rules', () => {
     it('the cut follows templates and recording rules, and keeps the cases that look at what is kept', () => {
       const doc: RuleDoc = {
         groups: [
-          { name: 'rec', rules: [{ record: 'a:x', expr: 'sum(m)' }, { record: 'b:y', expr: 'a:x * 2' }, { record: 'c:z', expr: 'sum(n)' }, { record: 'd:w', expr: 'sum(o)' }] },
+          { name: 'rec', rules: [{ record: 'a:x', expr: 'sum(m)' }, { record: 'b:y', expr: 'a:x * 2' }, { record: 'c:z', expr: 'sum(n)' }, { record: 'd:w', expr: 'sum(o)' }, { record: 'e:v', expr: 'b:y + 1' }] },
           { name: 'alerts', rules: [{ alert: 'A1', expr: 'b:y > 1', annotations: { description: '{{ with query "d:w" }}{{ end }}' } }, { alert: 'A2', expr: 'c:z > 1' }] },
         ],
       };
@@ -500,6 +500,10 @@ describe('grafana/alerts rules', () => {
       const cz = changedSubset(doc, withRule(0, 2, 'sum(n) * 2'))!;
       expect([...cz.alerts]).toEqual(['A2']);
       expect([...cz.records]).toEqual(['c:z']);
+      // a recording rule changed: every rule that reads it, alert or not (e:v is read by no alert)
+      const ax = changedSubset(doc, withRule(0, 0, 'sum(m) * 3'))!;
+      expect([...ax.alerts]).toEqual(['A1']);
+      expect([...ax.records].sort()).toEqual(['a:x', 'b:y', 'd:w', 'e:v']);
       expect(changedSubset(doc, { groups: [doc.groups[0]!, { name: 'alerts', rules: [doc.groups[1]!.rules[0]!] }] })).toBeNull();
       const tests = {
         tests: [
