@@ -482,10 +482,11 @@ export class RequestMeter {
       responseModel === undefined || responseModel === '' ? base : sets.with(base, ATTR.responseModel, limit === undefined ? responseModel : limit(responseModel));
     // Reasoning the provider counted but did not stream came before the first streamed token:
     // it is not in the span TPOT divides (300 hidden of 306 tokens made TPOT 60 times too low).
-    // Only when the rest still holds every content event (each carries a token at least): a
-    // server that counts reasoning outside the output, or streams it inside `content`, keeps
-    // the whole count.
-    const hidden = adapter.reasoningStreamed === false && source === 'usage' ? (usage.reasoningTokens ?? 0) : 0;
+    // Nor are a prediction's rejected tokens, which were never streamed at all. Only when the
+    // rest still holds every content event (each carries a token at least): a server that
+    // counts reasoning outside the output, or streams it inside `content`, keeps the whole count.
+    const hiddenReasoning = adapter.reasoningStreamed === false ? (usage.reasoningTokens ?? 0) : 0;
+    const hidden = source === 'usage' ? hiddenReasoning + (usage.unstreamedTokens ?? 0) : 0;
     const spanTokens =
       adapter.tpotUnknown === true
         ? undefined

@@ -228,6 +228,9 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const reasoningSent = topLevel ? u.reasoning_tokens : details?.reasoning_tokens;
     const reasoning = count(reasoningSent);
     this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, reasoningSent);
+    // Predicted Outputs: the prediction's tokens the model did not keep are in completion_tokens
+    // (billed) but not in the stream.
+    this.usage.unstreamedTokens = countUpdate(this.usage.unstreamedTokens, details?.rejected_prediction_tokens);
     const completion = count(u.completion_tokens);
     const prompt = count(u.prompt_tokens);
     if (completion === undefined) {

@@ -25,6 +25,11 @@ export interface Usage {
   outputTokens?: number;
   /** Of `outputTokens`: reasoning / thinking tokens. */
   reasoningTokens?: number;
+  /**
+   * Of `outputTokens`: tokens generated but never streamed, other than reasoning (OpenAI's
+   * Predicted Outputs: `rejected_prediction_tokens`, billed as output). Not in the span TPOT divides.
+   */
+  unstreamedTokens?: number;
   /** Of `inputTokens`: tokens read from the prompt cache. */
   cachedInputTokens?: number;
   /** Of `inputTokens`: tokens written to the prompt cache (Anthropic, Bedrock). */

@@ -584,6 +584,24 @@ describe('RequestMeter with a controllable clock', () => {
       expect(none.tpotMs).toBeCloseTo(40 / 2, 9);
     });
 
+    it('Chat: a prediction\'s rejected tokens are billed as output but not in the span TPOT divides (Predicted Outputs)', async () => {
+      t = testInstruments();
+      // OpenAI's CompletionUsage: rejected_prediction_tokens "are still counted in the total completion tokens".
+      const six = ['a', 'b', 'c', 'd', 'e', 'f'].map((c) => chat({ content: c }));
+      const predicted = run(new OpenAIChatAdapter(), [
+        ...six,
+        chat({}, { prompt_tokens: 100, completion_tokens: 206, completion_tokens_details: { reasoning_tokens: 0, accepted_prediction_tokens: 3, rejected_prediction_tokens: 200 } }),
+      ]);
+      expect(predicted).toMatchObject({ outputTokens: 206, contentEvents: 6 });
+      expect(predicted.tpotMs).toBeCloseTo(100 / 5, 9); // not 100 / 205
+      // Billed: the output histogram keeps all 206; the TPOT histogram has the streamed pace.
+      expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' })).toMatchObject({ count: 1, sum: 206 });
+      expect((await t.histogram(METRIC.tpot)).sum).toBeCloseTo(0.02, 9);
+      // A count that cannot hold every content event besides them takes nothing out.
+      const tooMany = run(new OpenAIChatAdapter(), [...six, chat({}, { completion_tokens: 8, completion_tokens_details: { rejected_prediction_tokens: 5 } })]);
+      expect(tooMany.tpotMs).toBeCloseTo(100 / 7, 9);
+    });
+
     it('Chat: Perplexity\'s top-level reasoning_tokens are streamed in `content` (`<think>`): the count is kept whole', () => {
       t = testInstruments();
       // 100 events 20 ms apart, the first 60 of them the <think> part; 300 tokens of which 180 reasoning.
