@@ -6,7 +6,7 @@ import { geminiInteractions, geminiInteractionsResumed } from './gemini-interact
 import { genericStream } from './generic.js';
 import { ollamaChat, ollamaGenerate } from './ollama.js';
 import { lmstudioChat } from './lmstudio.js';
-import { azureOpenaiChat, azureOpenaiCompletions, llamacppCompletion, openaiChat, openaiCompletions, workersAi } from './openai-chat.js';
+import { azureOpenaiChat, azureOpenaiCompletions, llamacppCompletion, openaiChat, openaiCompletions, vertexPartnerChat, workersAi } from './openai-chat.js';
 import { openaiResponses, openaiResponsesResumed } from './openai-responses.js';
 import { sglangGenerate } from './sglang.js';
 import { tgiGenerate } from './tgi.js';
@@ -80,6 +80,9 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/\/model\/[^/]+\/(?:invoke-with-response-stream|invoke)$/, bedrockInvoke],
   [/\/(?:models|endpoints|tunedModels)\/[^/:]+:(?:streamGenerateContent|generateContent)$/, geminiStream],
   [/\/publishers\/anthropic\/models\/[^/:]+:(?:stream)?[rR]awPredict$/, anthropicVertex],
+  // The other partner models there: Mistral's and AI21's chat, except embeddings and OCR (not generation).
+  [/\/publishers\/[^/]+\/models\/[^/:]*(?:embed|ocr)[^/:]*:(?:stream)?[rR]awPredict$/i, genericStream],
+  [/\/publishers\/[^/]+\/models\/[^/:]+:(?:stream)?[rR]awPredict$/, vertexPartnerChat],
   [/(?:^|\/)v1\/messages$/, anthropicMessages],
   [/(?:^|\/)api\/chat$/, ollamaChat],
   [/(?:^|\/)api\/generate$/, ollamaGenerate],

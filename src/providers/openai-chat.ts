@@ -390,6 +390,20 @@ export const azureOpenaiChat: ApiDescriptor = {
   modelFromPath: modelInPath(AZURE_DEPLOYMENT),
 };
 
+const VERTEX_PARTNER_MODEL = /\/models\/([^/:?]+):(?:stream)?[rR]awPredict$/;
+
+/**
+ * Vertex AI's partner models other than Claude on `:rawPredict` / `:streamRawPredict` (Mistral,
+ * AI21 Jamba): their own APIs, OpenAI-shaped Chat chunks; the model is in the path.
+ */
+export const vertexPartnerChat: ApiDescriptor = {
+  api: 'openai-chat',
+  operation: 'chat',
+  defaultProviderName: 'gcp.vertex_ai',
+  newAdapter: () => new OpenAIChatAdapter(),
+  modelFromPath: modelInPath(VERTEX_PARTNER_MODEL),
+};
+
 /** Azure's legacy Completions on a deployment path: the same, as a text completion. */
 export const azureOpenaiCompletions: ApiDescriptor = { ...azureOpenaiChat, api: 'openai-completions', operation: 'text_completion' };
 

@@ -154,6 +154,25 @@ describe('RequestMeter with the other framings and adapters', () => {
     expect(s.tpotMs).toBeCloseTo(20, 9);
   });
 
+  it('Mistral on Vertex AI (`:streamRawPredict`): measured as Chat, thinking parts and usage on the last chunk', async () => {
+    t = setup();
+    const path = '/v1/projects/p/locations/europe-west4/publishers/mistralai/models/magistral-medium-2506:streamRawPredict';
+    const api = detectApi(path, undefined)!;
+    // Mistral's chunks (mistralai/client-python CompletionChunk): content a string or a list of parts.
+    const chunk = (delta: unknown, extra: object = {}) => `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'magistral-medium-2506', choices: [{ index: 0, delta, finish_reason: null }], ...extra })}\n\n`;
+    const m = meter(api.newAdapter(), 0);
+    m.responseStart(200, 'text/event-stream', undefined);
+    m.chunk(Buffer.from(chunk({ role: 'assistant', content: '' })), 5);
+    m.chunk(Buffer.from(chunk({ content: [{ type: 'thinking', thinking: [{ type: 'text', text: 'Hmm' }] }] })), 50);
+    m.chunk(Buffer.from(chunk({ content: 'Bon' })), 70);
+    m.chunk(Buffer.from(chunk({ content: 'jour' }, { usage: { prompt_tokens: 9, completion_tokens: 3, total_tokens: 12 } })), 90);
+    m.chunk(Buffer.from('data: [DONE]\n\n'), 95);
+    const s = m.finish(100)!;
+    expect(s).toMatchObject({ ttftMs: 50, contentEvents: 3, outputTokens: 3, tokenCountSource: 'usage', outcome: 'ok' });
+    expect(s.tpotMs).toBeCloseTo(20, 9);
+    expect(api.modelFromPath?.(path)).toBe('magistral-medium-2506');
+  });
+
   it('Responses error events, flat and nested (as the API sends a 429 mid-stream): the code, not "error"', async () => {
     t = setup();
     const cases: [string, string][] = [
@@ -371,6 +390,12 @@ describe('detection', () => {
     ['/v1beta/tunedModels/my-tuned-1:streamGenerateContent?alt=sse', undefined, 'gemini', 'tunedModels/my-tuned-1'],
     ['/v1beta/tunedModels/my-tuned-1:generateContent', undefined, 'gemini', 'tunedModels/my-tuned-1'],
     ['/v1/projects/p/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict', undefined, 'anthropic-vertex', 'claude-sonnet-4@20250514'],
+    // Vertex AI's other partner models on rawPredict speak OpenAI-shaped Chat (langchain-google-vertexai
+    // model_garden_maas: `publishers/mistralai/models/{model}:streamRawPredict`); embeddings and OCR are not generation.
+    ['/v1/projects/p/locations/us-central1/publishers/mistralai/models/mistral-large-2411:streamRawPredict', undefined, 'openai-chat', 'mistral-large-2411'],
+    ['/v1/projects/p/locations/us-central1/publishers/ai21/models/jamba-1.5-large@001:rawPredict', undefined, 'openai-chat', 'jamba-1.5-large@001'],
+    ['/v1/projects/p/locations/us-central1/publishers/mistralai/models/mistral-ocr-2505:rawPredict', undefined, 'generic', undefined],
+    ['/v1/projects/p/locations/us-central1/publishers/mistralai/models/codestral-embed:rawPredict', undefined, 'generic', undefined],
     ['/api/chat', undefined, 'ollama-chat', undefined],
     ['/api/generate', undefined, 'ollama-generate', undefined],
     ['/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse-stream', undefined, 'bedrock-converse', 'anthropic.claude-3-5-sonnet-20240620-v1:0'],
@@ -394,6 +419,7 @@ describe('detection', () => {
     expect(detectApi('/openai/deployments/d/chat/completions', undefined)).toMatchObject({ defaultProviderName: 'azure.ai.openai' });
     expect(detectApi('/api/generate', undefined)).toMatchObject({ defaultProviderName: 'ollama', operation: 'text_completion' });
     expect(detectApi('/x', 'vllm')).toMatchObject({ api: 'openai-chat', defaultProviderName: 'vllm' });
+    expect(detectApi('/v1/projects/p/locations/l/publishers/mistralai/models/m:streamRawPredict', undefined)).toMatchObject({ defaultProviderName: 'gcp.vertex_ai', operation: 'chat' });
   });
 });
 
