@@ -136,6 +136,7 @@ export class RequestMeter {
    * on times the client, not the provider, and is not recorded. Infinity while it kept up.
    */
   private heldFrom = Infinity;
+  private predicted = false;
   private readonly defer: (fn: () => void) => void;
   /**
    * Events that need a full parse (a stream's first events, and any the byte path is not sure
@@ -413,6 +414,11 @@ export class RequestMeter {
     if (since < this.heldFrom) this.heldFrom = since;
   }
 
+  /** The request asked for a predicted output: its rejected tokens, if reported, were never streamed. */
+  predictedOutput(): void {
+    this.predicted = true;
+  }
+
   /**
    * The request ended at `end` (ms): `errorType` undefined for a complete
    * response. Idempotent: only the first call records. A stream its client held back
@@ -482,11 +488,13 @@ export class RequestMeter {
       responseModel === undefined || responseModel === '' ? base : sets.with(base, ATTR.responseModel, limit === undefined ? responseModel : limit(responseModel));
     // Reasoning the provider counted but did not stream came before the first streamed token:
     // it is not in the span TPOT divides (300 hidden of 306 tokens made TPOT 60 times too low).
-    // Nor are a prediction's rejected tokens, which were never streamed at all. Only when the
-    // rest still holds every content event (each carries a token at least): a server that
-    // counts reasoning outside the output, or streams it inside `content`, keeps the whole count.
+    // Nor are the rejected tokens of a prediction the request asked for, never streamed at all.
+    // Only when the rest still holds every content event (each carries a token at least): a
+    // server that counts reasoning outside the output, or streams it inside `content`, keeps
+    // the whole count.
     const hiddenReasoning = adapter.reasoningStreamed === false ? (usage.reasoningTokens ?? 0) : 0;
-    const hidden = source === 'usage' ? hiddenReasoning + (usage.unstreamedTokens ?? 0) : 0;
+    const rejected = this.predicted ? (usage.rejectedPredictionTokens ?? 0) : 0;
+    const hidden = source === 'usage' ? hiddenReasoning + rejected : 0;
     const spanTokens =
       adapter.tpotUnknown === true
         ? undefined

@@ -229,8 +229,8 @@ export class OpenAIChatAdapter implements ResponseAdapter {
     const reasoning = count(reasoningSent);
     this.usage.reasoningTokens = countUpdate(this.usage.reasoningTokens, reasoningSent);
     // Predicted Outputs: the prediction's tokens the model did not keep are in completion_tokens
-    // (billed) but not in the stream.
-    this.usage.unstreamedTokens = countUpdate(this.usage.unstreamedTokens, details?.rejected_prediction_tokens);
+    // (billed) but not in the stream (RequestMeter takes them out only if the request asked for one).
+    this.usage.rejectedPredictionTokens = countUpdate(this.usage.rejectedPredictionTokens, details?.rejected_prediction_tokens);
     const completion = count(u.completion_tokens);
     const prompt = count(u.prompt_tokens);
     if (completion === undefined) {
@@ -377,6 +377,7 @@ export const openaiChat: ApiDescriptor = {
   operation: 'chat',
   defaultProviderName: 'openai',
   newAdapter: () => new OpenAIChatAdapter(),
+  predictedOutputs: true,
 };
 
 const AZURE_DEPLOYMENT = /\/openai\/deployments\/([^/?]+)\//;
@@ -388,6 +389,7 @@ export const azureOpenaiChat: ApiDescriptor = {
   defaultProviderName: 'azure.ai.openai',
   newAdapter: () => new OpenAIChatAdapter(),
   modelFromPath: modelInPath(AZURE_DEPLOYMENT),
+  predictedOutputs: true,
 };
 
 const VERTEX_PARTNER_MODEL = /\/models\/([^/:?]+):(?:stream)?[rR]awPredict$/;
@@ -402,6 +404,7 @@ export const vertexPartnerChat: ApiDescriptor = {
   defaultProviderName: 'gcp.vertex_ai',
   newAdapter: () => new OpenAIChatAdapter(),
   modelFromPath: modelInPath(VERTEX_PARTNER_MODEL),
+  predictedOutputs: true,
 };
 
 /** Azure's legacy Completions on a deployment path: the same, as a text completion. */

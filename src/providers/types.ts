@@ -26,10 +26,11 @@ export interface Usage {
   /** Of `outputTokens`: reasoning / thinking tokens. */
   reasoningTokens?: number;
   /**
-   * Of `outputTokens`: tokens generated but never streamed, other than reasoning (OpenAI's
-   * Predicted Outputs: `rejected_prediction_tokens`, billed as output). Not in the span TPOT divides.
+   * Of `outputTokens`: a predicted output's rejected tokens (OpenAI's `rejected_prediction_tokens`),
+   * billed but never streamed. Only a request that asked for a prediction has them: the SGLang
+   * gateway (smg) reports speculative decoding's rejected drafts in the same field, outside the count.
    */
-  unstreamedTokens?: number;
+  rejectedPredictionTokens?: number;
   /** Of `inputTokens`: tokens read from the prompt cache. */
   cachedInputTokens?: number;
   /** Of `inputTokens`: tokens written to the prompt cache (Anthropic, Bedrock). */
@@ -154,6 +155,8 @@ export interface ApiDescriptor {
   newAdapter(): ResponseAdapter;
   /** The model when the API puts it in the path (Gemini, Bedrock); the JSON body's `model` otherwise. */
   modelFromPath?(path: string): string | undefined;
+  /** Its request may ask for a predicted output (a root `prediction` object): the body is read for it. */
+  readonly predictedOutputs?: boolean;
 }
 
 /** Helpers shared by the adapters. */

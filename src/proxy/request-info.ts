@@ -6,7 +6,8 @@
  * JSON.parse on it when it ends blocks the event loop (and every other
  * stream's next event) for milliseconds. Instead a byte scanner follows the
  * JSON structure (strings with their escapes, nesting depth) and reads only
- * the keys of the root object and the value of a `model` key. Inside other
+ * the keys of the root object, the value of a `model` key and the kind of a
+ * `prediction` key's value (OpenAI's Predicted Outputs). Inside other
  * strings it jumps from quote to quote with the native memchr, so a body
  * costs little more than its quotes and backslashes.
  *
@@ -28,6 +29,9 @@ export class RequestBodyTap {
   /** Where the root object is between its tokens. */
   private expect = Expect.Key;
   private keyIsModel = false;
+  private keyIsPrediction = false;
+  /** The last root `prediction` was an object. */
+  private predictionSeen = false;
   private captured: number[] = [];
   private capturedOver = false;
   private found: string | undefined;
@@ -41,6 +45,11 @@ export class RequestBodyTap {
     this.scanned += len;
     this.scan(chunk, len);
     if (this.scanned >= this.maxBytes) this.done = true;
+  }
+
+  /** The root object's last `prediction` is an object (a request for a predicted output). */
+  prediction(): boolean {
+    return this.predictionSeen;
   }
 
   /** The root object's `model` string, if any. */
@@ -102,7 +111,7 @@ export class RequestBodyTap {
           this.capturedOver = false;
         }
       } else if (c === 0x7b || c === 0x5b /* [ */) {
-        if (top) this.nonStringValue();
+        if (top) this.nonStringValue(c === 0x7b);
         this.depth++;
       } else if (c === 0x7d || c === 0x5d /* ] */) {
         this.depth--;
@@ -111,14 +120,15 @@ export class RequestBodyTap {
       } else if (top) {
         if (c === 0x3a /* : */) this.expect = Expect.Value;
         else if (c === 0x2c /* , */) this.expect = Expect.Key;
-        else this.nonStringValue(); // a number or a literal
+        else this.nonStringValue(false); // a number or a literal
       }
     }
   }
 
-  private nonStringValue(): void {
+  private nonStringValue(isObject: boolean): void {
     if (this.expect !== Expect.Value) return;
     if (this.keyIsModel) this.found = undefined; // the last `model` wins, and it is not a string
+    if (this.keyIsPrediction) this.predictionSeen = isObject;
     this.expect = Expect.Comma;
   }
 
@@ -136,10 +146,13 @@ export class RequestBodyTap {
     this.role = Role.Other;
     if (this.depth !== 1) return;
     if (role === Role.Key) {
-      this.keyIsModel = !this.capturedOver && decode(this.captured) === 'model';
+      const key = this.capturedOver ? undefined : decode(this.captured);
+      this.keyIsModel = key === 'model';
+      this.keyIsPrediction = key === 'prediction';
       this.expect = Expect.Colon;
     } else {
       if (role === Role.Model) this.found = this.capturedOver ? undefined : decode(this.captured);
+      if (this.keyIsPrediction) this.predictionSeen = false; // a string: no prediction
       this.expect = Expect.Comma;
     }
   }

@@ -16,6 +16,11 @@ export interface GroundTruthOptions {
   /** Send a usage chunk even when the client did not ask for it. */
   alwaysUsage?: boolean;
   /**
+   * Report this many rejected prediction tokens (OpenAI's Predicted Outputs: counted in
+   * `completion_tokens`, never streamed) in the usage chunk.
+   */
+  rejectedPredictionTokens?: number;
+  /**
    * Answer CORS as vLLM's default does: `OPTIONS` with 204 and the requested method and headers,
    * `Access-Control-Allow-Origin: *` on every answer (for pages on another origin).
    */
@@ -94,7 +99,10 @@ export async function startGroundTruth(opts: GroundTruthOptions) {
         }
         write(frame({}, 'stop'));
         if (opts.alwaysUsage || parsed.stream_options?.include_usage) {
-          write(`data: ${JSON.stringify({ id: 'gt-1', object: 'chat.completion.chunk', created: 1, model: parsed.model ?? 'gt', choices: [], usage: { prompt_tokens: 3, completion_tokens: opts.tokens, total_tokens: opts.tokens + 3 } })}\n\n`);
+          const rejected = opts.rejectedPredictionTokens;
+          const completion = opts.tokens + (rejected ?? 0);
+          const details = rejected === undefined ? {} : { completion_tokens_details: { accepted_prediction_tokens: 0, rejected_prediction_tokens: rejected } };
+          write(`data: ${JSON.stringify({ id: 'gt-1', object: 'chat.completion.chunk', created: 1, model: parsed.model ?? 'gt', choices: [], usage: { prompt_tokens: 3, completion_tokens: completion, total_tokens: completion + 3, ...details } })}\n\n`);
         }
         write('data: [DONE]\n\n');
         res.end();

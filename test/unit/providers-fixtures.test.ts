@@ -48,7 +48,7 @@ const CASES: Case[] = [
   { file: 'llamacpp-chat.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 26, content: 23, firstContent: 1, finish: ['stop'], usage: { inputTokens: 31, outputTokens: 24 }, model: 'qwen2.5-7b-instruct', timings: { timePerOutputToken: 0.012561333333333332, timeToFirstToken: 0.042118 } },
   { file: 'vllm-continuous-usage.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 22, content: 18, firstContent: 1, finish: ['stop'], usage: { inputTokens: 46, outputTokens: 21 }, model: 'meta-llama/Llama-3.1-8B-Instruct' },
   { file: 'tgi-chat.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 26, content: 23, firstContent: 0, finish: ['stop'], usage: { inputTokens: 46, outputTokens: 24 }, model: 'meta-llama/Llama-3.1-8B-Instruct' },
-  { file: 'openai-chat-tools.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 16, content: 12, firstContent: 1, finish: ['tool_calls'], usage: { inputTokens: 81, outputTokens: 19, cachedInputTokens: 0, reasoningTokens: 0, unstreamedTokens: 0 }, model: 'gpt-4o-mini-2024-07-18' },
+  { file: 'openai-chat-tools.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 16, content: 12, firstContent: 1, finish: ['tool_calls'], usage: { inputTokens: 81, outputTokens: 19, cachedInputTokens: 0, reasoningTokens: 0, rejectedPredictionTokens: 0 }, model: 'gpt-4o-mini-2024-07-18' },
   { file: 'openai-compat-reasoning.sse', framing: 'sse', adapter: () => new OpenAIChatAdapter(), events: 27, content: 24, firstContent: 1, finish: ['stop'], usage: { inputTokens: 15, outputTokens: 25, reasoningTokens: 17, cachedInputTokens: 0 }, model: 'deepseek-reasoner' },
 ];
 

@@ -556,8 +556,9 @@ describe('RequestMeter with a controllable clock', () => {
 
   describe('TPOT and reasoning the provider counts', () => {
     /** SSE events, one every 20 ms from t = 100 (the stream's start is 0); the summary. */
-    const run = (adapter: ResponseAdapter, events: string[]) => {
+    const run = (adapter: ResponseAdapter, events: string[], predicted = false) => {
       const m = new RequestMeter(t.instruments, adapter, { ...labels }, 0, opts);
+      if (predicted) m.predictedOutput();
       m.responseStart(200, 'text/event-stream', undefined);
       events.forEach((e, i) => m.chunk(Buffer.from(`${e}\n\n`), 100 + 20 * i));
       return m.finish(100 + 20 * events.length)!;
@@ -588,18 +589,21 @@ describe('RequestMeter with a controllable clock', () => {
       t = testInstruments();
       // OpenAI's CompletionUsage: rejected_prediction_tokens "are still counted in the total completion tokens".
       const six = ['a', 'b', 'c', 'd', 'e', 'f'].map((c) => chat({ content: c }));
-      const predicted = run(new OpenAIChatAdapter(), [
-        ...six,
-        chat({}, { prompt_tokens: 100, completion_tokens: 206, completion_tokens_details: { reasoning_tokens: 0, accepted_prediction_tokens: 3, rejected_prediction_tokens: 200 } }),
-      ]);
+      const usage = { prompt_tokens: 100, completion_tokens: 206, completion_tokens_details: { reasoning_tokens: 0, accepted_prediction_tokens: 3, rejected_prediction_tokens: 200 } };
+      const predicted = run(new OpenAIChatAdapter(), [...six, chat({}, usage)], true);
       expect(predicted).toMatchObject({ outputTokens: 206, contentEvents: 6 });
       expect(predicted.tpotMs).toBeCloseTo(100 / 5, 9); // not 100 / 205
       // Billed: the output histogram keeps all 206; the TPOT histogram has the streamed pace.
       expect(await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'output' })).toMatchObject({ count: 1, sum: 206 });
       expect((await t.histogram(METRIC.tpot)).sum).toBeCloseTo(0.02, 9);
       // A count that cannot hold every content event besides them takes nothing out.
-      const tooMany = run(new OpenAIChatAdapter(), [...six, chat({}, { completion_tokens: 8, completion_tokens_details: { rejected_prediction_tokens: 5 } })]);
+      const tooMany = run(new OpenAIChatAdapter(), [...six, chat({}, { completion_tokens: 8, completion_tokens_details: { rejected_prediction_tokens: 5 } })], true);
       expect(tooMany.tpotMs).toBeCloseTo(100 / 7, 9);
+      // A request without a prediction: the field is something else (the SGLang gateway's rejected
+      // speculative drafts, outside completion_tokens), and the whole count stays.
+      const drafts = run(new OpenAIChatAdapter(), [...six, chat({}, { completion_tokens: 24, completion_tokens_details: { accepted_prediction_tokens: 18, rejected_prediction_tokens: 6 } })]);
+      expect(drafts).toMatchObject({ outputTokens: 24, contentEvents: 6 });
+      expect(drafts.tpotMs).toBeCloseTo(100 / 23, 9);
     });
 
     it('Chat: Perplexity\'s top-level reasoning_tokens are streamed in `content` (`<think>`): the count is kept whole', () => {

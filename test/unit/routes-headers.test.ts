@@ -92,11 +92,24 @@ describe('isName / rawHeader', () => {
 });
 
 describe('RequestBodyTap', () => {
-  const tap = (chunks: Buffer[], max = 1 << 20) => {
+  const tapped = (chunks: Buffer[], max = 1 << 20) => {
     const t = new RequestBodyTap(max);
     for (const c of chunks) t.push(c);
-    return t.model();
+    return { model: t.model(), prediction: t.prediction() };
   };
+  const tap = (chunks: Buffer[], max = 1 << 20) => tapped(chunks, max).model;
+  const prediction = (body: string) => tapped([Buffer.from(body)]).prediction;
+
+  it('says whether the root object asks for a predicted output (a `prediction` object, the last one)', () => {
+    expect(prediction('{"model":"gpt-4o","messages":[],"prediction":{"type":"content","content":"x"},"stream":true}')).toBe(true);
+    expect(prediction('{"predicti\\u006fn":{"type":"content"}}')).toBe(true);
+    expect(prediction('{"model":"gpt-4o","stream":true}')).toBe(false);
+    expect(prediction('{"prediction":null}')).toBe(false);
+    expect(prediction('{"prediction":"x"}')).toBe(false);
+    expect(prediction('{"prediction":[{"type":"content"}]}')).toBe(false);
+    expect(prediction('{"prediction":{"type":"content"},"prediction":null}')).toBe(false);
+    expect(prediction('{"messages":[{"prediction":{"type":"content"}}],"extra":{"prediction":{}}}')).toBe(false);
+  });
 
   it('reads the model from a JSON body fed in pieces, not from a nested or quoted look-alike', () => {
     const body = Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: '{"model":"fake"}', model: 'nested' }], model: 'gpt-4o' }));
@@ -128,14 +141,15 @@ describe('RequestBodyTap', () => {
       ),
     })).v;
     // Root entries, with `model` keys (also spelt with escapes, also repeated) among them.
-    const key = fc.oneof({ weight: 3, arbitrary: text.map((k) => JSON.stringify(k)) }, { weight: 2, arbitrary: fc.constantFrom('"model"', '"mod\\u0065l"', '"model "', '"Model"') });
+    const key = fc.oneof({ weight: 3, arbitrary: text.map((k) => JSON.stringify(k)) }, { weight: 2, arbitrary: fc.constantFrom('"model"', '"mod\\u0065l"', '"model "', '"Model"', '"prediction"', '"predicti\\u006fn"') });
     const entry = fc.tuple(key, fc.oneof({ weight: 3, arbitrary: fc.oneof(text, fc.constantFrom('gpt-4o', 'meta/llama:3 "q"')) }, { weight: 1, arbitrary: value }));
     const space = fc.constantFrom('', ' ', '\n', '\r\n\t ');
     fc.assert(
       fc.property(fc.array(fc.tuple(entry, space), { maxLength: 6 }), space, fc.array(fc.nat(), { maxLength: 6 }), (entries, ws, cuts) => {
         const body = `${ws}{${entries.map(([[k, v], w]) => `${w}${k}${w}:${w}${JSON.stringify(v)}${w}`).join(',')}}${ws}`;
-        const parsed = JSON.parse(body) as { model?: unknown };
+        const parsed = JSON.parse(body) as { model?: unknown; prediction?: unknown };
         const expected = typeof parsed.model === 'string' && Buffer.byteLength(JSON.stringify(parsed.model)) - 2 <= 1024 ? parsed.model : undefined;
+        const predicted = typeof parsed.prediction === 'object' && parsed.prediction !== null && !Array.isArray(parsed.prediction);
         const bytes = Buffer.from(body);
         const offsets = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
         const chunks: Buffer[] = [];
@@ -144,7 +158,7 @@ describe('RequestBodyTap', () => {
           chunks.push(bytes.subarray(prev, o));
           prev = o;
         }
-        expect(tap(chunks)).toBe(expected);
+        expect(tapped(chunks)).toEqual({ model: expected, prediction: predicted });
       }),
       { numRuns: 2000 },
     );

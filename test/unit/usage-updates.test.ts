@@ -64,7 +64,7 @@ const CASES: Case[] = [
   { name: 'OpenAI chat output', api: openaiChat, field: 'completion_tokens', feed: chat('"prompt_tokens":3,%'), read: { usage: 'outputTokens' }, cumulative: true },
   { name: 'OpenAI chat input', api: openaiChat, field: 'prompt_tokens', feed: chat('"completion_tokens":2,%'), read: { usage: 'inputTokens' } },
   { name: 'OpenAI chat reasoning', api: openaiChat, field: 'reasoning_tokens', feed: chat('"completion_tokens":20,"completion_tokens_details":{%}'), read: { usage: 'reasoningTokens' } },
-  { name: 'OpenAI chat rejected prediction', api: openaiChat, field: 'rejected_prediction_tokens', feed: chat('"completion_tokens":20,"completion_tokens_details":{%}'), read: { usage: 'unstreamedTokens' } },
+  { name: 'OpenAI chat rejected prediction', api: openaiChat, field: 'rejected_prediction_tokens', feed: chat('"completion_tokens":20,"completion_tokens_details":{%}'), read: { usage: 'rejectedPredictionTokens' } },
   { name: 'OpenAI chat cached input', api: openaiChat, field: 'cached_tokens', feed: chat('"prompt_tokens":30,"prompt_tokens_details":{%}'), read: { usage: 'cachedInputTokens' } },
   { name: 'DeepSeek cached input', api: openaiChat, field: 'prompt_cache_hit_tokens', feed: chat('"prompt_tokens":30,%'), read: { usage: 'cachedInputTokens' } },
   { name: 'llama.cpp prompt time', api: openaiChat, field: 'prompt_ms', feed: chatTimings, read: { timing: 'timeToFirstToken' }, scale: 1e-3 },
