@@ -81,7 +81,7 @@ const PATH_RULES: ReadonlyArray<readonly [RegExp, ApiDescriptor]> = [
   [/\/(?:models|endpoints|tunedModels)\/[^/:]+:(?:streamGenerateContent|generateContent)$/, geminiStream],
   [/\/publishers\/anthropic\/models\/[^/:]+:(?:stream)?[rR]awPredict$/, anthropicVertex],
   // The other partner models there: Mistral's and AI21's chat, except embeddings and OCR (not generation).
-  [/\/publishers\/[^/]+\/models\/[^/:]*(?:embed|ocr)[^/:]*:(?:stream)?[rR]awPredict$/i, genericStream],
+  [/\/publishers\/[^/]+\/models\/[^/:]*(?:embed|ocr)[^/:]*:(?:stream)?[rR]awPredict$/, genericStream],
   [/\/publishers\/[^/]+\/models\/[^/:]+:(?:stream)?[rR]awPredict$/, vertexPartnerChat],
   [/(?:^|\/)v1\/messages$/, anthropicMessages],
   [/(?:^|\/)api\/chat$/, ollamaChat],

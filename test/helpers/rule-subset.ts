@@ -64,14 +64,16 @@ function closure(doc: RuleDoc, texts: string[]): Set<string> {
  * The rules of `mutated` that differ from `committed` (compared rule by rule, in place), every
  * rule that reads a changed recording rule (a PromQL case may read a recording rule no alert
  * does), and every recording rule those read. Null when the two files differ in shape (a rule
- * added, removed or moved): the caller then keeps everything.
+ * added, removed or moved) or in a group's settings (its name, interval, limit): the caller then
+ * keeps everything.
  */
 export function changedSubset(committed: RuleDoc, mutated: RuleDoc): Kept | null {
   const a = rules(committed);
   const b = rules(mutated);
+  const settings = (g: RuleDoc['groups'][number]) => JSON.stringify({ ...g, rules: undefined });
   const sameShape =
     committed.groups.length === mutated.groups.length &&
-    committed.groups.every((g, i) => g.name === mutated.groups[i]!.name && g.rules.length === mutated.groups[i]!.rules.length) &&
+    committed.groups.every((g, i) => settings(g) === settings(mutated.groups[i]!) && g.rules.length === mutated.groups[i]!.rules.length) &&
     a.every((r, i) => r.record === b[i]!.record && r.alert === b[i]!.alert);
   if (!sameShape) return null;
   const changed = b.filter((r, i) => JSON.stringify(r) !== JSON.stringify(a[i]));
@@ -93,7 +95,8 @@ export function pruneRules(doc: RuleDoc, keep: Kept): RuleDoc {
 
 /**
  * `tests` with the alert cases of kept alerts and the PromQL cases whose recorded names are all
- * kept; a test group left with no case is dropped (its series would be evaluated for nothing).
+ * kept (one that reads input series only stays in every cut); a test group left with no case is
+ * dropped (its series would be evaluated for nothing).
  */
 export function pruneTests(tests: TestDoc, keep: Kept, allRecorded: ReadonlySet<string>): TestDoc {
   const groups = tests.tests

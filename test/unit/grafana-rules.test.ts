@@ -505,6 +505,7 @@ describe('grafana/alerts rules', () => {
       expect([...ax.alerts]).toEqual(['A1']);
       expect([...ax.records].sort()).toEqual(['a:x', 'b:y', 'd:w', 'e:v']);
       expect(changedSubset(doc, { groups: [doc.groups[0]!, { name: 'alerts', rules: [doc.groups[1]!.rules[0]!] }] })).toBeNull();
+      expect(changedSubset(doc, { groups: [doc.groups[0]!, { ...doc.groups[1]!, interval: '5m' }] })).toBeNull();
       const tests = {
         tests: [
           { interval: '1m', alert_rule_test: [{ alertname: 'A1' }, { alertname: 'A2' }], promql_expr_test: [{ expr: 'a:x + m' }, { expr: 'c:z' }] },
