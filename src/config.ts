@@ -255,7 +255,7 @@ export interface Config {
   /**
    * maxBodyBytes: a non-streamed response body read whole (kept in memory); maxBufferedBytes: what
    * all requests together keep of events and bodies being read (see sse/byte-budget.ts);
-   * maxRequestScanBytes: how far a request body is scanned for its `model` (streamed through, nothing kept).
+   * maxRequestScanBytes: how far a request body is scanned for its `model` and `prediction` (streamed through, nothing kept).
    */
   readonly limits: { readonly maxEventBytes: number; readonly maxBodyBytes: number; readonly maxBufferedBytes: number; readonly maxRequestScanBytes: number };
   readonly logLevel: string;
