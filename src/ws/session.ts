@@ -594,6 +594,11 @@ class GeminiLive {
   private triggerInterrupted = false;
   /** `trigger` replaced one still unanswered: an `interrupted` with no turn open is its doing. */
   private superseding = false;
+  /**
+   * Usage sent while no turn was open (gemini-3.1-flash-live sends the prompt's count before the
+   * first output of every turn): the next turn's, unless a turn ends first without output.
+   */
+  private earlyUsage: Usage | undefined;
 
   constructor(private readonly begin: Open) {}
 
@@ -650,16 +655,22 @@ class GeminiLive {
         this.turn.adapter.responseModel = this.model;
         this.turn.adapter.reasoningStreamed = false;
         this.trigger = undefined;
+        // The turn's usage is empty yet: what the early messages made of one is what it would have.
+        if (this.earlyUsage !== undefined) Object.assign(this.turn.adapter.usage, this.earlyUsage);
+        this.earlyUsage = undefined;
       }
       if (content) this.turn.meter.contentAt(at);
       if (Array.isArray(parts) && parts.some((p) => obj(p)?.thought === true)) this.turn.adapter.reasoningStreamed = true;
     }
     const turn = this.turn;
+    const u = obj(m.usageMetadata);
     if (turn === undefined) {
       // A turn interrupted before any output: the input that interrupted it (a second message
       // 5 ms after the first) is the latest trigger and begins the next turn, so it is kept,
       // also through the turnComplete that may close the interrupted turn. Otherwise a turn
-      // that ended without output spent what began it.
+      // that ended without output spent what began it, and the usage sent for it.
+      if (sc?.interrupted === true || sc?.turnComplete === true) this.earlyUsage = undefined;
+      else if (u !== undefined) liveUsage((this.earlyUsage ??= {}), u);
       if (sc?.interrupted === true) {
         // Kept only when a later input replaced an unanswered one; speech (automatic activity
         // detection) sets no trigger, and then the interrupted turn's own trigger is spent.
@@ -672,18 +683,7 @@ class GeminiLive {
       }
       return;
     }
-    const u = obj(m.usageMetadata);
-    if (u !== undefined) {
-      // As generateContent's: a later message's usage updates the turn's, a sum when it sends any
-      // of its parts, a count when it sends it. Absent thoughts are 0 (proto3 leaves zeros out);
-      // bad ones leave the output unreported.
-      const usage = turn.adapter.usage;
-      const response = sent(u.responseTokenCount) ? u.responseTokenCount : u.candidatesTokenCount;
-      if (sent(u.promptTokenCount) || sent(u.toolUsePromptTokenCount)) usage.inputTokens = addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount));
-      if (sent(response) || sent(u.thoughtsTokenCount)) usage.outputTokens = addParts(count(response), countPart(u.thoughtsTokenCount));
-      usage.reasoningTokens = countUpdate(usage.reasoningTokens, u.thoughtsTokenCount);
-      usage.cachedInputTokens = countUpdate(usage.cachedInputTokens, u.cachedContentTokenCount);
-    }
+    if (u !== undefined) liveUsage(turn.adapter.usage, u);
     if (failed) turn.adapter.errorType = sanitizeErrorType(reason.toLowerCase());
     if (sc?.interrupted === true) {
       // After generationComplete the answer was whole: the user spoke over its playback (the
@@ -717,5 +717,19 @@ class GeminiLive {
       else end(this.turn);
     }
     this.turn = undefined;
+    this.earlyUsage = undefined;
   }
+}
+
+/**
+ * A Live message's `usageMetadata` into its turn's usage, as generateContent's: a later message's
+ * usage updates the turn's, a sum when it sends any of its parts, a count when it sends it.
+ * Absent thoughts are 0 (proto3 leaves zeros out); bad ones leave the output unreported.
+ */
+function liveUsage(usage: Usage, u: Record<string, unknown>): void {
+  const response = sent(u.responseTokenCount) ? u.responseTokenCount : u.candidatesTokenCount;
+  if (sent(u.promptTokenCount) || sent(u.toolUsePromptTokenCount)) usage.inputTokens = addParts(count(u.promptTokenCount), countPart(u.toolUsePromptTokenCount));
+  if (sent(response) || sent(u.thoughtsTokenCount)) usage.outputTokens = addParts(count(response), countPart(u.thoughtsTokenCount));
+  usage.reasoningTokens = countUpdate(usage.reasoningTokens, u.thoughtsTokenCount);
+  usage.cachedInputTokens = countUpdate(usage.cachedInputTokens, u.cachedContentTokenCount);
 }

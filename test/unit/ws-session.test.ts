@@ -171,6 +171,40 @@ describe('Gemini Live', () => {
     expect((await t.histogram(METRIC.duration)).sum).toBeCloseTo(ms(30 + 45), 9);
   });
 
+  it('keeps usage sent before a turn\'s first output for that turn (gemini-3.1-flash-live), not for one that ends without output', async () => {
+    // Session logs of models/gemini-3.1-flash-live-preview: every turn's prompt count arrives
+    // before its first output, and turnComplete carries `usageMetadata: {}`; before a tool call too.
+    const t = session(PATH);
+    t.client(0, { setup: { model: 'models/gemini-3.1-flash-live-preview' } });
+    t.server(5, { setupComplete: {} });
+    t.client(10, { realtimeInput: { text: 'Hola.' } });
+    t.server(20, { serverContent: { inputTranscription: { text: 'Hola.' } } });
+    t.server(21, { serverContent: {} });
+    t.server(22, { serverContent: {}, usageMetadata: { promptTokenCount: 960, totalTokenCount: 960 } });
+    t.server(30, audio);
+    t.server(40, audio);
+    t.server(60, { serverContent: { generationComplete: true } });
+    t.server(70, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    // A turn that ends without output spends the usage sent for it.
+    t.client(100, { realtimeInput: { text: '...' } });
+    t.server(110, { serverContent: {}, usageMetadata: { promptTokenCount: 5, cachedContentTokenCount: 4 } });
+    t.server(120, { serverContent: { turnComplete: true } });
+    // Before a tool call, then again before the answer after the tool's response.
+    t.client(200, { realtimeInput: { text: 'weather?' } });
+    t.server(210, { serverContent: {}, usageMetadata: { promptTokenCount: 1000 } });
+    t.server(220, { toolCall: { functionCalls: [{ id: 'f', name: 'weather', args: {} }] } });
+    t.client(230, { toolResponse: { functionResponses: [{ id: 'f', name: 'weather', response: { t: 20 } }] } });
+    t.server(240, { serverContent: {}, usageMetadata: { promptTokenCount: 1040, cachedContentTokenCount: 960 } });
+    t.server(250, text('warm'));
+    t.server(260, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    const input = await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' });
+    expect(input).toMatchObject({ count: 3, sum: 960 + 1000 + 1040 });
+    expect((await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'cached_input' })).sum).toBe(960);
+    const ttft = await t.histogram(METRIC.ttft);
+    expect(ttft.count).toBe(3);
+    expect(ttft.sum).toBeCloseTo(ms(20 + 20 + 20), 9);
+  });
+
   it('gives a turn that no message began (automatic activity detection) no TTFT and no duration; an interrupted one is cancelled', async () => {
     const t = session(PATH);
     t.client(0, { realtimeInput: { audio: { data: 'AAAA'.repeat(1000), mimeType: 'audio/pcm;rate=16000' } } });
