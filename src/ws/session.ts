@@ -595,10 +595,13 @@ class GeminiLive {
   /** `trigger` replaced one still unanswered: an `interrupted` with no turn open is its doing. */
   private superseding = false;
   /**
-   * Usage sent while no turn was open (gemini-3.1-flash-live sends the prompt's count before the
-   * first output of every turn): the next turn's, unless a turn ends first without output.
+   * Usage sent while no turn was open but an input awaited its answer (gemini-3.1-flash-live
+   * sends the prompt's count before the first output of every turn): that input's turn's. It
+   * lives as long as the input does: spent with it, replaced with it, stale with it.
    */
   private earlyUsage: Usage | undefined;
+  /** When the server last transcribed the user's speech (an input without a client message). */
+  private heard: number | undefined;
 
   constructor(private readonly begin: Open) {}
 
@@ -617,6 +620,7 @@ class GeminiLive {
     const audioEnd = ri !== undefined && (field(ri, 'activityEnd', 'activity_end') !== undefined || field(ri, 'audioStreamEnd', 'audio_stream_end') === true);
     if (explicit || (audioEnd && (this.turn === undefined || this.ended !== undefined))) {
       this.superseding = this.turn === undefined && this.trigger !== undefined;
+      if (this.turn === undefined) this.earlyUsage = undefined; // sent for the input this one replaces
       this.trigger = at;
       this.triggerInterrupted = false;
     }
@@ -639,6 +643,12 @@ class GeminiLive {
       }
     }
     if (this.trigger !== undefined && at - this.trigger > STALE_TRIGGER_MS) this.trigger = undefined;
+    if (this.heard !== undefined && at - this.heard > STALE_TRIGGER_MS) this.heard = undefined;
+    // Early usage is an awaited input's: with none awaited (spent by a turn that ended without
+    // output, stale, or none since the last turn began: usage sent after its turn's turnComplete)
+    // it is no turn's.
+    if (this.trigger === undefined && this.heard === undefined) this.earlyUsage = undefined;
+    if (obj(sc?.inputTranscription) !== undefined) this.heard = at;
     // Content after the open turn's generation ended (generationComplete, an interruption) whose
     // turnComplete did not come: the next turn's when it was interrupted or an input came since
     // that end, and that turn ends first (at its end); else the generation went on (trailing audio
@@ -658,6 +668,8 @@ class GeminiLive {
         // The turn's usage is empty yet: what the early messages made of one is what it would have.
         if (this.earlyUsage !== undefined) Object.assign(this.turn.adapter.usage, this.earlyUsage);
         this.earlyUsage = undefined;
+        this.heard = undefined;
+        this.superseding = false; // the input that replaced another is being answered
       }
       if (content) this.turn.meter.contentAt(at);
       if (Array.isArray(parts) && parts.some((p) => obj(p)?.thought === true)) this.turn.adapter.reasoningStreamed = true;
@@ -668,18 +680,18 @@ class GeminiLive {
       // A turn interrupted before any output: the input that interrupted it (a second message
       // 5 ms after the first) is the latest trigger and begins the next turn, so it is kept,
       // also through the turnComplete that may close the interrupted turn. Otherwise a turn
-      // that ended without output spent what began it, and the usage sent for it.
-      if (sc?.interrupted === true || sc?.turnComplete === true) this.earlyUsage = undefined;
-      else if (u !== undefined) liveUsage((this.earlyUsage ??= {}), u);
+      // that ended without output spent what began it, and with it the usage sent for it.
       if (sc?.interrupted === true) {
         // Kept only when a later input replaced an unanswered one; speech (automatic activity
         // detection) sets no trigger, and then the interrupted turn's own trigger is spent.
         if (this.superseding) this.triggerInterrupted = true;
-        else this.trigger = undefined;
+        else this.spendInput();
         this.superseding = false;
       } else if (sc?.turnComplete === true) {
         if (this.triggerInterrupted) this.triggerInterrupted = false;
-        else this.trigger = undefined;
+        else this.spendInput();
+      } else if (u !== undefined) {
+        liveUsage((this.earlyUsage ??= {}), u);
       }
       return;
     }
@@ -698,6 +710,12 @@ class GeminiLive {
       this.ended ??= at;
       this.end();
     }
+  }
+
+  /** The input awaiting an answer got none: a turn ended without output (its usage goes at the next message). */
+  private spendInput(): void {
+    this.trigger = undefined;
+    this.heard = undefined;
   }
 
   private end(): void {

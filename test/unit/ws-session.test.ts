@@ -205,6 +205,64 @@ describe('Gemini Live', () => {
     expect(ttft.sum).toBeCloseTo(ms(20 + 20 + 20), 9);
   });
 
+  it('gives early usage only to the input awaiting an answer: not after a turn ended, not across a replaced or interrupted input; transcribed speech is an input', async () => {
+    const t = session(PATH);
+    const inputs = async () => t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'input' });
+    const cached = async () => (await t.histogram(METRIC.tokenUsage, { 'gen_ai.token.type': 'cached_input' })).sum;
+    const say = (at: number, text: string) => t.client(at, { realtimeInput: { text } });
+    t.client(0, { setup: { model: 'models/gemini-3.1-flash-live-preview' } });
+    // One answered turn.
+    say(10, 'a');
+    t.server(15, { serverContent: {}, usageMetadata: { promptTokenCount: 100 } });
+    t.server(20, text('x'));
+    t.server(30, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    // Usage after its turn ended, with no input since: no turn's (not the next one's, begun by speech).
+    t.server(35, { serverContent: {}, usageMetadata: { promptTokenCount: 77, cachedContentTokenCount: 30 } });
+    t.server(60, audio);
+    t.server(70, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    expect(await inputs()).toMatchObject({ count: 1, sum: 100 });
+    // An input interrupted before any output takes its usage with it.
+    say(100, 'b');
+    t.server(105, { serverContent: {}, usageMetadata: { promptTokenCount: 5, cachedContentTokenCount: 4 } });
+    t.server(110, { serverContent: { interrupted: true } });
+    t.server(120, audio);
+    t.server(130, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    expect(await inputs()).toMatchObject({ count: 1, sum: 100 });
+    // An input replaced before its answer: the answer has the second one's usage only.
+    say(200, 'c');
+    t.server(205, { serverContent: {}, usageMetadata: { promptTokenCount: 6, cachedContentTokenCount: 90 } });
+    say(210, 'd');
+    t.server(215, { serverContent: {}, usageMetadata: { promptTokenCount: 120 } });
+    t.server(220, text('y'));
+    t.server(230, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    expect(await inputs()).toMatchObject({ count: 2, sum: 220 });
+    expect(await cached()).toBe(0);
+    // Speech the server transcribed (automatic activity detection: no client message) is an input.
+    t.server(300, { serverContent: { inputTranscription: { text: 'e' } } });
+    t.server(305, { serverContent: {}, usageMetadata: { promptTokenCount: 200 } });
+    t.server(320, audio);
+    t.server(330, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    expect(await inputs()).toMatchObject({ count: 3, sum: 420 });
+    // That speech was answered: usage after its turn is no turn's either.
+    t.server(335, { serverContent: {}, usageMetadata: { promptTokenCount: 33 } });
+    t.server(340, audio);
+    t.server(350, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    expect(await inputs()).toMatchObject({ count: 3, sum: 420 });
+    // Transcribed speech interrupted before any output: spent, with its usage.
+    t.server(400, { serverContent: { inputTranscription: { text: 'g' } } });
+    t.server(405, { serverContent: {}, usageMetadata: { promptTokenCount: 44 } });
+    t.server(410, { serverContent: { interrupted: true } });
+    t.server(420, audio);
+    t.server(430, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    expect(await inputs()).toMatchObject({ count: 3, sum: 420 });
+    // An input unanswered for over a minute is stale, and so is the usage sent for it.
+    say(1_000, 'f');
+    t.server(1_005, { serverContent: {}, usageMetadata: { promptTokenCount: 9 } });
+    t.server(62_000, audio);
+    t.server(62_010, { serverContent: { turnComplete: true }, usageMetadata: {} });
+    expect(await inputs()).toMatchObject({ count: 3, sum: 420 });
+  });
+
   it('gives a turn that no message began (automatic activity detection) no TTFT and no duration; an interrupted one is cancelled', async () => {
     const t = session(PATH);
     t.client(0, { realtimeInput: { audio: { data: 'AAAA'.repeat(1000), mimeType: 'audio/pcm;rate=16000' } } });
