@@ -1,7 +1,7 @@
 import type { SseEvent } from '../sse/parser.js';
 import { FinishReasons } from './finish-reasons.js';
 import { errorTypeOf } from './openai-chat.js';
-import { EventKind, modelInPath, nonEmpty, count, countUpdate, obj, parseObject, sent, sumDefined, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
+import { EventKind, nonEmpty, count, countUpdate, obj, parseObject, sent, sumDefined, vertexRawPredictModel, type ApiDescriptor, type ResponseAdapter, type Usage } from './types.js';
 
 /**
  * Anthropic Messages streams (`POST /v1/messages`), also reused for Bedrock
@@ -244,8 +244,6 @@ function deltaHasContent(d: Record<string, unknown> | undefined): boolean {
   }
 }
 
-const VERTEX_MODEL = /\/models\/([^/:?]+):(?:stream)?[rR]awPredict$/;
-
 export const anthropicMessages: ApiDescriptor = {
   api: 'anthropic',
   operation: 'chat',
@@ -259,7 +257,7 @@ export const anthropicVertex: ApiDescriptor = {
   operation: 'chat',
   defaultProviderName: 'gcp.vertex_ai',
   newAdapter: () => new AnthropicAdapter(),
-  modelFromPath: modelInPath(VERTEX_MODEL),
+  modelFromPath: vertexRawPredictModel,
 };
 
 

@@ -2,7 +2,7 @@ import type { SseEvent } from '../sse/parser.js';
 import { ContentPrefix } from './content-prefix.js';
 import { FinishReasons } from './finish-reasons.js';
 import { SequenceCounts, sequenceCount } from './sequence-counts.js';
-import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countUpdate, num, numPart, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage } from './types.js';
+import { EventKind, modelInPath, nonEmpty, nonEmptyObject, addParts, count, countUpdate, num, numPart, obj, parseObject, sent, type ApiDescriptor, type ResponseAdapter, sanitizeErrorType, type ServerTimings, type Usage, vertexRawPredictModel } from './types.js';
 
 /**
  * Finish reasons that say the generation failed: Mistral's `error` (OpenRouter's comes with an
@@ -392,8 +392,6 @@ export const azureOpenaiChat: ApiDescriptor = {
   predictedOutputs: true,
 };
 
-const VERTEX_PARTNER_MODEL = /\/models\/([^/:?]+):(?:stream)?[rR]awPredict$/;
-
 /**
  * Vertex AI's partner models other than Claude on `:rawPredict` / `:streamRawPredict` (Mistral,
  * AI21 Jamba): their own APIs, OpenAI-shaped Chat chunks; the model is in the path.
@@ -403,7 +401,7 @@ export const vertexPartnerChat: ApiDescriptor = {
   operation: 'chat',
   defaultProviderName: 'gcp.vertex_ai',
   newAdapter: () => new OpenAIChatAdapter(),
-  modelFromPath: modelInPath(VERTEX_PARTNER_MODEL),
+  modelFromPath: vertexRawPredictModel,
   predictedOutputs: true,
 };
 

@@ -279,6 +279,9 @@ export function modelInPath(re: RegExp): (path: string) => string | undefined {
   };
 }
 
+/** The model of a Vertex AI partner model's `…/models/{model}:rawPredict` or `:streamRawPredict` path (Claude, Mistral, AI21). */
+export const vertexRawPredictModel = modelInPath(/\/models\/([^/:?]+):(?:stream)?[rR]awPredict$/);
+
 /** A path segment URL-decoded; as it is when it is not valid percent-encoding. */
 function safeDecode(s: string): string {
   try {
