@@ -422,8 +422,6 @@ class InFlight implements ExchangeHandler {
   private labels: RequestLabels | undefined;
   /** The request's model (body or path), as the client named it. */
   private model: string | undefined;
-  /** The API names the model in the path (the body is read only for a prediction, if at all). */
-  private modelInPath = false;
   private modelFixed = false;
   /** The API, when it had to be known before the request left (to ask for identity encoding). */
   private api: ApiDescriptor | undefined;
@@ -658,7 +656,6 @@ class InFlight implements ExchangeHandler {
     });
     // The body is read for its model, or (Azure's deployment paths) only for a prediction.
     if (pathModel !== undefined && api.predictedOutputs !== true) return;
-    this.modelInPath = pathModel !== undefined;
     const tap = (this.tap = new RequestBodyTap(deps.config.limits.maxRequestScanBytes));
     if (seen !== undefined) for (const c of seen) tap.push(c);
     this.takeModel(); // the body's end may have come first
@@ -668,7 +665,7 @@ class InFlight implements ExchangeHandler {
   private takeModel(): void {
     if (!this.req.readableEnded || this.tap === undefined) return;
     const model = this.tap.model();
-    if (!this.modelInPath) this.model = model;
+    this.model ??= model; // a model the path named stays
     if (this.tap.prediction()) this.meter?.predictedOutput();
   }
 
