@@ -150,7 +150,7 @@ export class Instruments {
     this.clientPacedStreams = sum(
       METRIC.clientPacedStreams,
       '{stream}',
-      'Measured requests whose client held them back: the proxy paused reading the upstream for 100 ms or more because the client had not taken the bytes already sent (backpressure). From that pause on their arrival times show the client\'s pace, and their TTFT, gaps and TPOT are left out of the latency histograms.',
+      'Measured requests whose client held them back: the proxy paused reading the upstream for 100 ms or more because the client had not taken the bytes already sent (backpressure). From that pause on their arrival times show the client\'s pace: content from then on is left out of the TTFT, gap and TPOT histograms (what came before the pause is kept).',
       true,
     );
     this.streamsActive = sum(METRIC.streamsActive, '{stream}', 'HTTP requests in flight, from their arrival (an API the proxy does not recognise under operation _OTHER), and Realtime or Live responses being answered.', false);
