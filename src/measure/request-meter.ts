@@ -207,10 +207,9 @@ export class RequestMeter {
 
     // Compressed bodies are forwarded as they are and only timed, not parsed.
     // Codings are case-insensitive (RFC 9110 §8.4.1); `none`, not a coding, is what some hosts send
-    // to keep a CDN from compressing an event stream: the bytes are plain.
-    const coding = contentEncoding?.trim().toLowerCase();
-    const identity = coding === undefined || coding === '' || coding === 'identity' || coding === 'none';
-    if (!identity) return;
+    // to keep a CDN from compressing an event stream: the bytes are plain. A list (one field or
+    // several, joined) is plain only when every coding in it is.
+    if (contentEncoding !== undefined && !contentEncoding.split(',').every(plainCoding)) return;
     const max = this.opts.maxEventBytes;
     // Not after finish(), which closes it (nothing is read then anyway).
     const share = (this.share = this.finished ? undefined : this.opts.budget?.share());
@@ -575,4 +574,10 @@ export class RequestMeter {
 export function endError(errorType: string | undefined, upstreamErr: string | undefined, complete: boolean): string | undefined {
   if (errorType === ERROR_TYPE.clientCancelled) return upstreamErr ?? (complete ? undefined : errorType);
   return errorType ?? upstreamErr;
+}
+
+/** A content coding that leaves the bytes as they are (an empty list element counts as none). */
+function plainCoding(coding: string): boolean {
+  const c = coding.trim().toLowerCase();
+  return c === '' || c === 'identity' || c === 'none';
 }

@@ -14,7 +14,7 @@ import { ByteBudget } from '../sse/byte-budget.js';
 import { detectApi } from '../providers/detect.js';
 import { genericStream } from '../providers/generic.js';
 import type { ApiDescriptor } from '../providers/types.js';
-import { countRaw, endToEndHeaders, isName, rawHeader, REQUEST_DROP } from './headers.js';
+import { countRaw, endToEndHeaders, isName, rawHeader, rawHeaderList, REQUEST_DROP } from './headers.js';
 import { ChunkedError } from './chunked.js';
 import { HttpParseError, type BodyFraming, type ResponseHead } from './http1.js';
 import { lackMessage, lackOf } from './out-of-resources.js';
@@ -206,17 +206,35 @@ export class Forwarder {
     const current = answerInProgress(socket);
     // A request whose head Node had parsed and whose body had not all come: handed to the proxy,
     // which logs it (answered, refused or cancelled).
-    const parser = (socket as { parser?: { incoming?: { complete?: boolean } | null } | null }).parser;
-    const handedOver = Boolean(current) || parser?.incoming?.complete === false;
+    const parser = (socket as { parser?: { incoming?: IncomingMessage | null } | null }).parser;
+    const incoming = parser?.incoming?.complete === false ? parser.incoming : undefined;
+    const handedOver = Boolean(current) || incoming !== undefined;
     const cut = current?.headersSent === true;
+    // Found before the answer below closes the socket, which completes them (their lines wait
+    // for afterIo): the request whose body was refused, and the one whose answer the refusal took.
+    const owner = incoming === undefined ? undefined : this.forwarded((f) => f.isFor(incoming));
+    const answered = current == null || cut ? undefined : this.forwarded((f) => f.isAnsweredBy(current));
     const answer = answerClientError(err, socket);
     if (answer === undefined) return;
     // A client that closes in the middle of such a request: that request's own line says so.
     if (answer.status === undefined && handedOver) return;
+    // One line per request: a refused body, or a refusal sent in place of an answer, is told on
+    // the line of the request it belongs to.
+    if (owner !== undefined || answered !== undefined) {
+      answered?.refusedByServer(answer.status, answer.message);
+      if (owner !== answered) owner?.refusedByServer(undefined, answer.message);
+      return;
+    }
     const log = this.deps.log;
     if (!log.isLevelEnabled('info')) return;
     const outcome = answer.status === undefined ? 'cancelled' : 'refused';
     log.info({ status: answer.status, outcome, errorType: answer.type, err: answer.message, answerCut: cut || undefined }, 'request');
+  }
+
+  /** A forwarded (or queued) request that `test` picks, while it is in flight. */
+  private forwarded(test: (f: InFlight) => boolean): InFlight | undefined {
+    for (const f of this.inFlight) if (f instanceof InFlight && test(f)) return f;
+    return undefined;
   }
 
   /** An `Expect` other than `100-continue`: 417, as from Node, with a line. */
@@ -447,6 +465,9 @@ class InFlight implements ExchangeHandler {
   private uploadEnd: number | undefined;
   /** Waiting for the answer ahead on its connection; never sent upstream while set. */
   queued = false;
+  /** Node's parser refused the connection's bytes: the status it sent in this answer's place, and why. */
+  private serverStatus: number | undefined;
+  private serverReason: string | undefined;
   private readonly resume = (): void => {
     this.paused = false;
     this.endPause(performance.now());
@@ -479,6 +500,20 @@ class InFlight implements ExchangeHandler {
     private start: number,
   ) {
     this.requestId = requestIdOf(req);
+  }
+
+  isFor(req: IncomingMessage): boolean {
+    return this.req === req;
+  }
+
+  isAnsweredBy(res: unknown): boolean {
+    return this.res === res;
+  }
+
+  /** See Forwarder.refuseClientError: read when the line is written, after the socket closed. */
+  refusedByServer(status: number | undefined, reason: string): void {
+    this.serverStatus ??= status;
+    this.serverReason = reason;
   }
 
   /**
@@ -710,7 +745,7 @@ class InFlight implements ExchangeHandler {
     }
     const socket = res.socket;
     if (framing.kind === 'chunked' && res.chunkedEncoding && socket && !socket.destroyed) this.raw = socket;
-    meter?.responseStart(head.status, rawHeader(head.rawHeaders, 'content-type'), rawHeader(head.rawHeaders, 'content-encoding'));
+    meter?.responseStart(head.status, rawHeader(head.rawHeaders, 'content-type'), rawHeaderList(head.rawHeaders, 'content-encoding'));
     this.exchange?.setIdleTimeout(this.deps.config.timeouts.idle * 1000);
   }
 
@@ -913,11 +948,13 @@ class InFlight implements ExchangeHandler {
           model: summary ? this.model || undefined : undefined,
           // The meter says 0 when no response head came: then the proxy's own answer, or none at all
           // (a cancel or a shutdown cut before the upstream answered; not Node's default 200).
-          status: summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
+          status: this.serverStatus || summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
           // A request never sent upstream (queued behind another answer) was cancelled, whatever ended it.
           outcome: summary?.outcome ?? (err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled || this.queued ? 'cancelled' : 'error'),
           // The meter's verdict when it measured: a hang-up after the API's last event is no error.
           errorType: err,
+          // Why Node's parser refused the client's bytes (a malformed body), when it did.
+          err: this.serverReason,
           finishReasons: summary?.finishReasons,
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),

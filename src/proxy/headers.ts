@@ -67,5 +67,12 @@ export function rawHeader(raw: readonly string[], lowerName: string): string | u
   return undefined;
 }
 
+/** Every value of a list-valued header, its fields joined by `, ` (RFC 9110 §5.3), if any. */
+export function rawHeaderList(raw: readonly string[], lowerName: string): string | undefined {
+  let list: string | undefined;
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) list = list === undefined ? raw[i + 1]! : `${list}, ${raw[i + 1]!}`;
+  return list;
+}
+
 /** Request fields the proxy sets itself rather than copying. */
 export const REQUEST_DROP = new Set(['host', 'expect', 'x-forwarded-host', 'x-forwarded-proto', 'content-length']);

@@ -298,6 +298,25 @@ describe('transparent forwarding', () => {
     expect(r.rawHeaders.map((h) => h.toLowerCase())).toContain('gzip');
   });
 
+  it('reads the coding from every Content-Encoding field: `identity` first and `gzip` after is compressed, and not parsed', async () => {
+    const plain = 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n';
+    // The body is plain, so a meter that read only the first field would time its first token.
+    const up = await upstream((req, res) => {
+      const second = req.url!.includes('gzip') ? 'gzip' : 'none';
+      res.writeHead(200, ['Content-Type', 'text/event-stream', 'Content-Encoding', 'identity', 'Content-Encoding', second]);
+      res.end(plain);
+    });
+    cleanups.push(up.close);
+    proxy = await startTestProxy(up.url);
+    for (const path of ['/v1/chat/completions?gzip', '/v1/chat/completions?plain']) {
+      const r = await rawRequest(proxy.proxyUrl, path, { method: 'POST', body: Buffer.from('{}') });
+      expect(r.body.toString()).toBe(plain);
+    }
+    const samples = await scrape(proxy.metricsUrl);
+    expect(hist(samples, 'gen_ai_client_operation_duration_seconds').count).toBe(2);
+    expect(hist(samples, 'gen_ai_client_operation_time_to_first_chunk_seconds').count).toBe(1); // the `identity, none` one
+  });
+
   it('asks a recognised LLM API for identity encoding, so that a server that compresses when asked (as Anthropic does) is still measured', async () => {
     // The Anthropic fixture, one event per 20 ms, gzip-compressed and flushed per event when the request accepts gzip.
     const events = fixture('anthropic-messages.sse').toString('utf8').split(/(?<=\n\n)/);
@@ -587,16 +606,26 @@ describe('requests the proxy does not forward', () => {
     const cutText = await session('POST /v1/stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}', (t) => t.includes('"a"'), 'GARBAGE\r\n\r\n');
     expect(cutText).toMatch(/^HTTP\/1\.1 200 /);
     expect(cutText).not.toContain('invalid_http'); // never written into the answer
-    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < 5; i++) await sleep(20);
+    // A chunked body that turns malformed once the upstream has the request: Node's 400 is that
+    // request's answer, told on its own line (not as a second, refused one).
+    const chunked = 'POST /v1/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n';
+    expect(await session(chunked, () => true, 'ZZZ\r\n')).toMatch(/^HTTP\/1\.1 400 [^]*invalid_http/);
+    // Bytes that are not HTTP behind a whole request not yet answered: the 400 takes its answer's place.
+    expect(await session('POST /v1/held HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}', () => true, 'GARBAGE\r\n\r\n')).toMatch(/^HTTP\/1\.1 400 /);
+    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < 7; i++) await sleep(20);
     await sleep(100);
-    const lines = logLines.filter((l) => l.msg === 'request').map((l) => [l.path, l.status, l.outcome, l.errorType, l.answerCut]);
+    const requestLines = logLines.filter((l) => l.msg === 'request');
+    const lines = requestLines.map((l) => [l.path, l.status, l.outcome, l.errorType, l.answerCut]);
     expect(lines).toEqual([
       ['/nowhere', 404, 'refused', 'no_route', undefined],
       ['/early', 413, 'error', '413', undefined], // not an API the proxy reads: its error status, as for one it reads
       ['/hold', undefined, 'cancelled', 'client_cancelled', undefined],
       [undefined, 400, 'refused', 'invalid_http', true],
       ['/stream', 200, 'cancelled', 'client_cancelled', undefined],
+      ['/chunked', 400, 'cancelled', 'client_cancelled', undefined],
+      ['/held', 400, 'cancelled', 'client_cancelled', undefined],
     ]);
+    expect(requestLines.map((l) => l.err)).toEqual([undefined, undefined, undefined, expect.stringMatching(/Invalid method/), undefined, expect.stringMatching(/chunk size/), expect.stringMatching(/Invalid method/)]);
   });
 
   it('an Expect other than 100-continue gets a 417 with a line; 100 Continue is sent only to a request that is forwarded', async () => {

@@ -461,7 +461,7 @@ describe('RequestMeter with a controllable clock', () => {
     expect((await t.histogram(METRIC.duration)).count).toBe(1);
   });
 
-  it('parses a body whose coding is identity in any case, or `none`; not one with a real coding', async () => {
+  it('parses a body whose codings are all identity in any case, or `none`; not one with a real coding', async () => {
     t = testInstruments();
     const events = (coding: string | undefined) => {
       const m = new RequestMeter(t.instruments, new OpenAIChatAdapter(), { ...labels }, 0, opts);
@@ -469,8 +469,9 @@ describe('RequestMeter with a controllable clock', () => {
       m.chunk(Buffer.from('data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), 5);
       return m.finish(9)!.contentEvents;
     };
-    expect([undefined, '', 'identity', 'Identity', ' IDENTITY ', 'none', 'None'].map(events)).toEqual([1, 1, 1, 1, 1, 1, 1]);
-    expect(['gzip', 'GZIP', 'br', 'deflate', 'zstd', 'gzip, identity'].map(events)).toEqual([0, 0, 0, 0, 0, 0]);
+    expect([undefined, '', 'identity', 'Identity', ' IDENTITY ', 'none', 'None', 'identity, none', 'identity,,IDENTITY'].map(events)).toEqual([1, 1, 1, 1, 1, 1, 1, 1, 1]);
+    // A list (one field, or several joined) is plain only when every coding in it is.
+    expect(['gzip', 'GZIP', 'br', 'deflate', 'zstd', 'gzip, identity', 'identity, gzip', 'none,br'].map(events)).toEqual([0, 0, 0, 0, 0, 0, 0, 0]);
   });
 
   it('counts no tokens from events once a Chat stream carried audio, which holds many tokens a delta', async () => {

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { endToEndHeaders, isName, rawHeader } from '../../src/proxy/headers.js';
+import { endToEndHeaders, isName, rawHeader, rawHeaderList } from '../../src/proxy/headers.js';
 import { originForm, Router, targetAuthority } from '../../src/proxy/routes.js';
 import { sendError } from '../../src/proxy/forward.js';
 import { providerNameForHost } from '../../src/providers/detect.js';
@@ -88,6 +88,9 @@ describe('isName / rawHeader', () => {
     const raw = ['X-A', '1', 'Content-Type', 'text/event-stream', 'content-type', 'second'];
     expect(rawHeader(raw, 'content-type')).toBe('text/event-stream'); // the first wins
     expect(rawHeader(raw, 'content-length')).toBeUndefined();
+    expect(rawHeaderList(raw, 'content-type')).toBe('text/event-stream, second'); // every field, in order
+    expect(rawHeaderList(raw, 'x-a')).toBe('1');
+    expect(rawHeaderList(raw, 'content-length')).toBeUndefined();
   });
 });
 
