@@ -210,31 +210,21 @@ export class Forwarder {
     const incoming = parser?.incoming?.complete === false ? parser.incoming : undefined;
     const handedOver = Boolean(current) || incoming !== undefined;
     const cut = current?.headersSent === true;
-    // Found before the answer below closes the socket, which completes them (their lines wait
-    // for afterIo): the request whose body was refused, and the one whose answer the refusal took.
-    const owner = incoming === undefined ? undefined : this.forwarded((f) => f.isFor(incoming));
-    const answered = current == null || cut ? undefined : this.forwarded((f) => f.isAnsweredBy(current));
+    // The body of a request still in flight, whose answer has the connection: the refusal is that
+    // request's own (found before the answer below closes the socket, which completes it; its
+    // line waits for afterIo). Refused bytes of anything else (a request pipelined behind it, a
+    // request already answered) keep a line of their own.
+    const owner = incoming === undefined ? undefined : IN_FLIGHT.get(incoming);
+    const own = owner !== undefined && this.inFlight.has(owner) && owner.isAnsweredBy(current) ? owner : undefined;
     const answer = answerClientError(err, socket);
     if (answer === undefined) return;
     // A client that closes in the middle of such a request: that request's own line says so.
     if (answer.status === undefined && handedOver) return;
-    // One line per request: a refused body, or a refusal sent in place of an answer, is told on
-    // the line of the request it belongs to.
-    if (owner !== undefined || answered !== undefined) {
-      answered?.refusedByServer(answer.status, answer.message);
-      if (owner !== answered) owner?.refusedByServer(undefined, answer.message);
-      return;
-    }
+    if (own !== undefined) return own.refusedByServer(cut ? undefined : answer.status, answer.type, answer.message, cut);
     const log = this.deps.log;
     if (!log.isLevelEnabled('info')) return;
     const outcome = answer.status === undefined ? 'cancelled' : 'refused';
     log.info({ status: answer.status, outcome, errorType: answer.type, err: answer.message, answerCut: cut || undefined }, 'request');
-  }
-
-  /** A forwarded (or queued) request that `test` picks, while it is in flight. */
-  private forwarded(test: (f: InFlight) => boolean): InFlight | undefined {
-    for (const f of this.inFlight) if (f instanceof InFlight && test(f)) return f;
-    return undefined;
   }
 
   /** An `Expect` other than `100-continue`: 417, as from Node, with a line. */
@@ -465,9 +455,8 @@ class InFlight implements ExchangeHandler {
   private uploadEnd: number | undefined;
   /** Waiting for the answer ahead on its connection; never sent upstream while set. */
   queued = false;
-  /** Node's parser refused the connection's bytes: the status it sent in this answer's place, and why. */
-  private serverStatus: number | undefined;
-  private serverReason: string | undefined;
+  /** Node's parser refused this request's body (Forwarder.refuseClientError). */
+  private refusal: { status: number | undefined; type: string; reason: string; cut: boolean } | undefined;
   private readonly resume = (): void => {
     this.paused = false;
     this.endPause(performance.now());
@@ -500,20 +489,19 @@ class InFlight implements ExchangeHandler {
     private start: number,
   ) {
     this.requestId = requestIdOf(req);
-  }
-
-  isFor(req: IncomingMessage): boolean {
-    return this.req === req;
+    IN_FLIGHT.set(req, this);
   }
 
   isAnsweredBy(res: unknown): boolean {
     return this.res === res;
   }
 
-  /** See Forwarder.refuseClientError: read when the line is written, after the socket closed. */
-  refusedByServer(status: number | undefined, reason: string): void {
-    this.serverStatus ??= status;
-    this.serverReason = reason;
+  /**
+   * Node's parser refused this request's body: the status sent in its answer's place (none when
+   * its answer had begun, and was cut), read when the line is written, after the socket closed.
+   */
+  refusedByServer(status: number | undefined, type: string, reason: string, cut: boolean): void {
+    this.refusal = { status, type, reason, cut };
   }
 
   /**
@@ -948,13 +936,16 @@ class InFlight implements ExchangeHandler {
           model: summary ? this.model || undefined : undefined,
           // The meter says 0 when no response head came: then the proxy's own answer, or none at all
           // (a cancel or a shutdown cut before the upstream answered; not Node's default 200).
-          status: this.serverStatus || summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
+          status: this.refusal?.status || summary?.status || this.upstreamStatus || (this.res.headersSent ? this.res.statusCode : undefined),
           // A request never sent upstream (queued behind another answer) was cancelled, whatever ended it.
           outcome: summary?.outcome ?? (err === undefined ? 'ok' : err === ERROR_TYPE.clientCancelled || this.queued ? 'cancelled' : 'error'),
           // The meter's verdict when it measured: a hang-up after the API's last event is no error.
           errorType: err,
-          // Why Node's parser refused the client's bytes (a malformed body), when it did.
-          err: this.serverReason,
+          // Node's parser refused the request's body (malformed): its error type, why, and whether
+          // the answer it cut had begun.
+          refusal: this.refusal?.type,
+          err: this.refusal?.reason,
+          answerCut: this.refusal?.cut || undefined,
           finishReasons: summary?.finishReasons,
           ttftMs: round(summary?.ttftMs),
           tpotMs: round(summary?.tpotMs),
@@ -986,6 +977,9 @@ function ignore(): void {}
  * 5xx is about a served name (or one the server did not check).
  */
 const NOT_ADMITTED = new Set([400, 401, 403, 404, 410, 422]);
+
+/** The forwarded (or queued) request of each request head, for a refusal of its body. */
+const IN_FLIGHT = new WeakMap<IncomingMessage, InFlight>();
 
 /** Requests queued behind an answer on a connection, per client socket. */
 const QUEUED = new WeakMap<Socket, Set<InFlight>>();

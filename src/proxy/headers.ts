@@ -67,10 +67,13 @@ export function rawHeader(raw: readonly string[], lowerName: string): string | u
   return undefined;
 }
 
-/** Every value of a list-valued header, its fields joined by `, ` (RFC 9110 §5.3), if any. */
+/**
+ * A field's values as one list (RFC 9110 §5.3: repeated fields combine with commas), or
+ * undefined when absent. A field sent once is returned as is, without a copy.
+ */
 export function rawHeaderList(raw: readonly string[], lowerName: string): string | undefined {
   let list: string | undefined;
-  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) list = list === undefined ? raw[i + 1]! : `${list}, ${raw[i + 1]!}`;
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lowerName)) list = list === undefined ? raw[i + 1]! : `${list},${raw[i + 1]!}`;
   return list;
 }
 

@@ -5,7 +5,7 @@
  * obs-fold, no conflicting lengths, no control characters that Node would
  * refuse to forward); headers keep their case and order (Node's rawHeaders form).
  */
-import { isName } from './headers.js';
+import { rawHeaderList } from './headers.js';
 
 export class HttpParseError extends Error {}
 
@@ -78,29 +78,19 @@ function trimOws(s: string): string {
   return a === 0 && b === s.length ? s : s.slice(a, b);
 }
 
-/**
- * A field's values as one list (RFC 9110 §5.3: repeated fields combine with commas),
- * or undefined when absent. A field sent once is returned as is, without a copy.
- */
-function combined(raw: readonly string[], lower: string): string | undefined {
-  let out: string | undefined;
-  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, lower)) out = out === undefined ? raw[i + 1]! : `${out},${raw[i + 1]!}`;
-  return out;
-}
-
 /** How the body of `head`, the answer to a `method` request, is delimited (RFC 9112 §6.3). */
 export function responseFraming(head: ResponseHead, method: string): BodyFraming {
   const s = head.status;
   if (method === 'HEAD' || s === 204 || s === 304 || (s >= 100 && s < 200)) return { kind: 'none' };
   // A transfer coding decides over Content-Length: chunked if it is the last one, else read to close.
-  const te = combined(head.rawHeaders, 'transfer-encoding');
+  const te = rawHeaderList(head.rawHeaders, 'transfer-encoding');
   if (te !== undefined) {
     // Only chunked, as nginx: the field is hop-by-hop, so another coding (gzip, chunked; or a
     // body read to the close) would reach the client coded with nothing saying so.
     if (te.trim().toLowerCase() !== 'chunked') throw new HttpParseError(`unsupported transfer-encoding "${te}"`);
     return { kind: 'chunked' };
   }
-  const cl = combined(head.rawHeaders, 'content-length');
+  const cl = rawHeaderList(head.rawHeaders, 'content-length');
   if (cl !== undefined) {
     const all = cl.split(',').map((v) => v.trim());
     if (!all.every((v) => /^[0-9]{1,15}$/.test(v)) || new Set(all).size !== 1) {
@@ -117,15 +107,15 @@ export function reusable(head: ResponseHead, framing: BodyFraming): boolean {
   // Faulty framing, read as chunked but not trusted for the next message: Transfer-Encoding in
   // an HTTP/1.0 answer (RFC 9112 §6.1: close after it) or beside a Content-Length (§6.3: a
   // possible response-splitting attempt).
-  if (combined(head.rawHeaders, 'transfer-encoding') !== undefined && (head.minor === 0 || combined(head.rawHeaders, 'content-length') !== undefined)) return false;
-  const tokens = combined(head.rawHeaders, 'connection')?.toLowerCase() ?? '';
+  if (rawHeaderList(head.rawHeaders, 'transfer-encoding') !== undefined && (head.minor === 0 || rawHeaderList(head.rawHeaders, 'content-length') !== undefined)) return false;
+  const tokens = rawHeaderList(head.rawHeaders, 'connection')?.toLowerCase() ?? '';
   if (head.minor === 0) return /(^|,)\s*keep-alive\s*(,|$)/.test(tokens);
   return !/(^|,)\s*close\s*(,|$)/.test(tokens);
 }
 
 /** The server's `Keep-Alive: timeout=N` hint in ms, if any. */
 export function keepAliveHintMs(head: ResponseHead): number | undefined {
-  const v = combined(head.rawHeaders, 'keep-alive');
+  const v = rawHeaderList(head.rawHeaders, 'keep-alive');
   const m = v === undefined ? null : /(?:^|[,\s])timeout\s*=\s*([0-9]+)/i.exec(v);
   return m ? Number(m[1]) * 1000 : undefined;
 }

@@ -561,12 +561,12 @@ describe('requests the proxy does not forward', () => {
     cases.forEach(([name, , , , reason], i) => expect(lines[i]!.err, name).toMatch(reason));
   });
 
-  it('a client that closes half-way through a body, or sends what is not HTTP behind a request, adds no line of its own to the request it cut', async () => {
+  it('a client that closes half-way through a body, or sends what is not HTTP behind a request, adds no line of its own to the request it cut; a refused body of a request in flight is told on its own line', async () => {
     // Answers as soon as the head is in (the test helper's upstream waits for the whole body).
     const early = http.createServer((req, res) => {
       req.resume();
-      if (req.url === '/early') return void res.writeHead(413, { 'content-type': 'application/json' }).end('{"error":"too big"}');
-      if (req.url === '/stream') {
+      if (req.url!.startsWith('/early')) return void res.writeHead(413, { 'content-type': 'application/json' }).end('{"error":"too big"}');
+      if (req.url!.startsWith('/stream')) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
         res.write('data: {"choices":[{"delta":{"content":"a"}}]}\n\n');
       }
@@ -606,26 +606,48 @@ describe('requests the proxy does not forward', () => {
     const cutText = await session('POST /v1/stream HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}', (t) => t.includes('"a"'), 'GARBAGE\r\n\r\n');
     expect(cutText).toMatch(/^HTTP\/1\.1 200 /);
     expect(cutText).not.toContain('invalid_http'); // never written into the answer
-    // A chunked body that turns malformed once the upstream has the request: Node's 400 is that
-    // request's answer, told on its own line (not as a second, refused one).
-    const chunked = 'POST /v1/chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n';
-    expect(await session(chunked, () => true, 'ZZZ\r\n')).toMatch(/^HTTP\/1\.1 400 [^]*invalid_http/);
-    // Bytes that are not HTTP behind a whole request not yet answered: the 400 takes its answer's place.
+    // A chunked body that turns malformed once the upstream has the request: the refusal is that
+    // request's own, told on its line (not as a second line, without a request id), with the 400
+    // sent in its answer's place ...
+    const chunked = (path: string) => `POST /v1/${path} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n`;
+    expect(await session(chunked('chunked'), () => true, 'ZZZ\r\n')).toMatch(/^HTTP\/1\.1 400 [^]*invalid_http/);
+    // ... or the answer it cut.
+    expect(await session(chunked('stream-chunked'), (t) => t.includes('"a"'), 'ZZZ\r\n')).toMatch(/^HTTP\/1\.1 200 [^]*"a"/);
+    // Refused bytes that are not a forwarded request's body keep a line of their own: what is not
+    // HTTP behind a whole request not yet answered (the 400 takes its answer's place) ...
     expect(await session('POST /v1/held HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}', () => true, 'GARBAGE\r\n\r\n')).toMatch(/^HTTP\/1\.1 400 /);
-    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < 7; i++) await sleep(20);
+    // ... and the body of a request already answered (an early 413).
+    expect(await session(chunked('early-chunked'), (t) => t.includes('too big'), 'ZZZ\r\n')).toMatch(/^HTTP\/1\.1 413 /);
+    // ... and the body of a request pipelined behind one not yet answered (the 400 takes that one's place).
+    const pipelined = 'POST /v1/held-ahead HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}' + chunked('queued');
+    expect(await session(pipelined, () => true, 'ZZZ\r\n')).toMatch(/^HTTP\/1\.1 400 /);
+    for (let i = 0; i < 100 && logLines.filter((l) => l.msg === 'request').length < 14; i++) await sleep(20);
     await sleep(100);
     const requestLines = logLines.filter((l) => l.msg === 'request');
-    const lines = requestLines.map((l) => [l.path, l.status, l.outcome, l.errorType, l.answerCut]);
-    expect(lines).toEqual([
-      ['/nowhere', 404, 'refused', 'no_route', undefined],
-      ['/early', 413, 'error', '413', undefined], // not an API the proxy reads: its error status, as for one it reads
-      ['/hold', undefined, 'cancelled', 'client_cancelled', undefined],
-      [undefined, 400, 'refused', 'invalid_http', true],
-      ['/stream', 200, 'cancelled', 'client_cancelled', undefined],
-      ['/chunked', 400, 'cancelled', 'client_cancelled', undefined],
-      ['/held', 400, 'cancelled', 'client_cancelled', undefined],
+    const lastThree = requestLines.splice(11).map((l) => [l.path, l.status, l.outcome, l.errorType, l.refusal]);
+    expect(lastThree.sort((a, b) => String(a[0]).localeCompare(String(b[0])))).toEqual([
+      ['/held-ahead', undefined, 'cancelled', 'client_cancelled', undefined],
+      ['/queued', undefined, 'cancelled', 'client_cancelled', undefined],
+      [undefined, 400, 'refused', 'invalid_http', undefined],
     ]);
-    expect(requestLines.map((l) => l.err)).toEqual([undefined, undefined, undefined, expect.stringMatching(/Invalid method/), undefined, expect.stringMatching(/chunk size/), expect.stringMatching(/Invalid method/)]);
+    const lines = requestLines.map((l) => [l.path, l.status, l.outcome, l.errorType, l.answerCut, l.refusal]);
+    expect(lines).toEqual([
+      ['/nowhere', 404, 'refused', 'no_route', undefined, undefined],
+      ['/early', 413, 'error', '413', undefined, undefined], // not an API the proxy reads: its error status, as for one it reads
+      ['/hold', undefined, 'cancelled', 'client_cancelled', undefined, undefined],
+      [undefined, 400, 'refused', 'invalid_http', true, undefined],
+      ['/stream', 200, 'cancelled', 'client_cancelled', undefined, undefined],
+      ['/chunked', 400, 'cancelled', 'client_cancelled', undefined, 'invalid_http'],
+      ['/stream-chunked', 200, 'cancelled', 'client_cancelled', true, 'invalid_http'],
+      [undefined, 400, 'refused', 'invalid_http', undefined, undefined],
+      ['/held', undefined, 'cancelled', 'client_cancelled', undefined, undefined],
+      ['/early-chunked', 413, 'error', '413', undefined, undefined],
+      [undefined, 400, 'refused', 'invalid_http', undefined, undefined],
+    ]);
+    expect(requestLines.map((l) => l.err)).toEqual([
+      ...[undefined, undefined, undefined, expect.stringMatching(/Invalid method/), undefined],
+      ...[expect.stringMatching(/chunk size/), expect.stringMatching(/chunk size/), expect.stringMatching(/Invalid method/), undefined, undefined, expect.stringMatching(/chunk size/)],
+    ]);
   });
 
   it('an Expect other than 100-continue gets a 417 with a line; 100 Continue is sent only to a request that is forwarded', async () => {

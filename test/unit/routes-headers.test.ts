@@ -88,7 +88,7 @@ describe('isName / rawHeader', () => {
     const raw = ['X-A', '1', 'Content-Type', 'text/event-stream', 'content-type', 'second'];
     expect(rawHeader(raw, 'content-type')).toBe('text/event-stream'); // the first wins
     expect(rawHeader(raw, 'content-length')).toBeUndefined();
-    expect(rawHeaderList(raw, 'content-type')).toBe('text/event-stream, second'); // every field, in order
+    expect(rawHeaderList(raw, 'content-type')).toBe('text/event-stream,second'); // every field, in order
     expect(rawHeaderList(raw, 'x-a')).toBe('1');
     expect(rawHeaderList(raw, 'content-length')).toBeUndefined();
   });
