@@ -383,27 +383,13 @@ export const openaiChat: ApiDescriptor = {
 const AZURE_DEPLOYMENT = /\/openai\/deployments\/([^/?]+)\//;
 
 /** Azure OpenAI's deployment paths: the deployment name stands for the model (the body usually has none). */
-export const azureOpenaiChat: ApiDescriptor = {
-  api: 'openai-chat',
-  operation: 'chat',
-  defaultProviderName: 'azure.ai.openai',
-  newAdapter: () => new OpenAIChatAdapter(),
-  modelFromPath: modelInPath(AZURE_DEPLOYMENT),
-  predictedOutputs: true,
-};
+export const azureOpenaiChat: ApiDescriptor = { ...openaiChat, defaultProviderName: 'azure.ai.openai', modelFromPath: modelInPath(AZURE_DEPLOYMENT) };
 
 /**
  * Vertex AI's partner models other than Claude on `:rawPredict` / `:streamRawPredict` (Mistral,
  * AI21 Jamba): their own APIs, OpenAI-shaped Chat chunks; the model is in the path.
  */
-export const vertexPartnerChat: ApiDescriptor = {
-  api: 'openai-chat',
-  operation: 'chat',
-  defaultProviderName: 'gcp.vertex_ai',
-  newAdapter: () => new OpenAIChatAdapter(),
-  modelFromPath: vertexRawPredictModel,
-  predictedOutputs: true,
-};
+export const vertexPartnerChat: ApiDescriptor = { ...openaiChat, defaultProviderName: 'gcp.vertex_ai', modelFromPath: vertexRawPredictModel };
 
 /** Azure's legacy Completions on a deployment path: the same, as a text completion. */
 export const azureOpenaiCompletions: ApiDescriptor = { ...azureOpenaiChat, api: 'openai-completions', operation: 'text_completion' };

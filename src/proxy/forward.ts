@@ -687,8 +687,7 @@ class InFlight implements ExchangeHandler {
   /** The body ended and was read by the tap: its model is the request's, unless the path named it. */
   private takeModel(): void {
     if (!this.req.readableEnded || this.tap === undefined) return;
-    const model = this.tap.model();
-    this.model ??= model; // a model the path named stays
+    this.model ??= this.tap.model(); // a model the path named stays
     if (this.tap.prediction()) this.meter?.predictedOutput();
   }
 
