@@ -406,19 +406,14 @@ class Connection {
         ex.uploadFailed(err);
         return;
       }
-      const via = this.via;
-      // Before the upstream answered its connect, say which proxy the failure came through.
       // A timeout stays a timeout (504); its detail already names the proxy.
-      if (via !== undefined && !this.established && !(err instanceof UpstreamTimeout)) {
-        const what = err.code ?? err.message;
-        err = new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`, { cause: err });
-      }
-      this.exchange?.fail(err);
+      this.exchange?.fail(this.established || err instanceof UpstreamTimeout ? err : this.throughVia(err));
     });
-    socket.on('end', () => this.exchange?.eof());
+    // A close before the connection was up (a TLS handshake the server ended) is no answer cut short.
+    socket.on('end', () => (this.established ? this.exchange?.eof() : this.exchange?.fail(this.closedBeforeUp())));
     socket.on('close', () => {
       this.client.forget(this);
-      this.exchange?.fail(new UpstreamClosed());
+      this.exchange?.fail(this.established ? new UpstreamClosed() : this.closedBeforeUp());
     });
     socket.on('timeout', () => {
       const ex = this.exchange;
@@ -486,6 +481,18 @@ class Connection {
     socket.uncork();
     if (more && this.pendingBytes >= 65536) this.exchange?.drained();
     this.pendingBytes = 0;
+  }
+
+  /** Before the upstream answered its connect: which egress proxy, if any, the failure came through. */
+  private throughVia(err: NodeJS.ErrnoException): Error {
+    const via = this.via;
+    if (via === undefined) return err;
+    const what = err.code ?? err.message;
+    return new EgressProxyError(this.tunnelling ? `${what} (through egress proxy ${via.display})` : `egress proxy ${via.display}: ${what}`, { cause: err });
+  }
+
+  private closedBeforeUp(): Error {
+    return this.throughVia(new UpstreamClosed(`upstream closed the connection ${this.socket instanceof tls.TLSSocket ? 'during the TLS handshake' : 'before it was up'}`));
   }
 
   tunnelFailed(err: Error): void {

@@ -241,6 +241,42 @@ describe('egress proxy', () => {
     expect((await requestLines(1))[0]).toMatchObject({ status: 504, outcome: 'error', errorType: 'timeout' });
   });
 
+  it('an upstream that ends the TLS handshake is unreachable (502), told as a handshake closed, not as an answer cut short; inside a tunnel the proxy is named', async () => {
+    const accepted = new Set<net.Socket>();
+    // Reads the ClientHello, then: a FIN; a reset; half a ServerHello record and a FIN.
+    const enders: Record<string, (s: net.Socket) => void> = { fin: (s) => s.end(), reset: (s) => s.resetAndDestroy(), partial: (s) => s.end(Buffer.from([0x16, 3, 3, 0, 80, 2, 0, 0])) };
+    const servers: Record<string, number> = {};
+    for (const [name, end] of Object.entries(enders)) {
+      const server = net.createServer((s) => {
+        accepted.add(s);
+        s.on('error', () => {});
+        s.once('data', () => end(s));
+      });
+      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+      cleanups.push(() => new Promise<void>((r) => { for (const s of accepted) s.destroy(); server.close(() => r()); }));
+      servers[name] = (server.address() as AddressInfo).port;
+    }
+    const fp = await forwardProxy();
+    const dir = fs.mkdtempSync('/tmp/llp-egress-');
+    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    fs.writeFileSync(`${dir}/c.yaml`, `egressProxy: ${fp.url}\n`);
+    for (const through of [false, true]) {
+      for (const [name, port] of Object.entries(servers)) {
+        await spawned?.stop();
+        const proxyUrl = await start(`https://127.0.0.1:${port}`, proxyEnv({}), through ? ['--config', `${dir}/c.yaml`] : []);
+        const res = await chat(proxyUrl);
+        expect(res.status, `${name}, through the egress proxy: ${through}`).toBe(502);
+        const message = ((await res.json()) as { error: { message: string } }).error.message;
+        expect(message, name).toBe(`upstream unreachable: ECONNRESET${through ? ` (through egress proxy ${fp.url})` : ''}`);
+        expect((await requestLines(1))[0], name).toMatchObject({ status: 502, outcome: 'error', errorType: 'upstream_unreachable' });
+        const warn = spawned!.lines.find((l) => l.msg === 'upstream request failed');
+        // A reset is read as Node's error (`read ECONNRESET`); a close, as a handshake the server ended.
+        if (name === 'reset') expect(String(warn?.err), name).toMatch(/ECONNRESET/);
+        else expect(warn?.err, name).toBe(through ? `ECONNRESET (through egress proxy ${fp.url})` : 'upstream closed the connection during the TLS handshake');
+      }
+    }
+  });
+
   it('a connect timeout through the egress proxy says how far it got, for requests (also when timeouts.response fires first) and WebSocket upgrades', async () => {
     const cert = selfSignedCert();
     cleanups.push(cert.remove);
