@@ -104,8 +104,8 @@ const PLAN = QUICK
       ],
       sustainLadder: [], // quick: from the gap runs at delta 20 only
       sustainMs: 500,
-      // One ramp, and stragglers waited for 0.3 s: the smoke judges no figure, and CI runs it
-      // beside its other steps, where the full plan's took it past the 2 minutes.
+      // One ramp, and stragglers waited for 0.3 s: the smoke judges no figure, and the second
+      // ramp and 1 s wait (the full plan's) took it past the 2 minutes beside CI's steps.
       mem: { n1: 50, n2: 500, fresh: true, secondRamp: false },
       cancel: { c: 20, settleMs: 300 },
     }
