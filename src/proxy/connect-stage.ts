@@ -18,7 +18,7 @@ export class ConnectStage {
     upstreamTls: boolean,
   ) {
     const hop = via === undefined ? 'the upstream' : 'the egress proxy';
-    const accepted = via === undefined ? undefined : `${hop} did not accept the connection`;
+    const accepted = `${hop} did not accept the connection`;
     this.stage = net.isIP(host) === 0 ? `the name lookup of ${host} did not finish` : accepted;
     socket.once('lookup', () => (this.stage = accepted));
     // TLS over the first hop: with the upstream when direct, with an https egress proxy.
