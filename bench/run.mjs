@@ -16,6 +16,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pathDefs, killAllSync, children, cpuMsOf, rssKiBOf, allProcCpu, foreignCpuMs, ROOT } from './lib/paths.mjs';
+import { fmtRuntime, metricsDiff, parseMetrics, runtimeDiff } from './lib/scrape.mjs';
 import { agg } from './lib/stats.mjs';
 import { writeReports } from './lib/report.mjs';
 import { shared as sharedClock } from './lib/clock.mjs';
@@ -265,38 +266,10 @@ async function scrape(url) {
   if (!url) return null;
   try {
     const r = await fetch(url);
-    const text = await r.text();
-    const out = {};
-    for (const line of text.split('\n')) {
-      if (!line || line[0] === '#') continue;
-      const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
-      if (!m) continue;
-      const v = Number(m[3]);
-      if (!Number.isFinite(v)) continue;
-      out[m[1]] = (out[m[1]] || 0) + v;
-    }
-    return out;
+    return parseMetrics(await r.text());
   } catch (err) {
     return { error: String(err.message) };
   }
-}
-const HISTS = {
-  ttft: 'gen_ai_client_operation_time_to_first_chunk_seconds',
-  itl: 'gen_ai_client_operation_time_per_output_chunk_seconds',
-  tpot: 'gen_ai_server_time_per_output_token_seconds',
-};
-function metricsDiff(a, b) {
-  if (!a || !b || a.error || b.error) return { error: (a && a.error) || (b && b.error) || 'no scrape' };
-  const d = {};
-  for (const [k, name] of Object.entries(HISTS)) {
-    const sum = (b[`${name}_sum`] ?? NaN) - (a[`${name}_sum`] ?? 0);
-    const count = (b[`${name}_count`] ?? NaN) - (a[`${name}_count`] ?? 0);
-    d[k] = { sumS: sum, count };
-  }
-  // Streams whose client held the proxy back: their content from then on is not in the histograms.
-  const held = 'llm_proxy_streams_client_paced_total';
-  d.held = (b[held] ?? 0) - (a[held] ?? 0);
-  return d;
 }
 
 // ---------------------------------------------------------------- scenario runners
@@ -391,9 +364,12 @@ async function streamRun(p, sc) {
   const an = await client.call('analyze', { tagBySid: em.tagBySid, t0BySid: em.t0BySid, sent1BySid: em.sent1BySid, sentLastBySid: em.sentLastBySid, arrivals: em.arrivals, ttftMs: sc.mode === 'staggered' ? cfg.ttft : undefined, delta: sc.delta, window: window && [window.from[0], window.to[0]] });
   if (an.error) throw new Error(an.error);
   let mdiff = null;
+  let runtime;
   if (p.metricsUrl) {
     await sleep(250);
-    mdiff = metricsDiff(before, await scrape(p.metricsUrl));
+    const after = await scrape(p.metricsUrl);
+    mdiff = metricsDiff(before, after);
+    runtime = runtimeDiff(before, after);
   }
   delete an.id;
   return {
@@ -403,6 +379,7 @@ async function streamRun(p, sc) {
     foreignCores,
     emitter: { lateness: em.lateness, wakeLateness: em.wakeLateness, cpuMs: em.cpuMs, startedIncomplete: em.startedIncomplete },
     metrics: mdiff,
+    runtime,
     // what the path logged, when it refused requests (nginx's error log says why)
     pathLog: an.refused > 0 && p.logTail ? p.logTail() : undefined,
   };
@@ -426,7 +403,7 @@ function steadyWindow(samples, t0BySid, sc) {
 
 function brief(r) {
   const bad = r.lost + r.merged + r.mismatched + r.extra + r.misrouted;
-  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.ttftLegs ? ` legs p50 req ${r.ttftLegs.reqP50.toFixed(2)} resp ${r.ttftLegs.respP50.toFixed(2)}, over 1.5 ms req ${r.ttftLegs.reqStalled} resp ${r.ttftLegs.respStalled}; slowest ${r.ttftLegs.slowest}` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra} misrouted ${r.misrouted}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''}${r.refused ? ` REFUSED ${r.refused} ${r.refusedSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores`;
+  return `lat p50 ${r.latency.p50?.toFixed?.(2)} p99 ${r.latency.p99?.toFixed?.(2)} ttft p50 ${r.ttft.p50?.toFixed?.(2)} maxgap ${r.maxGap.toFixed(1)} ev ${r.events}${r.latencyTail ? ` tail>p99 ${r.latencyTail.events} ev in ${r.latencyTail.ticks}/${r.latencyTail.ticksTotal} ticks (${r.latencyTail.first3} in ticks 1-3)` : ''}${r.ttftLegs ? ` legs p50 req ${r.ttftLegs.reqP50.toFixed(2)} resp ${r.ttftLegs.respP50.toFixed(2)}, over 1.5 ms req ${r.ttftLegs.reqStalled} resp ${r.ttftLegs.respStalled}; slowest ${r.ttftLegs.slowest}` : ''}${r.undelivered ? ` UNDELIVERED(deadline) ${r.undelivered}` : ''}${bad ? ` BAD lost ${r.lost} merged ${r.merged} mism ${r.mismatched} extra ${r.extra} misrouted ${r.misrouted}` : ''}${r.errors ? ` errors ${r.errors} ${r.errorSamples[0]}` : ''}${r.refused ? ` REFUSED ${r.refused} ${r.refusedSamples[0]}` : ''} ${(r.wallMs / 1000).toFixed(1)}s foreign ${r.foreignCores.toFixed(2)} cores${fmtRuntime(r.runtime)}`;
 }
 
 function alivePaths() {
@@ -636,18 +613,41 @@ async function phaseCancel() {
       const p = inst[name];
       try {
         await emitter.call('config', { cfg: { mode: 'cancel', n: 1000, delta: 20, ttft: 5 } });
+        // What else ran on the machine and in the path during the run, so that a slow run can
+        // be told apart: foreign CPU, and the proxy's own loop delay and GC pauses. The scrape
+        // comes first, with time for the garbage it makes to be collected (as in streamRun).
+        const before = await scrape(p.metricsUrl);
+        if (p.metricsUrl) await sleep(300);
+        const ownPids = [process.pid, emitter.child.pid, client.child.pid, ...(p.pids ? p.pids() : [])];
+        const procs0 = allProcCpu();
+        const cpu0 = pathCpu(p);
+        const w0 = performance.now();
         const r = await client.call('cancel', { url: p.url, headers: p.headers, c, n: 1000, minEvents: 3, maxEvents: 12, deadlineMs: 15_000 });
         await sleep(PLAN.cancel.settleMs); // stragglers
+        const foreignCores = foreignCpuMs(procs0, allProcCpu(), new Set(ownPids)) / (performance.now() - w0);
+        const pathCpuMs = p.pids?.().length ? pathCpu(p) - cpu0 : undefined; // direct has no process of its own
+        const runtime = p.metricsUrl ? runtimeDiff(before, await scrape(p.metricsUrl)) : undefined;
         const em = await emitter.call('report', {});
         await emitter.call('endAll');
         const delays = [];
+        const timed = []; // [abort, delay]
         let notClosed = 0;
         for (const [sid, ta] of Object.entries(r.aborts)) {
           const tc = em.closes[sid];
           if (tc === undefined) notClosed++;
-          else delays.push(tc - ta);
+          else {
+            delays.push(tc - ta);
+            timed.push([ta, tc - ta]);
+          }
         }
         delays.sort((a, b) => a - b);
+        // The slowest closes, with when their aborts came (ms after the first abort): slow closes
+        // that end together were held by one stall; spread out, by something per stream.
+        const firstAbort = Math.min(...Object.values(r.aborts));
+        const slowest = timed
+          .sort((x, y) => y[1] - x[1])
+          .slice(0, 5)
+          .map(([ta, d]) => ({ abortAtMs: Math.round(ta - firstAbort), delayMs: Math.round(d * 100) / 100 }));
         const q = (p) => (delays.length ? delays[Math.min(delays.length - 1, Math.floor(p * (delays.length - 1) + 0.5))] : NaN);
         const rec = {
           phase: 'cancel',
@@ -663,9 +663,14 @@ async function phaseCancel() {
           p50: q(0.5),
           p99: q(0.99),
           max: delays.length ? delays[delays.length - 1] : NaN,
+          slowest,
+          foreignCores,
+          pathCpuMs,
+          runtime,
         };
         runs.push(rec);
-        log(`cancel rep${rep} ${name}: aborted ${rec.aborted} closed ${rec.closed} p50 ${rec.p50.toFixed(2)} p99 ${rec.p99.toFixed(2)} ms not closed ${notClosed}`);
+        const slow = slowest.map((x) => `${x.delayMs.toFixed(1)}@+${x.abortAtMs}`).join(' ');
+        log(`cancel rep${rep} ${name}: aborted ${rec.aborted} closed ${rec.closed} p50 ${rec.p50.toFixed(2)} p99 ${rec.p99.toFixed(2)} ms not closed ${notClosed}; slowest (ms@+abort ms) ${slow}; foreign ${foreignCores.toFixed(2)} core${fmtRuntime(runtime)}`);
       } catch (err) {
         runs.push({ phase: 'cancel', key: `cancel c=${c}`, rep, path: name, failed: String(err.message || err) });
         log(`cancel rep${rep} ${name}: FAILED ${err.message}`);

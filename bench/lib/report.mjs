@@ -588,7 +588,23 @@ export function writeReports({ meta, runs, out }) {
     if (!x) continue;
     rows.push([p, x.key, fmtAgg(x.p50), fmtAgg(x.p99), fmtAgg(x.max), x.notClosed, x.failed.length ? `FAILED ${x.failed[0].slice(0, 80)}` : '']);
   }
-  if (rows.length) parts.push('## 6. Cancellation: client abort → upstream socket closed (shared clock: CLOCK_MONOTONIC)\n\n' + table(['path', 'scenario', 'p50', 'p99', 'max', 'not closed', ''], rows));
+  if (rows.length) {
+    let section = '## 6. Cancellation: client abort → upstream socket closed (shared clock: CLOCK_MONOTONIC)\n\n' + table(['path', 'scenario', 'p50', 'p99', 'max', 'not closed', ''], rows);
+    // Per run, what else went on: to tell a slow run's cause (the proxy's own stalls, the
+    // machine, or neither) without another run.
+    const runRows = runs
+      .filter((r) => r.phase === 'cancel' && !r.failed && r.slowest !== undefined && paths.includes(r.path))
+      .map((r) => {
+        const rt = r.runtime;
+        const gc = rt ? Object.entries(rt.gc).map(([k, g]) => `${k} ${g.count} (${fmt(g.sumMs, 1)} ms)`).join(', ') || 'none' : '–';
+        return [r.path, r.rep, fmt(r.p99, 2), r.slowest.map((x) => `${fmt(x.delayMs, 1)} at +${x.abortAtMs}`).join(', '), fmt(r.foreignCores, 2), fmt(r.pathCpuMs, 0), rt ? fmt(rt.loopDelayMaxMs, 1) : '–', gc, rt?.gcLongestAtMostMs === undefined ? '–' : `≤ ${rt.gcLongestAtMostMs}`];
+      });
+    if (runRows.length)
+      section +=
+        '\n\nPer run: the five slowest closes (delay in ms, at + ms after the run\'s first abort: slow closes whose aborts are close together and whose closes end together were held by one stall), the foreign CPU in cores and the path\'s CPU in ms over the run, and, for this proxy, its own event-loop delay max and GC pauses by kind over the run (from its `/metrics`, scraped around it; Node reports a major collection\'s final pause, not the incremental marking steps, which show only as loop delay).\n\n' +
+        table(['path', 'rep', 'p99', 'slowest closes', 'foreign cores', 'path CPU ms', 'proxy loop delay max ms', 'proxy GC pauses', 'longest GC ms'], runRows);
+    parts.push(section);
+  }
 
   // 7 accuracy
   rows = [];
