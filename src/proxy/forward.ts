@@ -847,7 +847,10 @@ class InFlight implements ExchangeHandler {
       const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : exhausted ? ERROR_TYPE.outOfResources : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
       // Every address of a name refused: an AggregateError, whose own message is empty.
       const detail = err.message || ((err as Partial<AggregateError>).errors ?? []).map((e: Error) => e.message).join('; ');
-      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, code: code ?? lack?.code }, 'upstream request failed');
+      // Through an egress proxy the error names the proxy with the cause's code; the cause's
+      // own words (a handshake the upstream ended, a certificate it refused) go in `cause`.
+      const cause = err.cause instanceof Error && err.cause.message !== detail ? err.cause.message : undefined;
+      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, cause, code: code ?? lack?.code }, 'upstream request failed');
       if (this.fwd.draining) this.res.shouldKeepAlive = false;
       const message = timeout
         ? err.message

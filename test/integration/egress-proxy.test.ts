@@ -272,7 +272,11 @@ describe('egress proxy', () => {
         const warn = spawned!.lines.find((l) => l.msg === 'upstream request failed');
         // A reset is read as Node's error (`read ECONNRESET`); a close, as a handshake the server ended.
         if (name === 'reset') expect(String(warn?.err), name).toMatch(/ECONNRESET/);
-        else expect(warn?.err, name).toBe(through ? `ECONNRESET (through egress proxy ${fp.url})` : 'upstream closed the connection during the TLS handshake');
+        else {
+          expect(warn?.err, name).toBe(through ? `ECONNRESET (through egress proxy ${fp.url})` : 'upstream closed the connection during the TLS handshake');
+          // Through the egress proxy the words come with it, as the cause.
+          expect(warn?.cause, name).toBe(through ? 'upstream closed the connection during the TLS handshake' : undefined);
+        }
       }
     }
   });
