@@ -615,9 +615,10 @@ async function phaseCancel() {
         await emitter.call('config', { cfg: { mode: 'cancel', n: 1000, delta: 20, ttft: 5 } });
         // What else ran on the machine and in the path during the run, so that a slow run can
         // be told apart: foreign CPU, and the proxy's own loop delay and GC pauses. The scrape
-        // comes first, with time for the garbage it makes to be collected (as in streamRun).
+        // comes first, with time for the garbage it makes to be collected (as in streamRun);
+        // every path waits as long, so that each run starts as settled as the proxy's.
         const before = await scrape(p.metricsUrl);
-        if (p.metricsUrl) await sleep(300);
+        await sleep(300);
         const ownPids = [process.pid, emitter.child.pid, client.child.pid, ...(p.pids ? p.pids() : [])];
         const procs0 = allProcCpu();
         const cpu0 = pathCpu(p);

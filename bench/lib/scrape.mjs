@@ -45,7 +45,8 @@ export function metricsDiff(a, b) {
 
 /**
  * The proxy's own view of a run, from its runtime metrics: the longest event-loop delay it sampled
- * (the gauge's window is the time since the previous scrape by this reader, i.e. the run), and its
+ * (the gauge's window is the time since the previous scrape by this reader: the run, with the
+ * waits before and after it that lie between the two scrapes), and its
  * GC pauses by kind: how many, their total, and the bucket bound of the longest. It tells a run
  * slowed by the proxy's own stalls from one slowed by something else. Node reports a major
  * collection's final pause, not V8's incremental-marking steps: those show only as loop delay.
@@ -72,6 +73,8 @@ export function runtimeDiff(a, b) {
   };
   add(a[SERIES], -1);
   add(b[SERIES], 1);
+  // Fewer pauses after than before: another process answered the second scrape (a restart).
+  if (Object.values(gc).some((g) => g.count < 0)) return undefined;
   for (const k of Object.keys(gc)) if (gc[k].count === 0) delete gc[k];
   const total = Object.values(gc).reduce((s, g) => s + g.count, 0);
   const les = [...buckets.keys()].sort((x, y) => x - y);

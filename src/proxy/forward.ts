@@ -846,11 +846,14 @@ class InFlight implements ExchangeHandler {
       const reset = !timeout && !protocol && !exhausted && this.exchange?.connected === true;
       const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : exhausted ? ERROR_TYPE.outOfResources : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
       // Every address of a name refused: an AggregateError, whose own message is empty.
-      const detail = err.message || ((err as Partial<AggregateError>).errors ?? []).map((e: Error) => e.message).join('; ');
+      const words = (e: Error): string => e.message || ((e as Partial<AggregateError>).errors ?? []).map((x: Error) => x.message).join('; ');
+      const detail = words(err);
       // Through an egress proxy the error names the proxy with the cause's code; the cause's
       // own words (a handshake the upstream ended, a certificate it refused) go in `cause`.
-      const cause = err.cause instanceof Error && err.cause.message !== detail ? err.cause.message : undefined;
-      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, cause, code: code ?? lack?.code }, 'upstream request failed');
+      const inner = err.cause instanceof Error ? (err.cause as NodeJS.ErrnoException) : undefined;
+      const causeWords = inner === undefined ? '' : words(inner);
+      const cause = causeWords !== '' && !detail.includes(causeWords) ? causeWords : undefined;
+      this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, cause, code: code ?? lack?.code ?? inner?.code }, 'upstream request failed');
       if (this.fwd.draining) this.res.shouldKeepAlive = false;
       const message = timeout
         ? err.message

@@ -205,6 +205,10 @@ describe('egress proxy', () => {
       res = await chat(proxyUrl);
       expect(res.status).toBe(502);
       expect(((await res.json()) as { error: { message: string } }).error.message).toBe(`upstream unreachable: egress proxy http://127.0.0.1:${deadPort}: ECONNREFUSED`);
+      // The log's line keeps Node's own words beside the code, once.
+      await requestLines(1);
+      const warn = spawned!.lines.find((l) => l.msg === 'upstream request failed');
+      expect(warn).toMatchObject({ err: `egress proxy http://127.0.0.1:${deadPort}: ECONNREFUSED`, cause: `connect ECONNREFUSED 127.0.0.1:${deadPort}`, code: 'ECONNREFUSED' });
     }
   });
 
