@@ -302,6 +302,21 @@ async function waitQuiet(ownPids, maxMs = 6000) {
   quietSpent += performance.now() - t0;
 }
 
+/** The bench's own processes and the path's: what foreign CPU leaves out. */
+function ownPidsOf(p) {
+  return [process.pid, emitter.child.pid, client.child.pid, ...(p.pids ? p.pids() : [])];
+}
+
+/**
+ * CPU used on this machine by processes that are not part of the bench (other jobs), from
+ * now: the returned function gives it in cores, averaged since; 10 ms tick resolution.
+ */
+function foreignLoad(p) {
+  const procs0 = allProcCpu();
+  const w0 = performance.now();
+  return () => foreignCpuMs(procs0, allProcCpu(), new Set(ownPidsOf(p))) / (performance.now() - w0);
+}
+
 async function streamRun(p, sc) {
   // sc: { mode: 'batched'|'staggered', c, n, delta, ttft, rounds, sequential, warmup }
   const cfg = {
@@ -323,16 +338,14 @@ async function streamRun(p, sc) {
     await emitter.call('endAll');
   }
   await emitter.call('config', { cfg });
-  const ownPids = () => [process.pid, emitter.child.pid, client.child.pid, ...(p.pids ? p.pids() : [])];
   // Scrape before the quiet wait, not right before the run: serialising /metrics makes
   // garbage, and the scavenge V8 then schedules as a task landed in the run's first
   // milliseconds, the storm of new requests (TTFT at 100 new requests, bench/README.md).
   const before = await scrape(p.metricsUrl);
-  if (QUIET_BUDGET_MS > 0) await waitQuiet(ownPids);
+  if (QUIET_BUDGET_MS > 0) await waitQuiet(() => ownPidsOf(p));
   else if (p.metricsUrl) await sleep(300);
   const cpu0 = pathCpu(p);
-  const procs0 = allProcCpu();
-  const w0 = performance.now();
+  const foreign = foreignLoad(p);
   // The path's CPU every 50 ms (shared clock), for figure 4's steady state: a batched run
   // also opens its streams, and per-request work is then part of the whole run's figure.
   const cpuSamples = [];
@@ -355,9 +368,7 @@ async function streamRun(p, sc) {
   if (sampler) clearInterval(sampler);
   if (r.error) throw new Error(r.error);
   const cpu1 = pathCpu(p);
-  // CPU used on this machine by processes that are not part of the bench
-  // (other jobs): in cores, averaged over the run; 10 ms tick resolution.
-  const foreignCores = foreignCpuMs(procs0, allProcCpu(), new Set(ownPids())) / (performance.now() - w0);
+  const foreignCores = foreign();
   const em = await emitter.call('report', {});
   if (em.unfinished) await emitter.call('endAll');
   const window = steadyWindow(cpuSamples, em.t0BySid, sc);
@@ -619,29 +630,23 @@ async function phaseCancel() {
         // every path waits as long, so that each run starts as settled as the proxy's.
         const before = await scrape(p.metricsUrl);
         await sleep(300);
-        const ownPids = [process.pid, emitter.child.pid, client.child.pid, ...(p.pids ? p.pids() : [])];
-        const procs0 = allProcCpu();
+        const foreign = foreignLoad(p);
         const cpu0 = pathCpu(p);
-        const w0 = performance.now();
         const r = await client.call('cancel', { url: p.url, headers: p.headers, c, n: 1000, minEvents: 3, maxEvents: 12, deadlineMs: 15_000 });
         await sleep(PLAN.cancel.settleMs); // stragglers
-        const foreignCores = foreignCpuMs(procs0, allProcCpu(), new Set(ownPids)) / (performance.now() - w0);
+        const foreignCores = foreign();
         const pathCpuMs = p.pids?.().length ? pathCpu(p) - cpu0 : undefined; // direct has no process of its own
         const runtime = p.metricsUrl ? runtimeDiff(before, await scrape(p.metricsUrl)) : undefined;
         const em = await emitter.call('report', {});
         await emitter.call('endAll');
-        const delays = [];
         const timed = []; // [abort, delay]
         let notClosed = 0;
         for (const [sid, ta] of Object.entries(r.aborts)) {
           const tc = em.closes[sid];
           if (tc === undefined) notClosed++;
-          else {
-            delays.push(tc - ta);
-            timed.push([ta, tc - ta]);
-          }
+          else timed.push([ta, tc - ta]);
         }
-        delays.sort((a, b) => a - b);
+        const delays = timed.map(([, d]) => d).sort((a, b) => a - b);
         // The slowest closes, with when their aborts came (ms after the first abort): slow closes
         // that end together were held by one stall; spread out, by something per stream.
         const firstAbort = Math.min(...Object.values(r.aborts));

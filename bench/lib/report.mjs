@@ -3,6 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { agg, fmt, fmtAgg, ratio } from './stats.mjs';
+import { fmtGc } from './scrape.mjs';
 
 const ORDER = ['direct', 'proxy', 'proxy-alt', 'proxy-nometrics', 'nginx', 'http-proxy', 'portkey'];
 /** The peers measured beside this proxy: their refusals are reported, not failed (writeReports). */
@@ -596,7 +597,7 @@ export function writeReports({ meta, runs, out }) {
       .filter((r) => r.phase === 'cancel' && !r.failed && r.slowest !== undefined && paths.includes(r.path))
       .map((r) => {
         const rt = r.runtime;
-        const gc = rt ? Object.entries(rt.gc).map(([k, g]) => `${k} ${g.count} (${fmt(g.sumMs, 1)} ms)`).join(', ') || 'none' : '–';
+        const gc = rt ? fmtGc(rt.gc) : '–';
         return [r.path, r.rep, fmt(r.p99, 2), r.slowest.map((x) => `${fmt(x.delayMs, 1)} at +${x.abortAtMs}`).join(', '), fmt(r.foreignCores, 2), fmt(r.pathCpuMs, 0), rt ? fmt(rt.loopDelayMaxMs, 1) : '–', gc, rt?.gcLongestAtMostMs === undefined ? '–' : `≤ ${rt.gcLongestAtMostMs}`];
       });
     if (runRows.length)

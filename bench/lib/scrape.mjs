@@ -83,10 +83,15 @@ export function runtimeDiff(a, b) {
   return { loopDelayMaxMs: ms('max'), loopDelayP99Ms: ms('p99'), gc, gcLongestAtMostMs: longest === undefined ? undefined : longest * 1000 };
 }
 
+/** runtimeDiff's GC pauses by kind, as the log line and the report write them. */
+export function fmtGc(gc) {
+  return Object.entries(gc).map(([k, g]) => `${k} ${g.count} (${g.sumMs.toFixed(1)} ms)`).join(', ') || 'none';
+}
+
 /** runtimeDiff's figures for a log line ('' without them). */
 export function fmtRuntime(rt) {
   if (!rt) return '';
-  const gc = Object.entries(rt.gc).map(([k, g]) => `${k} ${g.count} (${g.sumMs.toFixed(1)} ms)`).join(', ') || 'none';
+  const gc = fmtGc(rt.gc);
   const longest = rt.gcLongestAtMostMs === undefined ? '' : `, longest ≤ ${rt.gcLongestAtMostMs} ms`;
   return ` | its loop delay max ${rt.loopDelayMaxMs?.toFixed(1) ?? '?'} ms, GC ${gc}${longest}`;
 }

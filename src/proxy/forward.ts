@@ -845,13 +845,11 @@ class InFlight implements ExchangeHandler {
       // a reset; one that never came up is unreachable.
       const reset = !timeout && !protocol && !exhausted && this.exchange?.connected === true;
       const type = timeout ? ERROR_TYPE.timeout : protocol ? ERROR_TYPE.protocol : exhausted ? ERROR_TYPE.outOfResources : reset ? ERROR_TYPE.upstreamReset : ERROR_TYPE.unreachable;
-      // Every address of a name refused: an AggregateError, whose own message is empty.
-      const words = (e: Error): string => e.message || ((e as Partial<AggregateError>).errors ?? []).map((x: Error) => x.message).join('; ');
-      const detail = words(err);
+      const detail = errorWords(err);
       // Through an egress proxy the error names the proxy with the cause's code; the cause's
       // own words (a handshake the upstream ended, a certificate it refused) go in `cause`.
       const inner = err.cause instanceof Error ? (err.cause as NodeJS.ErrnoException) : undefined;
-      const causeWords = inner === undefined ? '' : words(inner);
+      const causeWords = inner === undefined ? '' : errorWords(inner);
       const cause = causeWords !== '' && !detail.includes(causeWords) ? causeWords : undefined;
       this.deps.log.warn({ reqId: this.requestId, upstream: this.match.resolved.upstream.origin, err: detail, cause, code: code ?? lack?.code ?? inner?.code }, 'upstream request failed');
       if (this.fwd.draining) this.res.shouldKeepAlive = false;
@@ -1053,6 +1051,11 @@ const DOT_SEGMENT = /(?:^|\/)(?:\.|%2e){1,2}(?:;[^/]*)?(?:\/|$)/i;
 /** What some upstreams take for a slash before they route: `%2F` (nginx decodes it), `%5C`. */
 const SLASH_LIKE = /%2f|%5c/i;
 const SLASHES_LIKE = new RegExp(SLASH_LIKE.source, 'gi');
+
+/** An error's words for the log: every address of a name refused is an AggregateError, whose own message is empty. */
+function errorWords(e: Error): string {
+  return e.message || ((e as Partial<AggregateError>).errors ?? []).map((x: Error) => x.message).join('; ');
+}
 
 function hasDotSegment(target: string): boolean {
   const end = target.search(/[?#]/);
